@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+type journalCmd struct {
+	JSON     bool     `name:"json" help:"Print JSON lines, one record each."`
+	Since    string   `name:"since" placeholder:"SEQ|TIME|DURATION" help:"Start at a sequence number, an RFC 3339 time, or a duration ago (90m)."`
+	Kind     []string `name:"kind" placeholder:"KIND" help:"Only records of this kind (repeatable)."`
+	Resource string   `name:"resource" placeholder:"ID" help:"Only records about this resource (file:/etc/motd)."`
+	Follow   bool     `name:"follow" short:"f" help:"Keep printing records as they are appended."`
+	Why      string   `name:"why" placeholder:"ID" help:"Why is this resource as it is: walk the causes back from its latest record to the declaration or drift behind it."`
+}
+
+func (c *journalCmd) Run(e *env) error {
+	if c.Why != "" && (c.Follow || c.Since != "" || len(c.Kind) > 0 || c.Resource != "") {
+		return refused("--why takes no other filter")
+	}
+	from, since, err := parseSince(c.Since, e.now())
+	if err != nil {
+		return refused("--since: %v", err)
+	}
+	for _, k := range c.Kind {
+		if !event.Known(event.Kind(k)) {
+			fmt.Fprintf(e.stderr, "mesh-host: note: kind %q is not one this version knows; showing any records of it\n", k)
+		}
+	}
+	return e.withJournal(func(j *journal.Journal) error {
+		if c.Why != "" {
+			return c.why(e, j)
+		}
+		out := newRecordPrinter(e.stdout, c.JSON)
+		keep := func(r event.Record) bool {
+			return r.Seq >= from && !r.Time.Before(since) &&
+				(len(c.Kind) == 0 || slices.Contains(c.Kind, string(r.Kind))) &&
+				(c.Resource == "" || r.Resource == c.Resource)
+		}
+		print := func(r event.Record) error {
+			if keep(r) {
+				return out.print(r)
+			}
+			return nil
+		}
+		if c.Follow {
+			err := j.Follow(e.ctx, from, func(r event.Record) error {
+				if err := print(r); err != nil {
+					return err
+				}
+				return out.flush()
+			})
+			if errors.Is(err, e.ctx.Err()) {
+				return out.flush()
+			}
+			return err
+		}
+		// Use an index when one narrows the scan.
+		switch {
+		case c.Resource != "":
+			err = j.ScanResource(c.Resource, from, print)
+		case len(c.Kind) == 1:
+			err = j.ScanKind(event.Kind(c.Kind[0]), from, print)
+		default:
+			err = j.Scan(from, 0, print)
+		}
+		if err != nil {
+			return failed("%v", err)
+		}
+		return out.flush()
+	})
+}
+
+// why prints the cause chain behind a resource's latest record, newest
+// first, down to the declaration or drift observation that started it.
+func (c *journalCmd) why(e *env, j *journal.Journal) error {
+	latest, ok, err := j.LatestFor(c.Why)
+	if err != nil {
+		return failed("%v", err)
+	}
+	if !ok {
+		return failed("no record names resource %q", c.Why)
+	}
+	chain, err := j.Chain(latest.Seq)
+	if err != nil {
+		return failed("%v", err)
+	}
+	for i, r := range chain {
+		if isOrigin(r.Kind) {
+			chain = chain[:i+1]
+			break
+		}
+	}
+	out := newRecordPrinter(e.stdout, c.JSON)
+	if !c.JSON {
+		fmt.Fprintf(e.stdout, "%s is as it is because of, newest first:\n", c.Why)
+	}
+	for _, r := range chain {
+		if err := out.print(r); err != nil {
+			return err
+		}
+	}
+	if err := out.flush(); err != nil {
+		return err
+	}
+	last := chain[len(chain)-1]
+	if !c.JSON && !isOrigin(last.Kind) {
+		if last.Cause == 0 {
+			fmt.Fprintf(e.stdout, "(#%d names no cause)\n", last.Seq)
+		} else {
+			fmt.Fprintf(e.stdout, "(#%d was caused by #%d, which was compacted away)\n", last.Seq, last.Cause)
+		}
+	}
+	return nil
+}
+
+// isOrigin reports whether a kind starts a cause chain: what the mesh asked
+// for, or what the host found changed behind its back.
+func isOrigin(k event.Kind) bool {
+	return k == event.DeclarationReceived || k == event.DeclarationRefused || k == event.DriftObserved
+}
+
+// parseSince reads --since: a sequence number, an RFC 3339 time, or a
+// duration before now. It returns a minimum sequence and a minimum time.
+func parseSince(s string, now time.Time) (uint64, time.Time, error) {
+	if s == "" {
+		return 1, time.Time{}, nil
+	}
+	if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return max(n, 1), time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return 1, t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return 1, now.Add(-d), nil
+	}
+	return 0, time.Time{}, fmt.Errorf("%q is not a sequence number, an RFC 3339 time or a duration", s)
+}

@@ -1,0 +1,147 @@
+// Command mesh-host is the node agent: the root service that holds a machine
+// in the state its mesh declares, and the commands a person uses to ask it
+// what changed and why. This package is the kong grammar and the wiring;
+// the work is in the packages it wires together.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+)
+
+// version is the running binary's version, set at link time
+// (-ldflags "-X main.version=...").
+var version = "dev"
+
+func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// Exit codes shared by the commands.
+const (
+	exitOK      = 0
+	exitFailed  = 1 // the command ran and found a failure (or a disagreement)
+	exitRefused = 2 // bad usage, or input refused
+)
+
+// cli is the grammar. Global flags say where the host keeps its state.
+type cli struct {
+	StateDir string `name:"state-dir" env:"MESH_HOST_STATE_DIR" default:"/var/lib/mesh-host" help:"Directory of the journal and the service's socket."`
+	Journal  string `name:"journal" env:"MESH_HOST_JOURNAL" help:"Journal file to open directly, never through the service (default: STATE-DIR/journal.db)."`
+	Socket   string `name:"socket" env:"MESH_HOST_SOCKET" help:"The running service's socket (default: STATE-DIR/control.sock)."`
+
+	JournalCmd journalCmd `cmd:"" name:"journal" help:"Show what changed on this machine, and why."`
+	Replay     replayCmd  `cmd:"" help:"Rebuild the state from the journal's first record, to check it or to look at the past."`
+	Status     statusCmd  `cmd:"" help:"Show the host's current state."`
+	Serve      serveCmd   `cmd:"" help:"Run the host service."`
+	Version    versionCmd `cmd:"" help:"Print this binary's version."`
+}
+
+func (c *cli) journalPath() string {
+	if c.Journal != "" {
+		return c.Journal
+	}
+	return filepath.Join(c.StateDir, "journal.db")
+}
+
+func (c *cli) socketPath() string {
+	if c.Socket != "" {
+		return c.Socket
+	}
+	return filepath.Join(c.StateDir, "control.sock")
+}
+
+// env is what every command is handed: its streams, its clock, and, when it
+// runs inside the service on behalf of a client, the service's journal.
+type env struct {
+	ctx            context.Context
+	stdout, stderr io.Writer
+	now            func() time.Time
+	args           []string
+	cli            *cli
+	held           *heldJournal // non-nil inside the service
+}
+
+// exitError carries a command's exit code through kong.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func failed(format string, a ...any) error {
+	return &exitError{code: exitFailed, err: fmt.Errorf(format, a...)}
+}
+
+func refused(format string, a ...any) error {
+	return &exitError{code: exitRefused, err: fmt.Errorf(format, a...)}
+}
+
+// kongExit is panicked by kong's exit hook (after --help) and recovered.
+type kongExit int
+
+// Main runs the mesh-host command line and returns its exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return runCLI(ctx, args, stdout, stderr, nil)
+}
+
+// runCLI parses and runs args. held is the service's journal when the service
+// runs a command for a client over its socket, else nil.
+func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, held *heldJournal) (code int) {
+	var c cli
+	defer func() {
+		if p := recover(); p != nil {
+			k, ok := p.(kongExit)
+			if !ok {
+				panic(p)
+			}
+			code = int(k)
+		}
+	}()
+	parser, err := kong.New(&c,
+		kong.Name("mesh-host"),
+		kong.Description("The node agent of a mesh: holds this machine in its declared state and remembers every change and its cause."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { panic(kongExit(code)) }),
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "mesh-host: %v\n", err)
+		return exitRefused
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "mesh-host: %v\n", err)
+		return exitRefused
+	}
+	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, now: time.Now, args: args, cli: &c, held: held}
+	if err := kctx.Run(e); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.err != nil && ee.err.Error() != "" {
+				fmt.Fprintf(stderr, "mesh-host: %v\n", ee.err)
+			}
+			return ee.code
+		}
+		fmt.Fprintf(stderr, "mesh-host: %v\n", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+type versionCmd struct{}
+
+func (versionCmd) Run(e *env) error {
+	fmt.Fprintln(e.stdout, version)
+	return nil
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// recordPrinter prints records as a fixed-width table (so that a follower's
+// lines line up without buffering the whole output) or as JSON lines.
+type recordPrinter struct {
+	w       *bufio.Writer
+	json    bool
+	started bool
+}
+
+func newRecordPrinter(w io.Writer, asJSON bool) *recordPrinter {
+	return &recordPrinter{w: bufio.NewWriter(w), json: asJSON}
+}
+
+const timeLayout = "2006-01-02T15:04:05Z07:00"
+
+func (p *recordPrinter) print(r event.Record) error {
+	if p.json {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		p.w.Write(b)
+		return p.w.WriteByte('\n')
+	}
+	if !p.started {
+		p.started = true
+		fmt.Fprintf(p.w, "%7s  %-20s  %-20s  %6s  %-28s  %s\n", "SEQ", "TIME", "KIND", "CAUSE", "RESOURCE", "DETAIL")
+	}
+	cause, res := "-", "-"
+	if r.Cause != 0 {
+		cause = fmt.Sprint(r.Cause)
+	}
+	if r.Resource != "" {
+		res = r.Resource
+	}
+	detail := describe(r.Payload)
+	if !event.Known(r.Kind) {
+		detail = "(kind unknown to this version) " + detail
+	}
+	_, err := fmt.Fprintf(p.w, "%7d  %-20s  %-20s  %6s  %-28s  %s\n", r.Seq, r.Time.UTC().Format(timeLayout), r.Kind, cause, res, detail)
+	return err
+}
+
+func (p *recordPrinter) flush() error { return p.w.Flush() }
+
+// maxValue bounds one value in the detail column.
+const maxValue = 72
+
+// describe renders a JSON payload as key=value pairs in the payload's own
+// field order. A declaration's document is shown by size only.
+func describe(payload []byte) string {
+	if len(payload) == 0 {
+		return ""
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return clip(string(payload))
+	}
+	var parts []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			break
+		}
+		key, _ := t.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			break
+		}
+		var val string
+		switch {
+		case key == "document":
+			var doc []byte
+			_ = json.Unmarshal(raw, &doc)
+			val = fmt.Sprintf("%d bytes", len(doc))
+		case len(raw) > 0 && raw[0] == '"':
+			_ = json.Unmarshal(raw, &val)
+			if val == "" || strings.ContainsAny(val, " =\t\n") {
+				val = string(raw)
+			}
+		default:
+			val = string(raw)
+		}
+		parts = append(parts, key+"="+clip(val))
+	}
+	return strings.Join(parts, " ")
+}
+
+func clip(s string) string {
+	if len(s) <= maxValue {
+		return s
+	}
+	return s[:maxValue-3] + "..."
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"errors"
+	"time"
+
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
+	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+// heldJournal is the service's open journal, lent to the commands it runs on
+// behalf of clients of its socket.
+type heldJournal struct {
+	j *journal.Journal
+}
+
+// cliLockWait is how long a command waits for the journal's lock when no
+// service answers: long enough to outlast a short `apply`, short enough that
+// a person is told promptly that something else holds it.
+const cliLockWait = 3 * time.Second
+
+// openJournal opens the journal for writing, with the projection folded in
+// every append.
+func openJournal(path string) (*journal.Journal, error) {
+	return journal.Open(path, journal.Options{Fold: new(projector.Stored).Fold})
+}
+
+// silent is an exit code with nothing more to say: the service already
+// printed what the command had to say.
+func silent(code int) error {
+	if code == exitOK {
+		return nil
+	}
+	return &exitError{code: code, err: errors.New("")}
+}
+
+// withJournal runs fn against the journal. Inside the service that is the
+// service's own. Otherwise, unless --journal names a file, the command line
+// is forwarded to a running service, which runs this same command; when none
+// answers, the file is opened read-only here.
+func (e *env) withJournal(fn func(j *journal.Journal) error) error {
+	if e.held != nil {
+		return fn(e.held.j)
+	}
+	if e.cli.Journal == "" {
+		code, err := localsock.Call(e.ctx, e.cli.socketPath(), e.args, e.stdout, e.stderr)
+		if err == nil {
+			return silent(code)
+		}
+		if !errors.Is(err, localsock.ErrNoService) {
+			return failed("ask the running service: %v", err)
+		}
+	}
+	j, err := journal.Open(e.cli.journalPath(), journal.Options{ReadOnly: true, Timeout: cliLockWait})
+	if err != nil {
+		return failed("%v", err)
+	}
+	defer j.Close()
+	return fn(j)
+}

@@ -1,0 +1,111 @@
+package journal
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// Append stores recs in one transaction (one fsync, however many records),
+// assigning each the next sequence and the current time, updates the indexes
+// and the projection in that same transaction, and wakes followers. It returns
+// the records as stored. Either all are stored or none.
+//
+// A record's Cause must be lower than the sequence it is given: causes point
+// back in time.
+func (j *Journal) Append(recs ...event.Record) ([]event.Record, error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	if j.opts.ReadOnly {
+		return nil, fmt.Errorf("append to %s: opened read-only", j.path)
+	}
+	for i, r := range recs {
+		if err := validate(r); err != nil {
+			return nil, fmt.Errorf("%w: record %d of %d: %v", ErrInvalid, i+1, len(recs), err)
+		}
+	}
+	out := make([]event.Record, len(recs))
+	copy(out, recs)
+
+	j.mu.RLock() // compaction's reopen takes the write lock
+	defer j.mu.RUnlock()
+	if j.closed {
+		return nil, ErrClosed
+	}
+	err := guard(j.path, func() error {
+		return j.db.Update(func(tx *bolt.Tx) error { return j.appendTx(tx, out) })
+	})
+	if err != nil {
+		return nil, err
+	}
+	j.wake()
+	return out, nil
+}
+
+// appendTx numbers, stamps and stores recs in place, and folds them into the
+// projection, inside tx.
+func (j *Journal) appendTx(tx *bolt.Tx, out []event.Record) error {
+	meta := tx.Bucket(bucketMeta)
+	head := getSeq(meta, keyHead)
+	now := j.opts.Now().UTC()
+	records, byRes, byKind := tx.Bucket(bucketRecords), tx.Bucket(bucketByResource), tx.Bucket(bucketByKind)
+	// Sequential keys: tell bbolt to fill pages before splitting them.
+	records.FillPercent, byKind.FillPercent = 1.0, 0.9
+	for i := range out {
+		r := &out[i]
+		r.Seq = head + uint64(i) + 1
+		r.Time = now
+		if r.Cause >= r.Seq {
+			return fmt.Errorf("%w: record %d (%s) names cause %d, not an earlier record", ErrInvalid, r.Seq, r.Kind, r.Cause)
+		}
+		if err := records.Put(event.Key(r.Seq), event.Encode(*r)); err != nil {
+			return err
+		}
+		if err := byKind.Put(indexKey(string(r.Kind), r.Seq), nil); err != nil {
+			return err
+		}
+		if r.Resource != "" {
+			if err := byRes.Put(indexKey(r.Resource, r.Seq), nil); err != nil {
+				return err
+			}
+		}
+	}
+	if err := putSeq(meta, keyHead, head+uint64(len(out))); err != nil {
+		return err
+	}
+	if j.opts.Fold == nil {
+		return nil
+	}
+	proj, err := j.opts.Fold(meta.Get(keyProjection), out)
+	if err != nil {
+		return fmt.Errorf("fold projection: %w", err)
+	}
+	return meta.Put(keyProjection, proj)
+}
+
+func validate(r event.Record) error {
+	switch {
+	case r.Kind == "":
+		return fmt.Errorf("no kind")
+	case !validName(string(r.Kind)):
+		return fmt.Errorf("kind %q is not a valid name", r.Kind)
+	case r.Resource != "" && !validName(r.Resource):
+		return fmt.Errorf("resource %q is not a valid name", r.Resource)
+	case len(r.Payload) > maxRecordPayload:
+		return fmt.Errorf("payload is %d bytes, over the %d limit", len(r.Payload), maxRecordPayload)
+	case len(r.Payload) > 0 && !json.Valid(r.Payload):
+		return fmt.Errorf("payload of %s is not JSON", r.Kind)
+	}
+	return nil
+}
+
+// validName: UTF-8, no NUL (the index separator), bounded.
+func validName(s string) bool {
+	return len(s) <= 4096 && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}

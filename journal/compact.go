@@ -1,0 +1,297 @@
+package journal
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// Retention defaults, from the journal issue: three months of history, and
+// never fewer than the last 100,000 records.
+const (
+	DefaultWindow   = 90 * 24 * time.Hour
+	DefaultKeepLast = 100_000
+	// deleteChunk bounds one deleting transaction's size.
+	deleteChunk = 50_000
+)
+
+// CompactOptions say what compaction may drop.
+type CompactOptions struct {
+	// Window keeps records younger than this; 0 means DefaultWindow.
+	Window time.Duration
+	// KeepLast keeps at least this many newest records; 0 means
+	// DefaultKeepLast.
+	KeepLast uint64
+	// RequireAck keeps every record above the acknowledged sequence (see
+	// MarkAcked). A host with an upstream link sets it; one with none has
+	// nobody to wait for.
+	RequireAck bool
+}
+
+// CompactResult reports what a compaction did.
+type CompactResult struct {
+	// Through is the last sequence dropped (and the snapshot's sequence);
+	// 0 when nothing was dropped.
+	Through    uint64 `json:"through"`
+	Dropped    uint64 `json:"dropped"`
+	SizeBefore int64  `json:"size_before"`
+	SizeAfter  int64  `json:"size_after"`
+}
+
+// MarkAcked records that every record up to seq was acknowledged upward.
+// It never moves backwards.
+func (j *Journal) MarkAcked(seq uint64) error {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	if j.closed {
+		return ErrClosed
+	}
+	return guard(j.path, func() error {
+		return j.db.Update(func(tx *bolt.Tx) error {
+			meta := tx.Bucket(bucketMeta)
+			if head := getSeq(meta, keyHead); seq > head {
+				return fmt.Errorf("acknowledge %d: head is %d", seq, head)
+			}
+			if seq <= getSeq(meta, keyAcked) {
+				return nil
+			}
+			return putSeq(meta, keyAcked, seq)
+		})
+	})
+}
+
+// Compact drops records older than the window, keeping at least KeepLast and
+// (with RequireAck) everything not yet acknowledged. It first stores a
+// snapshot of the projection as of the last dropped record, so a replay from
+// the snapshot equals a replay from the first record, then deletes, then
+// rewrites the file so the freed space goes back to the filesystem (bbolt
+// files never shrink by themselves).
+//
+// Every step is crash-safe: the snapshot is written before anything is
+// deleted, deletions in several transactions only remove records the
+// snapshot already covers, and the rewrite replaces the file by rename.
+func (j *Journal) Compact(o CompactOptions) (CompactResult, error) {
+	if o.Window == 0 {
+		o.Window = DefaultWindow
+	}
+	if o.KeepLast == 0 {
+		o.KeepLast = DefaultKeepLast
+	}
+	var res CompactResult
+	info, err := j.Info()
+	if err != nil {
+		return res, err
+	}
+	res.SizeBefore, res.SizeAfter = fileSize(j.path), fileSize(j.path)
+	through, err := j.cutoff(info, o)
+	if err != nil || through == 0 {
+		return res, err
+	}
+	if err := j.snapshotThrough(through); err != nil {
+		return res, err
+	}
+	if res.Dropped, err = j.dropThrough(through); err != nil {
+		return res, err
+	}
+	res.Through = through
+	if _, err := j.Append(event.New(event.JournalCompacted, 0, "", event.JournalCompactedPayload{
+		Through: through, Dropped: res.Dropped,
+	})); err != nil {
+		return res, err
+	}
+	if err := j.rewrite(); err != nil {
+		return res, err
+	}
+	res.SizeAfter = fileSize(j.path)
+	return res, nil
+}
+
+// cutoff finds the last sequence compaction may drop: older than the window,
+// not among the newest KeepLast, acknowledged if required. 0 means none.
+func (j *Journal) cutoff(info Info, o CompactOptions) (uint64, error) {
+	if info.Head <= o.KeepLast {
+		return 0, nil
+	}
+	limit := info.Head - o.KeepLast
+	if o.RequireAck && info.Acked < limit {
+		limit = info.Acked
+	}
+	if limit < info.First || info.First == 0 {
+		return 0, nil
+	}
+	before := j.opts.Now().Add(-o.Window)
+	var through uint64
+	err := j.Scan(info.First, limit, func(r event.Record) error {
+		if !r.Time.Before(before) {
+			return errStop
+		}
+		through = r.Seq
+		return nil
+	})
+	if err != nil && err != errStop {
+		return 0, err
+	}
+	return through, nil
+}
+
+// snapshotThrough folds the stored snapshot forward through seq and stores it.
+func (j *Journal) snapshotThrough(seq uint64) error {
+	snap, snapSeq, err := j.Snapshot()
+	if err != nil {
+		return err
+	}
+	if seq <= snapSeq {
+		return nil
+	}
+	if j.opts.Fold != nil {
+		var batch []event.Record
+		flush := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			snap, err = j.opts.Fold(snap, batch)
+			batch = batch[:0]
+			return err
+		}
+		err = j.Scan(snapSeq+1, seq, func(r event.Record) error {
+			batch = append(batch, r)
+			if len(batch) == scanChunk {
+				return flush()
+			}
+			return nil
+		})
+		if err == nil {
+			err = flush()
+		}
+		if err != nil {
+			return fmt.Errorf("fold snapshot: %w", err)
+		}
+	}
+	return j.update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if err := meta.Put(keySnapshot, snap); err != nil {
+			return err
+		}
+		return putSeq(meta, keySnapshotSeq, seq)
+	})
+}
+
+// dropThrough deletes records ≤ seq and their index entries, in bounded
+// transactions.
+func (j *Journal) dropThrough(seq uint64) (uint64, error) {
+	var dropped uint64
+	for {
+		n := 0
+		err := j.update(func(tx *bolt.Tx) error {
+			recs, byRes, byKind := tx.Bucket(bucketRecords), tx.Bucket(bucketByResource), tx.Bucket(bucketByKind)
+			c := recs.Cursor()
+			for k, v := c.First(); k != nil && n < deleteChunk; k, v = c.First() {
+				s := binary.BigEndian.Uint64(k)
+				if s > seq {
+					break
+				}
+				r, err := j.decode(k, v)
+				if err != nil {
+					return err
+				}
+				if err := byKind.Delete(indexKey(string(r.Kind), s)); err != nil {
+					return err
+				}
+				if r.Resource != "" {
+					if err := byRes.Delete(indexKey(r.Resource, s)); err != nil {
+						return err
+					}
+				}
+				if err := c.Delete(); err != nil {
+					return err
+				}
+				n++
+			}
+			return nil
+		})
+		dropped += uint64(n)
+		if err != nil || n < deleteChunk {
+			return dropped, err
+		}
+	}
+}
+
+func (j *Journal) update(fn func(tx *bolt.Tx) error) error {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	if j.closed {
+		return ErrClosed
+	}
+	return guard(j.path, func() error { return j.db.Update(fn) })
+}
+
+// rewrite copies the live pages into a new file and renames it over the old
+// one, returning freed pages to the filesystem. Appends and reads wait.
+func (j *Journal) rewrite() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return ErrClosed
+	}
+	tmp := j.path + compactSuffix
+	_ = os.Remove(tmp)
+	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: j.opts.Timeout, NoSync: true, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return fmt.Errorf("compact %s: %w", j.path, err)
+	}
+	err = guard(j.path, func() error { return bolt.Compact(dst, j.db, 64<<20) })
+	if err == nil {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("compact %s: %w", j.path, err)
+	}
+	if err := j.db.Close(); err != nil {
+		return fmt.Errorf("compact %s: close: %w", j.path, err)
+	}
+	// Whatever happens to the rename, reopen: the path then holds either the
+	// old file or the complete copy.
+	renameErr := os.Rename(tmp, j.path)
+	if renameErr != nil {
+		_ = os.Remove(tmp)
+	} else {
+		renameErr = syncDir(filepath.Dir(j.path))
+	}
+	db, err := j.open()
+	if err != nil {
+		j.closed = true
+		return fmt.Errorf("compact %s: reopen: %w", j.path, err)
+	}
+	j.db = db
+	if renameErr != nil {
+		return fmt.Errorf("compact %s: %w", j.path, renameErr)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}

@@ -1,0 +1,203 @@
+package event
+
+import "time"
+
+// Kind names what a record says. The string is what is stored: append-only,
+// never renamed, never reused. Add new kinds at the end of the block.
+type Kind string
+
+// The whole vocabulary. Each kind has exactly one payload struct below.
+const (
+	DeclarationReceived Kind = "declaration.received"
+	DeclarationRefused  Kind = "declaration.refused"
+	ReconcileStarted    Kind = "reconcile.started"
+	ReconcileCompleted  Kind = "reconcile.completed"
+	ResourceApplied     Kind = "resource.applied"
+	DriftObserved       Kind = "drift.observed"
+	HostStarted         Kind = "host.started"
+	VersionDelivered    Kind = "version.delivered"
+	VersionConfirmed    Kind = "version.confirmed"
+	VersionStoodAside   Kind = "version.stood-aside"
+	VersionRetired      Kind = "version.retired"
+	VersionRolledBack   Kind = "version.rolled-back"
+	LinkUp              Kind = "link.up"
+	LinkDown            Kind = "link.down"
+	JournalCompacted    Kind = "journal.compacted"
+)
+
+// payloads maps each known kind to a constructor of its payload.
+var payloads = map[Kind]func() any{
+	DeclarationReceived: func() any { return new(DeclarationReceivedPayload) },
+	DeclarationRefused:  func() any { return new(DeclarationRefusedPayload) },
+	ReconcileStarted:    func() any { return new(ReconcileStartedPayload) },
+	ReconcileCompleted:  func() any { return new(ReconcileCompletedPayload) },
+	ResourceApplied:     func() any { return new(ResourceAppliedPayload) },
+	DriftObserved:       func() any { return new(DriftObservedPayload) },
+	HostStarted:         func() any { return new(HostStartedPayload) },
+	VersionDelivered:    func() any { return new(VersionPayload) },
+	VersionConfirmed:    func() any { return new(VersionPayload) },
+	VersionStoodAside:   func() any { return new(VersionStoodAsidePayload) },
+	VersionRetired:      func() any { return new(VersionPayload) },
+	VersionRolledBack:   func() any { return new(VersionRolledBackPayload) },
+	LinkUp:              func() any { return new(LinkPayload) },
+	LinkDown:            func() any { return new(LinkPayload) },
+	JournalCompacted:    func() any { return new(JournalCompactedPayload) },
+}
+
+// Known reports whether this binary knows kind k.
+func Known(k Kind) bool { _, ok := payloads[k]; return ok }
+
+// Kinds lists every kind this binary knows, in declaration order of the
+// vocabulary above.
+func Kinds() []Kind {
+	return []Kind{
+		DeclarationReceived, DeclarationRefused, ReconcileStarted, ReconcileCompleted,
+		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
+		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
+	}
+}
+
+// DeclaredResource is one resource of a declaration as the journal remembers
+// it: its identity and the digest of its spec. The spec itself travels in the
+// declaration document.
+type DeclaredResource struct {
+	ID         string `json:"id"`
+	SpecDigest string `json:"spec_digest"`
+}
+
+// DeclarationReceivedPayload records a declaration the host accepted as its
+// desired state. Document is the declaration as received, so the host can
+// reconcile from its journal alone while offline.
+type DeclarationReceivedPayload struct {
+	Revision  uint64             `json:"revision"`
+	Digest    string             `json:"digest"`
+	Source    string             `json:"source"` // "file:PATH" or "push"
+	Resources []DeclaredResource `json:"resources"`
+	Document  []byte             `json:"document,omitempty"`
+}
+
+// DeclarationRefusedPayload records a declaration the host would not take,
+// and why. Nothing of a refused declaration is applied.
+type DeclarationRefusedPayload struct {
+	Revision uint64 `json:"revision,omitempty"`
+	Digest   string `json:"digest,omitempty"`
+	Source   string `json:"source"`
+	Reason   string `json:"reason"`
+}
+
+// Trigger says what started a reconcile.
+type Trigger string
+
+// The four triggers, and manual for a person running a command.
+const (
+	TriggerPushed    Trigger = "pushed"
+	TriggerStart     Trigger = "start"
+	TriggerReconnect Trigger = "reconnect"
+	TriggerTimer     Trigger = "timer"
+	TriggerManual    Trigger = "manual"
+)
+
+// Action is what a reconcile does, or did, to one resource.
+type Action string
+
+// Actions, as planned and as outcomes. Failed is an outcome only.
+const (
+	ActionCreate    Action = "created"
+	ActionUpdate    Action = "updated"
+	ActionDelete    Action = "deleted"
+	ActionUnchanged Action = "unchanged"
+	ActionFailed    Action = "failed"
+)
+
+// Step is one planned change: the intent journaled before it is made.
+type Step struct {
+	Resource string `json:"resource"`
+	Action   Action `json:"action"`
+}
+
+// ReconcileStartedPayload is the intent of a reconcile. A started record with
+// no completed record after it means the host stopped mid-apply, and the next
+// start finishes the job.
+type ReconcileStartedPayload struct {
+	Trigger  Trigger `json:"trigger"`
+	Revision uint64  `json:"revision"`
+	Plan     []Step  `json:"plan,omitempty"`
+}
+
+// Result sums up a reconcile.
+type Result string
+
+// Results of a reconcile.
+const (
+	ResultConverged Result = "converged"
+	ResultFailed    Result = "failed"
+)
+
+// ReconcileCompletedPayload closes a reconcile. A timer reconcile that found
+// nothing to do appends only this record (Quiet, with Started set) and no
+// started record or per-resource outcomes: that keeps a quiet machine's
+// journal small.
+type ReconcileCompletedPayload struct {
+	Trigger   Trigger   `json:"trigger"`
+	Revision  uint64    `json:"revision"`
+	Result    Result    `json:"result"`
+	Started   time.Time `json:"started"`
+	Changed   int       `json:"changed,omitempty"`
+	Unchanged int       `json:"unchanged,omitempty"`
+	Failed    int       `json:"failed,omitempty"`
+	Quiet     bool      `json:"quiet,omitempty"`
+}
+
+// ResourceAppliedPayload is the outcome for one resource. Record.Resource
+// names it.
+type ResourceAppliedPayload struct {
+	Action     Action `json:"action"`
+	SpecDigest string `json:"spec_digest,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// DriftObservedPayload says a resource no longer matches what was applied.
+type DriftObservedPayload struct {
+	Differs []string `json:"differs"` // e.g. "content", "mode", "absent"
+	Wanted  string   `json:"wanted"`  // digest of the state the host applied
+	Seen    string   `json:"seen"`    // digest of the state found
+}
+
+// HostStartedPayload records a host process starting.
+type HostStartedPayload struct {
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
+}
+
+// VersionPayload names one host version (its artifact digest) for delivered,
+// confirmed and retired.
+type VersionPayload struct {
+	Version string `json:"version"`
+}
+
+// VersionStoodAsidePayload records the running host exiting for a successor.
+type VersionStoodAsidePayload struct {
+	Running string `json:"running"`
+	Newer   string `json:"newer,omitempty"`
+	Reason  string `json:"reason"`
+}
+
+// VersionRolledBackPayload records what the launcher decided.
+type VersionRolledBackPayload struct {
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Reason string `json:"reason"`
+}
+
+// LinkPayload records the link to the control plane coming up or going down.
+type LinkPayload struct {
+	Broker string `json:"broker,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// JournalCompactedPayload records a compaction: records up to Through were
+// dropped and the projection as of Through kept as a snapshot.
+type JournalCompactedPayload struct {
+	Through uint64 `json:"through"`
+	Dropped uint64 `json:"dropped"`
+}

@@ -1,0 +1,308 @@
+// Package journal is the host's append-only store: one bbolt file holding every
+// record the host appends, an index from resource and from kind to the
+// sequences that name them, the projection folded in the same transaction as
+// the records, and a snapshot that lets old records be compacted away.
+//
+// It knows the record envelope (package event) but not what records mean: the
+// caller passes a Fold hook (in practice projector.Stored) that turns records
+// into the stored projection. It is not a general key-value store, and nothing
+// outside this package touches bbolt.
+package journal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// Errors returned by this package. Each is wrapped with the file's path.
+var (
+	// ErrLocked is returned by Open when another process holds the file.
+	ErrLocked = errors.New("journal is held by another process")
+	// ErrCorrupt is returned when the file or a record in it cannot be read.
+	// The host must stop rather than start over on an empty journal.
+	ErrCorrupt = errors.New("journal is corrupt")
+	// ErrNotExist is returned by Open in read-only mode when there is no file.
+	ErrNotExist = errors.New("journal does not exist")
+	// ErrInvalid is returned by Append for a record it will not store.
+	ErrInvalid = errors.New("invalid record")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("journal is closed")
+)
+
+// Bucket and key names. Persisted: never rename.
+var (
+	bucketRecords    = []byte("records")     // seq → event.Encode(record)
+	bucketByResource = []byte("by-resource") // resource \x00 seq → nil
+	bucketByKind     = []byte("by-kind")     // kind \x00 seq → nil
+	bucketMeta       = []byte("meta")
+
+	keyFormat        = []byte("format")         // "1"
+	keyHead          = []byte("head")           // seq of the last record appended
+	keyProjection    = []byte("projection")     // Fold output as of head
+	keySnapshot      = []byte("snapshot")       // Fold output as of snapshot-seq
+	keySnapshotSeq   = []byte("snapshot-seq")   // records ≤ this were compacted away
+	keyAcked         = []byte("acked")          // highest seq acknowledged upward
+	fileFormat       = []byte("1")
+	allBuckets       = [][]byte{bucketRecords, bucketByResource, bucketByKind, bucketMeta}
+	defaultTimeout   = 2 * time.Second
+	compactSuffix    = ".compacting"
+	maxRecordPayload = 16 << 20
+)
+
+// FoldFunc folds records into the stored projection. prev is the projection
+// as stored before recs (nil for none); the result replaces it in the same
+// transaction. It is called with the journal's write lock held.
+type FoldFunc func(prev []byte, recs []event.Record) ([]byte, error)
+
+// Options configure Open.
+type Options struct {
+	// Timeout bounds the wait for the file lock; 0 means 2 s.
+	Timeout time.Duration
+	// ReadOnly opens with a shared lock and refuses to create the file.
+	ReadOnly bool
+	// Fold maintains the stored projection. Nil keeps none.
+	Fold FoldFunc
+	// Now stamps appended records; nil means time.Now.
+	Now func() time.Time
+}
+
+// Journal is an open journal file. Its methods are safe for concurrent use.
+type Journal struct {
+	path string
+	opts Options
+
+	mu     sync.RWMutex // guards db across compaction's reopen
+	db     *bolt.DB
+	closed bool
+
+	notifyMu sync.Mutex
+	notify   chan struct{} // closed and replaced on every commit
+}
+
+// Open opens or creates the journal at path.
+func Open(path string, opts Options) (*Journal, error) {
+	if opts.Timeout == 0 {
+		opts.Timeout = defaultTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	j := &Journal{path: path, opts: opts, notify: make(chan struct{})}
+	db, err := j.open()
+	if err != nil {
+		return nil, err
+	}
+	j.db = db
+	return j, nil
+}
+
+func (j *Journal) open() (*bolt.DB, error) {
+	if j.opts.ReadOnly {
+		if _, err := os.Stat(j.path); errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s", ErrNotExist, j.path)
+		}
+	} else {
+		if err := os.MkdirAll(filepath.Dir(j.path), 0o700); err != nil {
+			return nil, fmt.Errorf("create journal directory: %w", err)
+		}
+	}
+	if err := checkSize(j.path); err != nil {
+		return nil, err
+	}
+	var db *bolt.DB
+	err := guard(j.path, func() error {
+		var err error
+		db, err = bolt.Open(j.path, 0o600, &bolt.Options{
+			Timeout:        j.opts.Timeout,
+			ReadOnly:       j.opts.ReadOnly,
+			FreelistType:   bolt.FreelistMapType,
+			NoFreelistSync: false,
+		})
+		return err
+	})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s: waited %s for its lock; is `mesh-host serve` running? Ask it (the CLI does so over its socket) or stop it first",
+			ErrLocked, j.path, j.opts.Timeout)
+	case errors.Is(err, ErrCorrupt):
+		return nil, err
+	case err != nil:
+		return nil, j.corrupt(err)
+	}
+	if err := guard(j.path, func() error { return j.initAndCheck(db) }); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if !j.opts.ReadOnly {
+		// A compaction that crashed before its rename leaves its copy behind;
+		// the original is intact, so the copy is only garbage. Only now that
+		// we hold the lock: before, the copy may be a live compaction's.
+		_ = os.Remove(j.path + compactSuffix)
+	}
+	return db, nil
+}
+
+// checkSize refuses a file too short to hold bbolt's two meta pages or whose
+// length is not a whole number of pages: bbolt would map it and fault later.
+func checkSize(path string) error {
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stat journal: %w", err)
+	}
+	if fi.Size() == 0 {
+		return nil // bbolt initialises an empty file; nothing was lost
+	}
+	page := int64(os.Getpagesize())
+	if fi.Size() < 4*page || fi.Size()%page != 0 {
+		return corruptErr(path, fmt.Errorf("file is %d bytes, not a whole number of %d-byte pages (truncated?)", fi.Size(), page))
+	}
+	return nil
+}
+
+// initAndCheck creates the buckets of a new file and, for an existing one,
+// checks what can be checked without reading every page: the buckets, the
+// format, that head's record is there and decodes, and that the file is long
+// enough for every page bbolt says it uses.
+func (j *Journal) initAndCheck(db *bolt.DB) error {
+	if !j.opts.ReadOnly {
+		err := db.Update(func(tx *bolt.Tx) error {
+			if tx.Bucket(bucketMeta) != nil {
+				return nil
+			}
+			for _, b := range allBuckets {
+				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+					return err
+				}
+			}
+			return tx.Bucket(bucketMeta).Put(keyFormat, fileFormat)
+		})
+		if err != nil {
+			return j.corrupt(err)
+		}
+	}
+	return db.View(func(tx *bolt.Tx) error {
+		if fi, err := os.Stat(j.path); err == nil && tx.Size() > fi.Size() {
+			return j.corrupt(fmt.Errorf("file is %d bytes but its pages need %d (truncated?)", fi.Size(), tx.Size()))
+		}
+		for _, b := range allBuckets {
+			if tx.Bucket(b) == nil {
+				if j.opts.ReadOnly && tx.Bucket(bucketMeta) == nil && tx.Bucket(bucketRecords) == nil {
+					return nil // a new file nobody has written yet
+				}
+				return j.corrupt(fmt.Errorf("bucket %q is missing", b))
+			}
+		}
+		if f := tx.Bucket(bucketMeta).Get(keyFormat); !bytes.Equal(f, fileFormat) {
+			return j.corrupt(fmt.Errorf("unknown file format %q", f))
+		}
+		head := getSeq(tx.Bucket(bucketMeta), keyHead)
+		snap := getSeq(tx.Bucket(bucketMeta), keySnapshotSeq)
+		if head > snap {
+			v := tx.Bucket(bucketRecords).Get(event.Key(head))
+			if v == nil {
+				return j.corrupt(fmt.Errorf("head record %d is missing", head))
+			}
+			if _, err := event.Decode(event.Key(head), v); err != nil {
+				return j.corrupt(fmt.Errorf("head record %d: %w", head, err))
+			}
+		}
+		if k, _ := tx.Bucket(bucketRecords).Cursor().Last(); k != nil && binary.BigEndian.Uint64(k) != head {
+			return j.corrupt(fmt.Errorf("last record is %d but head says %d", binary.BigEndian.Uint64(k), head))
+		}
+		return nil
+	})
+}
+
+// Path is the file the journal lives in.
+func (j *Journal) Path() string { return j.path }
+
+// Close releases the file. Followers return ErrClosed.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	j.closed = true
+	j.wake()
+	return j.db.Close()
+}
+
+func (j *Journal) corrupt(err error) error { return corruptErr(j.path, err) }
+
+func corruptErr(path string, err error) error {
+	return fmt.Errorf("%w: %s: %v\n"+
+		"The host will not start on a journal it cannot read, and will not start over empty.\n"+
+		"To recover: stop mesh-host, move the file aside (mv %s %s.broken), and start again;\n"+
+		"the host re-converges from its next declaration. Keep the broken file for `mesh-host replay --journal %s.broken` to recover its history.",
+		ErrCorrupt, path, err, path, path, path)
+}
+
+// guard runs fn turning a panic or a memory fault inside bbolt, which is how
+// bbolt reacts to some corrupted pages, into ErrCorrupt.
+func guard(path string, fn func() error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if p := recover(); p != nil {
+			err = corruptErr(path, fmt.Errorf("reading the file failed: %v", p))
+		}
+	}()
+	return fn()
+}
+
+// view runs fn in a read transaction, guarded.
+func (j *Journal) view(fn func(tx *bolt.Tx) error) error {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	if j.closed {
+		return ErrClosed
+	}
+	return guard(j.path, func() error { return j.db.View(fn) })
+}
+
+func getSeq(b *bolt.Bucket, key []byte) uint64 {
+	v := b.Get(key)
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+func putSeq(b *bolt.Bucket, key []byte, seq uint64) error { return b.Put(key, event.Key(seq)) }
+
+func indexKey(name string, seq uint64) []byte {
+	k := make([]byte, 0, len(name)+9)
+	k = append(k, name...)
+	k = append(k, 0)
+	return append(k, event.Key(seq)...)
+}
+
+// wake tells every follower that something changed.
+func (j *Journal) wake() {
+	j.notifyMu.Lock()
+	close(j.notify)
+	j.notify = make(chan struct{})
+	j.notifyMu.Unlock()
+}
+
+func (j *Journal) changed() <-chan struct{} {
+	j.notifyMu.Lock()
+	defer j.notifyMu.Unlock()
+	return j.notify
+}

@@ -1,0 +1,159 @@
+// Package meshhost_test holds the checks on the repository's shape: the
+// dependency direction STYLE.md fixes, and a doc comment in every package.
+// There is no code at the top of the tree; it lives in the packages below.
+package meshhost_test
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/mesh-host/mesh-host"
+
+type pkg struct {
+	ImportPath string
+	Dir        string
+	Doc        string
+	Name       string
+	GoFiles    []string
+	Imports    []string
+	Deps       []string
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-e", "-json", "-deps=false", "./...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.GoFiles) > 0 {
+			pkgs = append(pkgs, p)
+		}
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("go list found no packages")
+	}
+	return pkgs
+}
+
+func rel(importPath string) string {
+	if importPath == module {
+		return "."
+	}
+	return strings.TrimPrefix(importPath, module+"/")
+}
+
+// internalDeps are the module's own packages p imports, directly or not.
+func internalDeps(p pkg) []string {
+	var out []string
+	for _, d := range p.Deps {
+		if strings.HasPrefix(d, module+"/") {
+			out = append(out, rel(d))
+		}
+	}
+	return out
+}
+
+// TestDependencyDirection enforces the arrows of STYLE.md.
+func TestDependencyDirection(t *testing.T) {
+	allowed := func(path string) (list []string, constrained bool) {
+		switch {
+		case path == "journal/event", path == "drivers", path == "upgrade":
+			return nil, true
+		case path == "journal", path == "projector":
+			return []string{"journal/event"}, true
+		case path == "linkproto":
+			return []string{"journal/event", "projector"}, true
+		case strings.HasPrefix(path, "drivers/") && path != "drivers/driverstest":
+			return []string{"drivers"}, true
+		}
+		return nil, false
+	}
+	for _, p := range listPackages(t) {
+		path := rel(p.ImportPath)
+		for _, d := range internalDeps(p) {
+			if strings.HasPrefix(d, "cmd/") && !strings.HasPrefix(path, "cmd/") && path != "testbeds" && !strings.HasPrefix(path, "testbeds/") {
+				t.Errorf("%s imports %s: only cmd/... and testbeds wire packages together", path, d)
+			}
+			if strings.HasPrefix(d, "testbeds") {
+				t.Errorf("%s imports %s: no production package imports the beds", path, d)
+			}
+		}
+		if slices.Contains(p.Imports, "testing") && p.Name != "driverstest" && !strings.HasSuffix(path, "test") {
+			t.Errorf("%s imports testing in a production file", path)
+		}
+		list, constrained := allowed(path)
+		if !constrained {
+			continue
+		}
+		for _, d := range internalDeps(p) {
+			if !slices.Contains(list, d) {
+				t.Errorf("%s imports %s; it may import only %v", path, d, list)
+			}
+		}
+	}
+}
+
+// TestProjectorDoesNoIO: the projector is pure folds.
+func TestProjectorDoesNoIO(t *testing.T) {
+	forbidden := []string{"os", "os/exec", "net", "net/http", "io/fs", "syscall", "path/filepath"}
+	for _, p := range listPackages(t) {
+		if rel(p.ImportPath) != "projector" {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if slices.Contains(forbidden, imp) {
+				t.Errorf("projector imports %s: it must do no I/O", imp)
+			}
+		}
+		for _, f := range p.GoFiles {
+			b, err := os.ReadFile(filepath.Join(p.Dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), "time.Now") {
+				t.Errorf("projector/%s reads the clock: times come from records", f)
+			}
+		}
+		return
+	}
+	t.Fatal("no projector package found")
+}
+
+// TestHostDoesNotLinkBroker: only meshctl and the beds embed the NATS server.
+func TestHostDoesNotLinkBroker(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./cmd/mesh-host").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if strings.HasPrefix(d, "github.com/nats-io/nats-server") {
+			t.Errorf("mesh-host links %s", d)
+		}
+	}
+}
+
+// TestEveryPackageHasDoc: each package says what it is for.
+func TestEveryPackageHasDoc(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if strings.TrimSpace(p.Doc) == "" {
+			t.Errorf("%s has no package doc comment", rel(p.ImportPath))
+		}
+	}
+}
