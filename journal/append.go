@@ -54,7 +54,7 @@ func (j *Journal) appendTx(tx *bolt.Tx, out []event.Record) error {
 	meta := tx.Bucket(bucketMeta)
 	head := getSeq(meta, keyHead)
 	now := j.opts.Now().UTC()
-	records, byRes, byKind := tx.Bucket(bucketRecords), tx.Bucket(bucketByResource), tx.Bucket(bucketByKind)
+	records, byRes, byKind, latest := tx.Bucket(bucketRecords), tx.Bucket(bucketByResource), tx.Bucket(bucketByKind), tx.Bucket(bucketLatest)
 	// Sequential keys: tell bbolt to fill pages before splitting them.
 	records.FillPercent, byKind.FillPercent = 1.0, 0.9
 	for i := range out {
@@ -67,11 +67,14 @@ func (j *Journal) appendTx(tx *bolt.Tx, out []event.Record) error {
 		if err := records.Put(event.Key(r.Seq), event.Encode(*r)); err != nil {
 			return err
 		}
-		if err := byKind.Put(indexKey(string(r.Kind), r.Seq), nil); err != nil {
+		if err := byKind.Put(indexKey(kindPrefix(r.Kind), r.Seq), nil); err != nil {
 			return err
 		}
 		if r.Resource != "" {
-			if err := byRes.Put(indexKey(r.Resource, r.Seq), nil); err != nil {
+			if err := byRes.Put(indexKey(resourcePrefix(r.Resource, r.Seq), r.Seq), nil); err != nil {
+				return err
+			}
+			if err := latest.Put([]byte(r.Resource), event.Key(r.Seq)); err != nil {
 				return err
 			}
 		}
@@ -82,11 +85,10 @@ func (j *Journal) appendTx(tx *bolt.Tx, out []event.Record) error {
 	if j.opts.Fold == nil {
 		return nil
 	}
-	proj, err := j.opts.Fold(meta.Get(keyProjection), out)
-	if err != nil {
+	if err := j.opts.Fold(tx.Bucket(bucketProjection), out); err != nil {
 		return fmt.Errorf("fold projection: %w", err)
 	}
-	return meta.Put(keyProjection, proj)
+	return nil
 }
 
 func validate(r event.Record) error {

@@ -44,27 +44,48 @@ var (
 // Bucket and key names. Persisted: never rename.
 var (
 	bucketRecords    = []byte("records")     // seq → event.Encode(record)
-	bucketByResource = []byte("by-resource") // resource \x00 seq → nil
+	bucketByResource = []byte("by-resource") // epoch resource \x00 seq → nil (see resourcePrefix)
+	bucketLatest     = []byte("latest")      // resource → seq of its newest record
 	bucketByKind     = []byte("by-kind")     // kind \x00 seq → nil
 	bucketMeta       = []byte("meta")
+	bucketProjection = []byte("projection") // the Fold's keys, as of head
+	bucketSnapshot   = []byte("snapshot")   // the Fold's keys, as of snapshot-seq
 
-	keyFormat        = []byte("format")         // "1"
-	keyHead          = []byte("head")           // seq of the last record appended
-	keyProjection    = []byte("projection")     // Fold output as of head
-	keySnapshot      = []byte("snapshot")       // Fold output as of snapshot-seq
-	keySnapshotSeq   = []byte("snapshot-seq")   // records ≤ this were compacted away
-	keyAcked         = []byte("acked")          // highest seq acknowledged upward
+	keyFormat        = []byte("format")       // "1"
+	keyHead          = []byte("head")         // seq of the last record appended
+	keySnapshotSeq   = []byte("snapshot-seq") // records ≤ this were compacted away
+	keyAcked         = []byte("acked")        // highest seq acknowledged upward
 	fileFormat       = []byte("1")
-	allBuckets       = [][]byte{bucketRecords, bucketByResource, bucketByKind, bucketMeta}
+	allBuckets       = [][]byte{bucketRecords, bucketByResource, bucketLatest, bucketByKind, bucketMeta, bucketProjection, bucketSnapshot}
 	defaultTimeout   = 2 * time.Second
 	compactSuffix    = ".compacting"
 	maxRecordPayload = 16 << 20
 )
 
-// FoldFunc folds records into the stored projection. prev is the projection
-// as stored before recs (nil for none); the result replaces it in the same
-// transaction. It is called with the journal's write lock held.
-type FoldFunc func(prev []byte, recs []event.Record) ([]byte, error)
+// View reads a stored projection: a bbolt bucket, valid only inside the
+// callback that is handed it. View and Store are aliases of interface
+// literals so that a fold written against identical literals elsewhere
+// (projector's, which may not import this package) is a FoldFunc as it is.
+type View = interface {
+	Get(key []byte) []byte
+	ForEach(fn func(k, v []byte) error) error
+}
+
+// Store is where a FoldFunc keeps its projection: a bucket of its own, inside
+// the append's transaction, so the projection commits with the records or
+// not at all. Values it Gets are valid only during the call, and a value it
+// Puts must not alias one it Got: the file's pages may move before commit.
+type Store = interface {
+	View
+	Put(key, value []byte) error
+	Delete(key []byte) error
+}
+
+// FoldFunc folds recs into the projection in st. The projection is keyed so
+// that a fold rewrites only what recs change. It is called with the
+// journal's write lock held, for appends (st holds the projection as of the
+// record before recs) and for compaction's snapshot.
+type FoldFunc func(st Store, recs []event.Record) error
 
 // Options configure Open.
 type Options struct {
@@ -89,6 +110,10 @@ type Journal struct {
 
 	notifyMu sync.Mutex
 	notify   chan struct{} // closed and replaced on every commit
+
+	// compactMu runs one compaction at a time: two would each fold a
+	// snapshot from what they read before the other dropped records.
+	compactMu sync.Mutex
 }
 
 // Open opens or creates the journal at path.
@@ -110,8 +135,14 @@ func Open(path string, opts Options) (*Journal, error) {
 
 func (j *Journal) open() (*bolt.DB, error) {
 	if j.opts.ReadOnly {
-		if _, err := os.Stat(j.path); errors.Is(err, os.ErrNotExist) {
+		fi, err := os.Stat(j.path)
+		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s", ErrNotExist, j.path)
+		}
+		// bbolt initialises an empty file, which it cannot do read-only; the
+		// file was created but never written, which is not damage.
+		if err == nil && fi.Size() == 0 {
+			return nil, fmt.Errorf("%w: %s is empty, never written", ErrNotExist, j.path)
 		}
 	} else {
 		if err := os.MkdirAll(filepath.Dir(j.path), 0o700); err != nil {
@@ -286,11 +317,31 @@ func getSeq(b *bolt.Bucket, key []byte) uint64 {
 
 func putSeq(b *bolt.Bucket, key []byte, seq uint64) error { return b.Put(key, event.Key(seq)) }
 
-func indexKey(name string, seq uint64) []byte {
-	k := make([]byte, 0, len(name)+9)
-	k = append(k, name...)
-	k = append(k, 0)
+// indexKey is an index entry: the entry's prefix, then the record's seq.
+func indexKey(prefix []byte, seq uint64) []byte {
+	k := make([]byte, 0, len(prefix)+8)
+	k = append(k, prefix...)
 	return append(k, event.Key(seq)...)
+}
+
+// kindPrefix is the by-kind index's prefix for kind: records of one kind sort
+// together, and a new one lands at the end of its kind's run.
+func kindPrefix(kind event.Kind) []byte { return append([]byte(kind), 0) }
+
+// resourceEpochShift groups the by-resource index into epochs of 4,096
+// sequences. Keyed by resource alone, a reconcile of a thousand resources
+// would dirty a page of the index per resource once each had a page of
+// history (4 MB written a reconcile); grouped by epoch first, one append's
+// entries land together in the newest epoch.
+const resourceEpochShift = 12
+
+// resourcePrefix is the by-resource index's prefix for resource in the
+// epoch that holds seq.
+func resourcePrefix(resource string, seq uint64) []byte {
+	p := make([]byte, 8, 8+len(resource)+1)
+	binary.BigEndian.PutUint64(p, seq>>resourceEpochShift)
+	p = append(p, resource...)
+	return append(p, 0)
 }
 
 // wake tells every follower that something changed.

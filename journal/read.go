@@ -49,31 +49,35 @@ func (j *Journal) Info() (Info, error) {
 	return in, err
 }
 
-// Projection returns the stored projection and the head it folds through.
-func (j *Journal) Projection() ([]byte, uint64, error) {
-	return j.metaBlob(keyProjection, keyHead)
+// Projection calls fn with the stored projection and the head it folds
+// through, inside a read transaction: v is valid only during fn.
+func (j *Journal) Projection(fn func(v View, head uint64) error) error {
+	return j.viewBucket(bucketProjection, keyHead, fn)
 }
 
-// Snapshot returns the compaction snapshot and the sequence it folds through:
-// the starting point for a replay when early records were compacted away.
-// Both are zero for a journal never compacted.
-func (j *Journal) Snapshot() ([]byte, uint64, error) {
-	return j.metaBlob(keySnapshot, keySnapshotSeq)
+// Snapshot calls fn with the compaction snapshot and the sequence it folds
+// through: the starting point of a replay once early records were compacted
+// away. For a journal never compacted the snapshot is empty at 0. v is valid
+// only during fn.
+func (j *Journal) Snapshot(fn func(v View, seq uint64) error) error {
+	return j.viewBucket(bucketSnapshot, keySnapshotSeq, fn)
 }
 
-func (j *Journal) metaBlob(blob, seq []byte) ([]byte, uint64, error) {
-	var b []byte
-	var s uint64
-	err := j.view(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		if meta == nil {
-			return nil
+func (j *Journal) viewBucket(bucket, seqKey []byte, fn func(v View, seq uint64) error) error {
+	return j.view(func(tx *bolt.Tx) error {
+		meta, b := tx.Bucket(bucketMeta), tx.Bucket(bucket)
+		if meta == nil || b == nil {
+			// A read-only open of a file nobody has written yet.
+			return fn(emptyView{}, 0)
 		}
-		b, s = bytes.Clone(meta.Get(blob)), getSeq(meta, seq)
-		return nil
+		return fn(b, getSeq(meta, seqKey))
 	})
-	return b, s, err
 }
+
+type emptyView struct{}
+
+func (emptyView) Get([]byte) []byte                     { return nil }
+func (emptyView) ForEach(func(k, v []byte) error) error { return nil }
 
 // Get returns the record at seq; ok is false when there is none (never
 // appended, or compacted away).
@@ -106,6 +110,20 @@ func (j *Journal) decode(k, v []byte) (event.Record, error) {
 // to the end). fn runs outside any transaction; returning an error stops the
 // scan with it.
 func (j *Journal) Scan(from, to uint64, fn func(event.Record) error) error {
+	return j.ScanBatches(from, to, func(batch []event.Record) error {
+		for _, r := range batch {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ScanBatches is Scan handing over records in batches of up to a few
+// thousand, for consumers such as a replay that work faster on slices. The
+// slice is fn's to keep.
+func (j *Journal) ScanBatches(from, to uint64, fn func([]event.Record) error) error {
 	for {
 		var batch []event.Record
 		err := j.view(func(tx *bolt.Tx) error {
@@ -129,10 +147,11 @@ func (j *Journal) Scan(from, to uint64, fn func(event.Record) error) error {
 		if err != nil {
 			return err
 		}
-		for _, r := range batch {
-			if err := fn(r); err != nil {
-				return err
-			}
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := fn(batch); err != nil {
+			return err
 		}
 		if len(batch) < scanChunk {
 			return nil
@@ -143,71 +162,68 @@ func (j *Journal) Scan(from, to uint64, fn func(event.Record) error) error {
 
 // ScanKind calls fn, in order, for each record of kind k with seq ≥ from.
 func (j *Journal) ScanKind(k event.Kind, from uint64, fn func(event.Record) error) error {
-	return j.scanIndex(bucketByKind, string(k), from, false, fn)
+	prefix := kindPrefix(k)
+	return j.scanChunks(from, fn, func(tx *bolt.Tx, from uint64) ([]event.Record, error) {
+		batch, _, err := j.collect(tx, bucketByKind, prefix, from, nil)
+		return batch, err
+	})
 }
 
 // ScanResource calls fn, in order, for each record about resource with
 // seq ≥ from.
 func (j *Journal) ScanResource(resource string, from uint64, fn func(event.Record) error) error {
-	return j.scanIndex(bucketByResource, resource, from, false, fn)
+	return j.scanChunks(from, fn, func(tx *bolt.Tx, from uint64) ([]event.Record, error) {
+		head := getSeq(tx.Bucket(bucketMeta), keyHead)
+		var batch []event.Record
+		for epoch := from >> resourceEpochShift; epoch <= head>>resourceEpochShift; epoch++ {
+			start := max(from, epoch<<resourceEpochShift)
+			var done bool
+			var err error
+			if batch, done, err = j.collect(tx, bucketByResource, resourcePrefix(resource, start), start, batch); err != nil || !done {
+				return batch, err
+			}
+		}
+		return batch, nil
+	})
 }
 
 // LatestFor returns the newest record about resource; ok is false for none.
 func (j *Journal) LatestFor(resource string) (r event.Record, ok bool, err error) {
-	err = j.scanIndex(bucketByResource, resource, 0, true, func(got event.Record) error {
-		r, ok = got, true
-		return errStop
+	err = j.view(func(tx *bolt.Tx) error {
+		latest := tx.Bucket(bucketLatest)
+		if latest == nil {
+			return nil
+		}
+		k := latest.Get([]byte(resource))
+		if k == nil {
+			return nil
+		}
+		v := tx.Bucket(bucketRecords).Get(k)
+		if len(k) != 8 || v == nil {
+			return j.corrupt(fmt.Errorf("the latest record of %q is missing", resource))
+		}
+		r, err = j.decode(k, v)
+		ok = err == nil
+		return err
 	})
-	if err == errStop {
-		err = nil
-	}
 	return r, ok, err
 }
 
 var errStop = fmt.Errorf("stop")
 
-// scanIndex walks the index entries name\x00seq, forward from `from` or
-// backward from the newest, and resolves each to its record.
-func (j *Journal) scanIndex(bucket []byte, name string, from uint64, backward bool, fn func(event.Record) error) error {
-	prefix := append([]byte(name), 0)
+// scanChunks calls read in successive read transactions, each returning the
+// next records from `from` on (at most scanChunk), and hands them to fn
+// outside the transaction, until read returns fewer than scanChunk.
+func (j *Journal) scanChunks(from uint64, fn func(event.Record) error, read func(tx *bolt.Tx, from uint64) ([]event.Record, error)) error {
 	for {
 		var batch []event.Record
 		err := j.view(func(tx *bolt.Tx) error {
-			idx, recs := tx.Bucket(bucket), tx.Bucket(bucketRecords)
-			if idx == nil {
+			if tx.Bucket(bucketMeta) == nil {
 				return nil
 			}
-			c := idx.Cursor()
-			var k []byte
-			if backward {
-				start := ^uint64(0)
-				if from != 0 {
-					start = from
-				}
-				sk := indexKey(name, start)
-				if k, _ = c.Seek(sk); k == nil {
-					k, _ = c.Last()
-				} else if !bytes.Equal(k, sk) {
-					k, _ = c.Prev()
-				}
-			} else {
-				k, _ = c.Seek(indexKey(name, from))
-			}
-			for ; k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8 && len(batch) < scanChunk; k = step(c, backward) {
-				sk := k[len(prefix):]
-				v := recs.Get(sk)
-				if v == nil {
-					// Compaction drops index entries with their records, in
-					// one transaction: a dangling entry is damage.
-					return j.corrupt(fmt.Errorf("index %s names record %d, which is missing", bucket, binary.BigEndian.Uint64(sk)))
-				}
-				r, err := j.decode(sk, v)
-				if err != nil {
-					return err
-				}
-				batch = append(batch, r)
-			}
-			return nil
+			var err error
+			batch, err = read(tx, from)
+			return err
 		})
 		if err != nil {
 			return err
@@ -220,25 +236,35 @@ func (j *Journal) scanIndex(bucket []byte, name string, from uint64, backward bo
 		if len(batch) < scanChunk {
 			return nil
 		}
-		last := batch[len(batch)-1].Seq
-		if backward {
-			if last <= 1 {
-				return nil
-			}
-			from = last - 1
-		} else {
-			from = last + 1
-		}
+		from = batch[len(batch)-1].Seq + 1
 	}
 }
 
-func step(c *bolt.Cursor, backward bool) []byte {
-	if backward {
-		k, _ := c.Prev()
-		return k
+// collect appends to batch the records that index entries prefix‖seq name,
+// seq ≥ from, until batch holds scanChunk. done reports that the prefix's
+// entries ran out before that.
+func (j *Journal) collect(tx *bolt.Tx, bucket, prefix []byte, from uint64, batch []event.Record) (_ []event.Record, done bool, _ error) {
+	recs, c := tx.Bucket(bucketRecords), tx.Bucket(bucket).Cursor()
+	for k, _ := c.Seek(indexKey(prefix, from)); ; k, _ = c.Next() {
+		if k == nil || len(k) != len(prefix)+8 || !bytes.HasPrefix(k, prefix) {
+			return batch, true, nil
+		}
+		if len(batch) == scanChunk {
+			return batch, false, nil
+		}
+		sk := k[len(prefix):]
+		v := recs.Get(sk)
+		if v == nil {
+			// Compaction drops index entries with their records, in one
+			// transaction: a dangling entry is damage.
+			return batch, false, j.corrupt(fmt.Errorf("index %s names record %d, which is missing", bucket, binary.BigEndian.Uint64(sk)))
+		}
+		r, err := j.decode(sk, v)
+		if err != nil {
+			return batch, false, err
+		}
+		batch = append(batch, r)
 	}
-	k, _ := c.Next()
-	return k
 }
 
 // Chain returns the record at seq and, following each record's Cause, the

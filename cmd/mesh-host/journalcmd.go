@@ -33,34 +33,35 @@ func (c *journalCmd) Run(e *env) error {
 			fmt.Fprintf(e.stderr, "mesh-host: note: kind %q is not one this version knows; showing any records of it\n", k)
 		}
 	}
+	out := newRecordPrinter(e.stdout, c.JSON)
+	keep := func(r event.Record) bool {
+		return r.Seq >= from && !r.Time.Before(since) &&
+			(len(c.Kind) == 0 || slices.Contains(c.Kind, string(r.Kind))) &&
+			(c.Resource == "" || r.Resource == c.Resource)
+	}
+	print := func(r event.Record) error {
+		if keep(r) {
+			return out.print(r)
+		}
+		return nil
+	}
+	if c.Follow {
+		err := e.follow(from, func(r event.Record) error {
+			if err := print(r); err != nil {
+				return err
+			}
+			return out.flush()
+		})
+		if errors.Is(err, e.ctx.Err()) {
+			return out.flush()
+		}
+		return err
+	}
 	return e.withJournal(func(j *journal.Journal) error {
 		if c.Why != "" {
 			return c.why(e, j)
 		}
-		out := newRecordPrinter(e.stdout, c.JSON)
-		keep := func(r event.Record) bool {
-			return r.Seq >= from && !r.Time.Before(since) &&
-				(len(c.Kind) == 0 || slices.Contains(c.Kind, string(r.Kind))) &&
-				(c.Resource == "" || r.Resource == c.Resource)
-		}
-		print := func(r event.Record) error {
-			if keep(r) {
-				return out.print(r)
-			}
-			return nil
-		}
-		if c.Follow {
-			err := j.Follow(e.ctx, from, func(r event.Record) error {
-				if err := print(r); err != nil {
-					return err
-				}
-				return out.flush()
-			})
-			if errors.Is(err, e.ctx.Err()) {
-				return out.flush()
-			}
-			return err
-		}
+		var err error
 		// Use an index when one narrows the scan.
 		switch {
 		case c.Resource != "":

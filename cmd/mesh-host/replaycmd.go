@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,29 +19,50 @@ type replayCmd struct {
 	JSON   bool   `name:"json" help:"Print the state as JSON."`
 }
 
+// storedState loads the journal's stored projection and the head it folds
+// through.
+func storedState(j *journal.Journal) (projector.State, uint64, error) {
+	var s projector.State
+	var head uint64
+	err := j.Projection(func(v journal.View, h uint64) error {
+		var err error
+		s, err = projector.Load(v)
+		head = h
+		return err
+	})
+	return s, head, err
+}
+
 // replayFrom folds the journal from its start (the compaction snapshot, when
 // early records were compacted away) through untilSeq and untilTime (zero
 // means no limit).
 func replayFrom(j *journal.Journal, untilSeq uint64, untilTime time.Time) (projector.State, uint64, error) {
-	snap, snapSeq, err := j.Snapshot()
+	var s projector.State
+	var snapSeq uint64
+	err := j.Snapshot(func(v journal.View, seq uint64) error {
+		var err error
+		s, err = projector.Load(v)
+		snapSeq = seq
+		return err
+	})
 	if err != nil {
-		return projector.State{}, 0, err
+		return projector.State{}, 0, fmt.Errorf("compaction snapshot: %w", err)
 	}
 	if untilSeq != 0 && untilSeq < snapSeq {
 		return projector.State{}, 0, fmt.Errorf("records up to #%d were compacted away: the earliest state the journal can show is at #%d", snapSeq, snapSeq)
 	}
-	s, err := projector.Decode(snap)
-	if err != nil {
-		return s, 0, fmt.Errorf("compaction snapshot: %w", err)
-	}
 	var n uint64
 	errUntil := errors.New("until")
-	err = j.Scan(snapSeq+1, untilSeq, func(r event.Record) error {
-		if !untilTime.IsZero() && r.Time.After(untilTime) {
-			return errUntil
+	err = j.ScanBatches(snapSeq+1, untilSeq, func(batch []event.Record) error {
+		if !untilTime.IsZero() {
+			if i := slices.IndexFunc(batch, func(r event.Record) bool { return r.Time.After(untilTime) }); i >= 0 {
+				s = projector.Replay(s, batch[:i])
+				n += uint64(i)
+				return errUntil
+			}
 		}
-		s = projector.Fold(s, r)
-		n++
+		s = projector.Replay(s, batch)
+		n += uint64(len(batch))
 		return nil
 	})
 	if err != nil && err != errUntil {
@@ -72,11 +94,7 @@ func (c *replayCmd) Run(e *env) error {
 		if !c.Verify {
 			return printState(e, c.JSON, s, nil)
 		}
-		stored, head, err := j.Projection()
-		if err != nil {
-			return failed("%v", err)
-		}
-		want, err := projector.Decode(stored)
+		want, head, err := storedState(j)
 		if err != nil {
 			return failed("stored projection of %s: %v", j.Path(), err)
 		}

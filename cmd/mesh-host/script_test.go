@@ -135,20 +135,12 @@ func cmdTamperProjection(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	defer db.Close()
 	ts.Check(db.Update(func(tx *bolt.Tx) error {
-		meta := tx.Bucket([]byte("meta"))
-		s, err := projector.Decode(meta.Get([]byte("projection")))
-		if err != nil {
-			return err
-		}
-		if _, ok := s.Owned[args[1]]; !ok {
+		proj := tx.Bucket([]byte("projection"))
+		key := []byte("owned/" + args[1])
+		if proj.Get(key) == nil {
 			ts.Fatalf("%s is not owned", args[1])
 		}
-		delete(s.Owned, args[1])
-		b, err := projector.Encode(s)
-		if err != nil {
-			return err
-		}
-		return meta.Put([]byte("projection"), b)
+		return proj.Delete(key)
 	}))
 }
 

@@ -18,11 +18,7 @@ type statusCmd struct {
 
 func (c *statusCmd) Run(e *env) error {
 	return e.withJournal(func(j *journal.Journal) error {
-		stored, _, err := j.Projection()
-		if err != nil {
-			return failed("%v", err)
-		}
-		s, err := projector.Decode(stored)
+		s, _, err := storedState(j)
 		if err != nil {
 			return failed("stored projection of %s: %v", j.Path(), err)
 		}

@@ -75,7 +75,7 @@ func Decode(key, b []byte) (Record, error) {
 	r.Time = time.Unix(0, int64(binary.BigEndian.Uint64(b[13:21]))).UTC()
 	rest := b[headerSize:]
 	var n int
-	if r.Cause, n = binary.Uvarint(rest); n <= 0 {
+	if r.Cause, n = uvarint(rest); n <= 0 {
 		return Record{}, fmt.Errorf("%w: bad cause", ErrCorrupt)
 	}
 	rest = rest[n:]
@@ -94,7 +94,7 @@ func Decode(key, b []byte) (Record, error) {
 }
 
 func readName(b []byte, field string) (string, []byte, error) {
-	l, n := binary.Uvarint(b)
+	l, n := uvarint(b)
 	if n <= 0 || l > maxName || uint64(len(b)-n) < l {
 		return "", nil, fmt.Errorf("%w: bad %s length", ErrCorrupt, field)
 	}
@@ -103,4 +103,16 @@ func readName(b []byte, field string) (string, []byte, error) {
 		return "", nil, fmt.Errorf("%w: %s is not UTF-8", ErrCorrupt, field)
 	}
 	return s, b[n+int(l):], nil
+}
+
+// uvarint reads a uvarint as Encode writes it, in the fewest bytes (n <= 0
+// otherwise). binary.Uvarint also takes padded forms such as 0x80 0x00 for 0;
+// accepting them would let bytes that Encode never wrote decode as a record
+// that re-encodes differently.
+func uvarint(b []byte) (uint64, int) {
+	v, n := binary.Uvarint(b)
+	if n > 1 && b[n-1] == 0 {
+		return 0, 0
+	}
+	return v, n
 }

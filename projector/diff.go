@@ -1,0 +1,247 @@
+package projector
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// Equal reports whether a and b say the same thing: Diff(a, b) is empty. A
+// nil and an empty map or slice are equal, and times are equal when they are
+// the same instant.
+func Equal(a, b State) bool {
+	d := differ{quick: true}
+	d.state(a, b)
+	return !d.found
+}
+
+// Diff returns one line for each field in which a and b differ, naming it by
+// its JSON path, as in
+//
+//	head: 12 != 13
+//	owned["file:/etc/motd"].spec_digest: "sha256:aa" != "sha256:bb"
+//	owned["file:/etc/issue"]: absent != {"spec_digest":"sha256:cc","last_outcome":"created","seq":9}
+//
+// with a's value on the left. It returns nil when they are Equal.
+func Diff(a, b State) []string {
+	var d differ
+	d.state(a, b)
+	return d.lines
+}
+
+// differ walks two States in field order. Equal runs it quick, finding out
+// whether anything differs without formatting what.
+type differ struct {
+	quick bool
+	found bool
+	lines []string
+}
+
+func (d *differ) add(path string, a, b string) {
+	d.found = true
+	if !d.quick {
+		d.lines = append(d.lines, path+": "+a+" != "+b)
+	}
+}
+
+func (d *differ) state(a, b State) {
+	same(d, "head", a.Head, b.Head)
+	d.desired(a.Desired, b.Desired)
+	d.owned(a.Owned, b.Owned)
+	d.reconcile(a.LastReconcile, b.LastReconcile)
+	d.running(a.Running, b.Running)
+	same(d, "known_good", a.KnownGood, b.KnownGood)
+	if !slices.Equal(a.Versions, b.Versions) {
+		d.add("versions", show(a.Versions), show(b.Versions))
+	}
+	same(d, "link.up", a.Link.Up, b.Link.Up)
+	same(d, "link.broker", a.Link.Broker, b.Link.Broker)
+	sameTime(d, "link.since", a.Link.Since, b.Link.Since)
+	same(d, "link.reason", a.Link.Reason, b.Link.Reason)
+	same(d, "unknown", a.Unknown, b.Unknown)
+	same(d, "undecodable", a.Undecodable, b.Undecodable)
+	d.pending(a.Pending, b.Pending)
+}
+
+func (d *differ) desired(a, b *Desired) {
+	const p = "desired"
+	if !bothOrNeither(d, p, a, b) {
+		return
+	}
+	same(d, p+".revision", a.Revision, b.Revision)
+	same(d, p+".digest", a.Digest, b.Digest)
+	sameElems(d, p+".resources", a.Resources, b.Resources)
+	same(d, p+".seq", a.Seq, b.Seq)
+	if !bytes.Equal(a.Document, b.Document) {
+		at := 0
+		for at < len(a.Document) && at < len(b.Document) && a.Document[at] == b.Document[at] {
+			at++
+		}
+		d.add(p+".document", fmt.Sprintf("%d bytes", len(a.Document)),
+			fmt.Sprintf("%d bytes (first difference at byte %d)", len(b.Document), at))
+	}
+}
+
+func (d *differ) owned(a, b map[string]Owned) {
+	if d.quick {
+		if len(a) != len(b) {
+			d.found = true
+			return
+		}
+		for id, x := range a {
+			if y, ok := b[id]; !ok || x != y {
+				d.found = true
+				return
+			}
+		}
+		return
+	}
+	ids := make([]string, 0, len(a)+len(b))
+	for id := range a {
+		ids = append(ids, id)
+	}
+	for id := range b {
+		if _, ok := a[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		x, inA := a[id]
+		y, inB := b[id]
+		if inA && inB && x == y {
+			continue
+		}
+		p := "owned[" + strconv.Quote(id) + "]"
+		switch {
+		case !inA:
+			d.add(p, "absent", show(y))
+		case !inB:
+			d.add(p, show(x), "absent")
+		default:
+			same(d, p+".spec_digest", x.SpecDigest, y.SpecDigest)
+			same(d, p+".last_outcome", x.LastOutcome, y.LastOutcome)
+			same(d, p+".seq", x.Seq, y.Seq)
+			same(d, p+".drifted", x.Drifted, y.Drifted)
+			same(d, p+".error", x.Error, y.Error)
+		}
+	}
+}
+
+func (d *differ) reconcile(a, b *Reconcile) {
+	const p = "last_reconcile"
+	if !bothOrNeither(d, p, a, b) {
+		return
+	}
+	same(d, p+".seq", a.Seq, b.Seq)
+	same(d, p+".trigger", a.Trigger, b.Trigger)
+	same(d, p+".revision", a.Revision, b.Revision)
+	same(d, p+".result", a.Result, b.Result)
+	sameTime(d, p+".started", a.Started, b.Started)
+	sameTime(d, p+".completed", a.Completed, b.Completed)
+	same(d, p+".changed", a.Changed, b.Changed)
+	same(d, p+".unchanged", a.Unchanged, b.Unchanged)
+	same(d, p+".failed", a.Failed, b.Failed)
+	same(d, p+".quiet", a.Quiet, b.Quiet)
+}
+
+func (d *differ) running(a, b *Running) {
+	const p = "running"
+	if !bothOrNeither(d, p, a, b) {
+		return
+	}
+	same(d, p+".version", a.Version, b.Version)
+	same(d, p+".pid", a.PID, b.PID)
+	sameTime(d, p+".since", a.Since, b.Since)
+	same(d, p+".seq", a.Seq, b.Seq)
+}
+
+func (d *differ) pending(a, b *Pending) {
+	const p = "pending"
+	if !bothOrNeither(d, p, a, b) {
+		return
+	}
+	same(d, p+".seq", a.Seq, b.Seq)
+	same(d, p+".trigger", a.Trigger, b.Trigger)
+	same(d, p+".revision", a.Revision, b.Revision)
+	sameElems(d, p+".plan", a.Plan, b.Plan)
+}
+
+// bothOrNeither reports whether a and b are both set, so their fields are
+// to be compared, after noting it if only one is.
+func bothOrNeither[T any](d *differ, path string, a, b *T) bool {
+	switch {
+	case a == nil && b == nil:
+		return false
+	case a == nil:
+		d.add(path, "nil", show(b))
+		return false
+	case b == nil:
+		d.add(path, show(a), "nil")
+		return false
+	}
+	return true
+}
+
+func same[T comparable](d *differ, path string, a, b T) {
+	if a != b {
+		d.add(path, show(a), show(b))
+	}
+}
+
+func sameTime(d *differ, path string, a, b time.Time) {
+	if !a.Equal(b) {
+		d.add(path, show(a), show(b))
+	}
+}
+
+// sameElems compares two lists of small structs element by element; an
+// element one list lacks shows as absent.
+func sameElems[E comparable](d *differ, path string, a, b []E) {
+	for i := range max(len(a), len(b)) {
+		switch {
+		case i >= len(a):
+			d.add(path+"["+strconv.Itoa(i)+"]", "absent", show(b[i]))
+		case i >= len(b):
+			d.add(path+"["+strconv.Itoa(i)+"]", show(a[i]), "absent")
+		case a[i] != b[i]:
+			d.add(path+"["+strconv.Itoa(i)+"]", show(a[i]), show(b[i]))
+		}
+	}
+}
+
+// show formats one value of a State for Diff: scalars as Go literals, times
+// in RFC 3339, and everything else as its JSON.
+func show(v any) string {
+	switch v := v.(type) {
+	case string:
+		return strconv.Quote(v)
+	case event.Action:
+		return strconv.Quote(string(v))
+	case event.Trigger:
+		return strconv.Quote(string(v))
+	case event.Result:
+		return strconv.Quote(string(v))
+	case time.Time:
+		if v.IsZero() {
+			return "zero time"
+		}
+		return v.UTC().Format(time.RFC3339Nano)
+	case bool, int, uint64:
+		return fmt.Sprint(v)
+	case []string:
+		if v == nil {
+			return "[]"
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%+v", v)
+	}
+	return string(b)
+}

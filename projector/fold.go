@@ -1,0 +1,267 @@
+package projector
+
+import (
+	"encoding/json"
+	"io"
+	"slices"
+	"unicode/utf8"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// Fold returns the State after r, given the State s after the record before
+// it. Records must come in seq order; Fold does not check.
+//
+// Fold consumes s: the result may share s's map and slices and change them in
+// place, so the caller must not use s afterwards (Clone it first to keep it).
+func Fold(s State, r event.Record) State {
+	var f folder
+	f.fold(&s, r)
+	return s
+}
+
+// Replay folds recs in order into from and returns the result. Like Fold, it
+// consumes from.
+func Replay(from State, recs []event.Record) State {
+	f := folder{stream: len(recs) > 1}
+	for i := range recs {
+		f.fold(&from, recs[i])
+	}
+	return from
+}
+
+// folder holds one payload of each kind that needs fields, so that a replay
+// decodes every record into the same memory instead of allocating a payload
+// per record. Each is reset before use: encoding/json keeps fields that the
+// input does not mention.
+type folder struct {
+	applied     event.ResourceAppliedPayload
+	drift       event.DriftObservedPayload
+	started     event.ReconcileStartedPayload
+	completed   event.ReconcileCompletedPayload
+	declaration event.DeclarationReceivedPayload
+	host        event.HostStartedPayload
+	version     event.VersionPayload
+	link        event.LinkPayload
+
+	// stream, if set, decodes payloads with one json.Decoder for the whole
+	// replay. json.Unmarshal allocates and discards its decoding state on
+	// every call, which costs a replay about a third of its time; a
+	// Decoder keeps that state. It reads from in, which holds one payload
+	// at a time; fed counts the bytes in has held.
+	stream bool
+	in     feed
+	dec    *json.Decoder
+	fed    int64
+}
+
+// decode fills p from a payload and reports whether it decoded. An empty
+// payload decodes as the zero payload, as in event.Record.DecodePayload.
+// The result is json.Unmarshal's in either mode.
+func decode[P any](f *folder, raw []byte, p *P) bool {
+	var zero P
+	*p = zero // encoding/json leaves fields the input does not mention
+	if len(raw) == 0 {
+		return true
+	}
+	if f.stream {
+		if f.dec == nil {
+			f.dec = json.NewDecoder(&f.in)
+		}
+		f.in.b = raw
+		f.fed += int64(len(raw))
+		// The Decoder must have read exactly this payload: one JSON value
+		// and nothing after it, not even space, else whatever is left
+		// would prefix the next payload.
+		if err := f.dec.Decode(p); err == nil && f.dec.InputOffset() == f.fed {
+			return true
+		}
+		// Errors stick to a Decoder, and what Unmarshal makes of trailing
+		// data is the rule, so it decides. Such payloads are rare.
+		f.dec, f.fed, f.in.b = nil, 0, nil
+		*p = zero
+	}
+	return json.Unmarshal(raw, p) == nil
+}
+
+// feed is the io.Reader behind a folder's Decoder.
+type feed struct{ b []byte }
+
+func (f *feed) Read(p []byte) (int, error) {
+	if len(f.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, f.b)
+	f.b = f.b[n:]
+	return n, nil
+}
+
+// ignore checks that a payload of a kind that changes nothing but Head
+// decodes, so that undecodable records are counted whatever their kind.
+func ignore[P any](f *folder, raw []byte) bool {
+	var p P
+	return decode(f, raw, &p)
+}
+
+func (f *folder) fold(s *State, r event.Record) {
+	s.Head = r.Seq
+	ok := true
+	switch r.Kind {
+	case event.ResourceApplied:
+		if ok = decode(f, r.Payload, &f.applied); ok {
+			ok = s.applied(r, &f.applied)
+		}
+	case event.DriftObserved:
+		if ok = decode(f, r.Payload, &f.drift); ok {
+			if o, owned := s.Owned[r.Resource]; owned {
+				o.Drifted = true
+				s.Owned[r.Resource] = o
+			}
+		}
+	case event.ReconcileStarted:
+		if ok = decode(f, r.Payload, &f.started); ok {
+			p := &f.started
+			s.Pending = &Pending{Seq: r.Seq, Trigger: p.Trigger, Revision: p.Revision, Plan: nilIfEmpty(p.Plan)}
+		}
+	case event.ReconcileCompleted:
+		if ok = decode(f, r.Payload, &f.completed); ok {
+			p := &f.completed
+			s.LastReconcile = &Reconcile{
+				Seq:       r.Seq,
+				Trigger:   p.Trigger,
+				Revision:  p.Revision,
+				Result:    p.Result,
+				Started:   p.Started.UTC(),
+				Completed: r.Time.UTC(),
+				Changed:   p.Changed,
+				Unchanged: p.Unchanged,
+				Failed:    p.Failed,
+				Quiet:     p.Quiet,
+			}
+			s.Pending = nil
+		}
+	case event.DeclarationReceived:
+		if ok = decode(f, r.Payload, &f.declaration); ok {
+			p := &f.declaration
+			s.Desired = &Desired{
+				Revision:  p.Revision,
+				Digest:    p.Digest,
+				Resources: nilIfEmpty(p.Resources),
+				Seq:       r.Seq,
+				Document:  nilIfEmpty(p.Document),
+			}
+		}
+	case event.HostStarted:
+		if ok = decode(f, r.Payload, &f.host); ok {
+			s.Running = &Running{Version: f.host.Version, PID: f.host.PID, Since: r.Time.UTC(), Seq: r.Seq}
+		}
+	case event.VersionDelivered, event.VersionConfirmed, event.VersionRetired:
+		if ok = decode(f, r.Payload, &f.version); ok {
+			v := f.version.Version
+			switch r.Kind {
+			case event.VersionConfirmed:
+				s.KnownGood = v
+			case event.VersionDelivered:
+				s.Versions = append(removeVersion(s.Versions, v), v)
+			case event.VersionRetired:
+				s.Versions = removeVersion(s.Versions, v)
+			}
+		}
+	case event.LinkUp, event.LinkDown:
+		if ok = decode(f, r.Payload, &f.link); ok {
+			s.Link = Link{Up: r.Kind == event.LinkUp, Broker: f.link.Broker, Since: r.Time.UTC(), Reason: f.link.Reason}
+		}
+	// The launcher's choice shows in the next host.started, so a rollback
+	// changes neither Running nor KnownGood.
+	case event.VersionRolledBack:
+		ok = ignore[event.VersionRolledBackPayload](f, r.Payload)
+	case event.VersionStoodAside:
+		ok = ignore[event.VersionStoodAsidePayload](f, r.Payload)
+	case event.DeclarationRefused:
+		ok = ignore[event.DeclarationRefusedPayload](f, r.Payload)
+	case event.JournalCompacted:
+		ok = ignore[event.JournalCompactedPayload](f, r.Payload)
+	default:
+		if !event.Known(r.Kind) {
+			s.Unknown++
+			return
+		}
+		// A kind added to the vocabulary after this switch was written
+		// changes nothing here until a rule is added for it.
+		_, err := r.DecodePayload()
+		ok = err == nil
+	}
+	if !ok {
+		s.Undecodable++
+	}
+}
+
+// applied folds a resource.applied record. It reports false, changing
+// nothing, for a record that names no resource or an action this binary
+// does not know.
+func (s *State) applied(r event.Record, p *event.ResourceAppliedPayload) bool {
+	// The id becomes a JSON object key, which would not survive Encode if
+	// it were not UTF-8.
+	if r.Resource == "" || !utf8.ValidString(r.Resource) {
+		return false
+	}
+	// outcome is the constant rather than the decoded string, so that a
+	// State does not keep one copy of "created" per resource.
+	var outcome event.Action
+	switch p.Action {
+	case event.ActionCreate:
+		outcome = event.ActionCreate
+	case event.ActionUpdate:
+		outcome = event.ActionUpdate
+	case event.ActionUnchanged:
+		outcome = event.ActionUnchanged
+	case event.ActionDelete:
+		delete(s.Owned, r.Resource)
+		return true
+	case event.ActionFailed:
+		o, owned := s.Owned[r.Resource]
+		if !owned {
+			// A failed create still counts as owned, so that a later
+			// removal cleans up whatever it left behind.
+			o.SpecDigest = p.SpecDigest
+		}
+		o.LastOutcome, o.Seq, o.Error = event.ActionFailed, r.Seq, p.Error
+		s.own(r.Resource, o)
+		return true
+	default:
+		return false
+	}
+	// Likewise an unchanged digest keeps the string the State holds.
+	digest := p.SpecDigest
+	if o, owned := s.Owned[r.Resource]; owned && o.SpecDigest == digest {
+		digest = o.SpecDigest
+	}
+	s.own(r.Resource, Owned{SpecDigest: digest, LastOutcome: outcome, Seq: r.Seq})
+	return true
+}
+
+func (s *State) own(id string, o Owned) {
+	if s.Owned == nil {
+		s.Owned = make(map[string]Owned)
+	}
+	s.Owned[id] = o
+}
+
+func removeVersion(vs []string, v string) []string {
+	if i := slices.Index(vs, v); i >= 0 {
+		vs = slices.Delete(vs, i, i+1)
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	return vs
+}
+
+// nilIfEmpty keeps a State's slices in one form, so that a State and its
+// Decode(Encode()) compare equal field by field.
+func nilIfEmpty[E any](s []E) []E {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,148 @@
+package projector
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// State is what the journal says about the host, as of record Head.
+//
+// Every time in a State is in UTC with no monotonic reading, so a State
+// survives Encode and Decode unchanged. A nil map or slice and an empty one
+// mean the same; Equal and Encode do not tell them apart.
+type State struct {
+	// Head is the seq of the last record folded; 0 for none.
+	Head uint64 `json:"head"`
+	// Desired is the latest accepted declaration; nil before the first.
+	Desired *Desired `json:"desired,omitempty"`
+	// Owned holds, by resource id, every resource the host has applied and
+	// not yet deleted.
+	Owned map[string]Owned `json:"owned,omitempty"`
+	// LastReconcile is the latest completed reconcile.
+	LastReconcile *Reconcile `json:"last_reconcile,omitempty"`
+	// Running is the host process that started last.
+	Running *Running `json:"running,omitempty"`
+	// KnownGood is the latest confirmed version.
+	KnownGood string `json:"known_good,omitempty"`
+	// Versions are the versions present on disk: delivered and not retired,
+	// oldest delivery first, each once (a re-delivered version moves to the
+	// end).
+	Versions []string `json:"versions,omitempty"`
+	// Link is the state of the link to the control plane as of the latest
+	// link.up or link.down.
+	Link Link `json:"link"`
+	// Unknown counts records of kinds this binary does not know.
+	Unknown uint64 `json:"unknown,omitempty"`
+	// Undecodable counts records of known kinds that this binary could not
+	// read: the payload does not decode as the kind's struct, or a
+	// resource.applied names no valid resource or an action outside the
+	// vocabulary.
+	Undecodable uint64 `json:"undecodable,omitempty"`
+	// Pending is a reconcile that started and has not completed: after a
+	// crash, the next start finishes it.
+	Pending *Pending `json:"pending,omitempty"`
+}
+
+// Desired is the declaration the host was last told to converge to, from
+// the latest declaration.received. A declaration.refused does not change it.
+type Desired struct {
+	Revision  uint64                   `json:"revision"`
+	Digest    string                   `json:"digest,omitempty"`
+	Resources []event.DeclaredResource `json:"resources,omitempty"`
+	// Seq is the seq of the declaration.received record.
+	Seq      uint64 `json:"seq"`
+	Document []byte `json:"document,omitempty"`
+}
+
+// Owned is one resource the host has applied and not deleted.
+type Owned struct {
+	// SpecDigest is the digest of the spec last applied; a failed apply of
+	// an owned resource keeps the previous one.
+	SpecDigest string `json:"spec_digest,omitempty"`
+	// LastOutcome is the action of the latest resource.applied for it.
+	LastOutcome event.Action `json:"last_outcome"`
+	// Seq is the seq of that resource.applied.
+	Seq uint64 `json:"seq"`
+	// Drifted is set by a drift.observed after the last outcome and cleared
+	// by a successful one.
+	Drifted bool `json:"drifted,omitempty"`
+	// Error is the error of a failed last outcome.
+	Error string `json:"error,omitempty"`
+}
+
+// Reconcile is a completed reconcile, from its reconcile.completed record.
+type Reconcile struct {
+	// Seq is the seq of the reconcile.completed record.
+	Seq      uint64        `json:"seq"`
+	Trigger  event.Trigger `json:"trigger,omitempty"`
+	Revision uint64        `json:"revision"`
+	Result   event.Result  `json:"result,omitempty"`
+	// Started is the payload's start time, Completed the record's time.
+	Started   time.Time `json:"started,omitzero"`
+	Completed time.Time `json:"completed,omitzero"`
+	Changed   int       `json:"changed,omitempty"`
+	Unchanged int       `json:"unchanged,omitempty"`
+	Failed    int       `json:"failed,omitempty"`
+	Quiet     bool      `json:"quiet,omitempty"`
+}
+
+// Running is the host process that started last, from its host.started
+// record.
+type Running struct {
+	Version string `json:"version,omitempty"`
+	PID     int    `json:"pid,omitempty"`
+	// Since is the host.started record's time, Seq its seq.
+	Since time.Time `json:"since,omitzero"`
+	Seq   uint64    `json:"seq"`
+}
+
+// Link is the link to the control plane, from the latest link.up or
+// link.down record; the zero Link is down and never seen up.
+type Link struct {
+	Up     bool   `json:"up"`
+	Broker string `json:"broker,omitempty"`
+	// Since is the time of the latest link.up or link.down record.
+	Since  time.Time `json:"since,omitzero"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Pending is an open reconcile, from its reconcile.started record.
+type Pending struct {
+	// Seq is the seq of the reconcile.started record.
+	Seq      uint64        `json:"seq"`
+	Trigger  event.Trigger `json:"trigger,omitempty"`
+	Revision uint64        `json:"revision"`
+	Plan     []event.Step  `json:"plan,omitempty"`
+}
+
+// Clone returns a deep copy of s: folding either afterwards leaves the other
+// unchanged. Fold consumes its State, so a caller that needs the State from
+// before a fold as well as after clones it first.
+func (s State) Clone() State {
+	c := s
+	c.Owned = maps.Clone(s.Owned)
+	c.Versions = slices.Clone(s.Versions)
+	if s.Desired != nil {
+		d := *s.Desired
+		d.Resources = slices.Clone(d.Resources)
+		d.Document = slices.Clone(d.Document)
+		c.Desired = &d
+	}
+	if s.LastReconcile != nil {
+		r := *s.LastReconcile
+		c.LastReconcile = &r
+	}
+	if s.Running != nil {
+		r := *s.Running
+		c.Running = &r
+	}
+	if s.Pending != nil {
+		p := *s.Pending
+		p.Plan = slices.Clone(p.Plan)
+		c.Pending = &p
+	}
+	return c
+}

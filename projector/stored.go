@@ -1,0 +1,184 @@
+package projector
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// Reader is where a stored projection is read from: the journal's projection
+// or snapshot bucket, inside a read transaction. Reader and Store are aliases
+// of interface literals, identical to the journal's View and Store, so that
+// Stored.Fold is a journal.FoldFunc without either package importing the
+// other.
+type Reader = interface {
+	Get(key []byte) []byte
+	ForEach(fn func(k, v []byte) error) error
+}
+
+// Store is where the journal keeps the projection inside its append
+// transaction: a bbolt bucket has exactly these methods.
+type Store = interface {
+	Reader
+	Put(key, value []byte) error
+	Delete(key []byte) error
+}
+
+// The stored layout. The projection is split so that an append rewrites
+// only what its records changed: a quiet timer reconcile rewrites the small
+// core, not a thousand owned resources or the declaration document.
+//
+//	core            the State without Desired and Owned, as JSON
+//	desired         the Desired, as JSON (absent before the first declaration)
+//	owned/<id>      one Owned, as JSON
+const (
+	keyCore     = "core"
+	keyDesired  = "desired"
+	prefixOwned = "owned/"
+)
+
+// Load reads the State stored by Stored.Fold. An empty store is the zero
+// State, which is what the journal holds before its first record.
+func Load(r Reader) (State, error) {
+	var s State
+	if core := r.Get([]byte(keyCore)); len(core) > 0 {
+		if err := json.Unmarshal(core, &s); err != nil {
+			return State{}, fmt.Errorf("%w: core: %w", ErrCorrupt, err)
+		}
+	}
+	s.Desired, s.Owned = nil, nil
+	if d := r.Get([]byte(keyDesired)); len(d) > 0 {
+		s.Desired = new(Desired)
+		if err := json.Unmarshal(d, s.Desired); err != nil {
+			return State{}, fmt.Errorf("%w: desired: %w", ErrCorrupt, err)
+		}
+	}
+	err := r.ForEach(func(k, v []byte) error {
+		id, ok := strings.CutPrefix(string(k), prefixOwned)
+		if !ok {
+			return nil
+		}
+		var o Owned
+		if err := json.Unmarshal(v, &o); err != nil {
+			return fmt.Errorf("%w: owned %q: %w", ErrCorrupt, id, err)
+		}
+		if s.Owned == nil {
+			s.Owned = make(map[string]Owned)
+		}
+		s.Owned[id] = o
+		return nil
+	})
+	if err != nil {
+		return State{}, err
+	}
+	s.normalise()
+	return s, nil
+}
+
+// encodeCore is the core key's value: s without Desired and Owned.
+func encodeCore(s State) ([]byte, error) {
+	s.Desired, s.Owned = nil, nil
+	return Encode(s)
+}
+
+// Stored keeps the journal's stored projection up to date: its Fold is the
+// hook the journal calls inside each append transaction. The zero Stored is
+// ready to use.
+//
+// Loading the whole projection on every append would cost more than folding
+// the records, so Stored remembers the last State it produced and the core
+// bytes it stored with it. When the store's core is exactly those bytes (the
+// core holds the head, so it names the state) it folds into the remembered
+// State; otherwise (another process wrote, or the transaction that stored
+// its last output rolled back, or the journal folds into its snapshot) it
+// loads. The store decides, so the result is the same either way.
+//
+// A Stored is not safe for concurrent use. The journal serialises its
+// writers, which is all the serialisation it needs.
+type Stored struct {
+	state State
+	// core is a private copy of the core bytes stored with state; nil when
+	// there is nothing to trust.
+	core []byte
+	// loaded counts calls that had to load the store.
+	loaded uint64
+}
+
+// Fold folds recs into the projection in st, writing only the keys they
+// change. The first record must follow the stored head and the rest follow
+// it gap-free, else it returns ErrSequence and writes nothing.
+func (p *Stored) Fold(st Store, recs []event.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	var s State
+	if core := st.Get([]byte(keyCore)); p.core != nil && bytes.Equal(core, p.core) {
+		s = p.state
+	} else {
+		var err error
+		if s, err = Load(st); err != nil {
+			return fmt.Errorf("fold %d records into the stored projection: %w", len(recs), err)
+		}
+		p.loaded++
+	}
+	next := s.Head
+	for i := range recs {
+		if next++; recs[i].Seq != next {
+			return fmt.Errorf("fold into the projection at seq %d: %w: record %d is seq %d, want %d",
+				s.Head, ErrSequence, i, recs[i].Seq, next)
+		}
+	}
+	var desiredBefore uint64
+	if s.Desired != nil {
+		desiredBefore = s.Desired.Seq
+	}
+	// Replay consumes s, which may be the remembered State: forget it
+	// until there is a new one.
+	p.state, p.core = State{}, nil
+	s = Replay(s, recs)
+
+	touched := make(map[string]struct{})
+	for _, r := range recs {
+		if r.Resource != "" {
+			touched[r.Resource] = struct{}{}
+		}
+	}
+	for id := range touched {
+		key := []byte(prefixOwned + id)
+		o, ok := s.Owned[id]
+		if !ok {
+			if err := st.Delete(key); err != nil {
+				return err
+			}
+			continue
+		}
+		b, err := json.Marshal(o)
+		if err != nil {
+			return err
+		}
+		if err := st.Put(key, b); err != nil {
+			return err
+		}
+	}
+	if s.Desired != nil && s.Desired.Seq != desiredBefore {
+		b, err := json.Marshal(s.Desired)
+		if err != nil {
+			return err
+		}
+		if err := st.Put([]byte(keyDesired), b); err != nil {
+			return err
+		}
+	}
+	core, err := encodeCore(s)
+	if err != nil {
+		return err
+	}
+	if err := st.Put([]byte(keyCore), core); err != nil {
+		return err
+	}
+	p.state, p.core = s, bytes.Clone(core)
+	return nil
+}
