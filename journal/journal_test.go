@@ -1067,3 +1067,47 @@ func TestFoldReturnsPrev(t *testing.T) {
 		t.Errorf("got projection %s at %d (%v), want %s at 2001", got, head, err, want)
 	}
 }
+
+// Check reads everything: it passes on a sound journal, compacted or not,
+// and names a damaged record that Open could not see.
+func TestCheck(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	j, path := newJournal(t, journal.Options{Fold: testFold, Now: clk.Now})
+	for i := range 50 {
+		mustAppend(t, j, rec(event.LinkUp, 0, "", fmt.Sprintf(`{"broker":"needle-%03d"}`, i)))
+	}
+	if err := j.Check(); err != nil {
+		t.Fatalf("sound journal: %v", err)
+	}
+	clk.mu.Lock()
+	clk.t = clk.t.Add(200 * 24 * time.Hour)
+	clk.mu.Unlock()
+	if _, err := j.Compact(journal.CompactOptions{KeepLast: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Check(); err != nil {
+		t.Fatalf("compacted journal: %v", err)
+	}
+	j.Close()
+
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	needle := []byte("needle-045")
+	for i := bytes.Index(b, needle); i >= 0; {
+		b[i+len(needle)-1] ^= 0x01
+		next := bytes.Index(b[i+1:], needle)
+		if next < 0 {
+			break
+		}
+		i += next + 1
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j = openAt(t, path, journal.Options{Fold: testFold})
+	if err := j.Check(); !errors.Is(err, journal.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+		t.Errorf("damaged record: got %v, want ErrCorrupt naming %s", err, path)
+	}
+}

@@ -35,6 +35,9 @@ func (c *serveCmd) Run(e *env) error {
 		return failed("%v", err)
 	}
 	defer j.Close()
+	if err := j.Check(); err != nil {
+		return failed("%v", err)
+	}
 	started, err := j.Append(event.New(event.HostStarted, 0, "", event.HostStartedPayload{Version: version, PID: os.Getpid()}))
 	if err != nil {
 		return failed("record start: %v", err)
