@@ -1,0 +1,130 @@
+// Package drivers is what every resource kind shares: the Driver interface
+// the reconciler calls, the spec of each kind as a declaration states it,
+// resource identities, the shared errors, and Root, the root prefix every
+// driver works under without following a symlink it did not expect.
+//
+// Each kind's behaviour lives in its own package under drivers/ (file,
+// directory, archive, pkg, unit), which imports only this one. This package
+// knows nothing of the journal or of how declarations are parsed.
+package drivers
+
+import (
+	"context"
+	"errors"
+	"strings"
+)
+
+// Errors shared by the drivers.
+var (
+	// ErrUnsafePath is returned for a path that is relative, unclean, or
+	// would leave the root, and for a symlink found where a driver would
+	// have to follow it.
+	ErrUnsafePath = errors.New("unsafe path")
+	// ErrToolMissing is returned when the tool a driver needs (dpkg,
+	// systemctl) is not installed; the error names the tool.
+	ErrToolMissing = errors.New("tool not installed")
+	// ErrInvalidSpec is returned for a spec a driver cannot apply.
+	ErrInvalidSpec = errors.New("invalid spec")
+	// ErrWrongKind is returned when a driver is handed another kind's spec.
+	ErrWrongKind = errors.New("spec of another kind")
+)
+
+// Action is what Apply did.
+type Action string
+
+// The actions Apply reports.
+const (
+	Created   Action = "created"
+	Updated   Action = "updated"
+	Unchanged Action = "unchanged"
+)
+
+// Observation is how a resource stands against its spec.
+type Observation struct {
+	// Exists is whether anything is at the resource's place.
+	Exists bool
+	// InSync is whether it matches the spec in every respect the spec states.
+	InSync bool
+	// Differs names each respect in which it does not: "absent", "content",
+	// "mode", "owner", "group", "type", "enabled", "active", ...
+	Differs []string
+	// Seen is a digest of what was found ("" when absent), for drift records.
+	Seen string
+	// Note says something a person should know, e.g. "enablement only: no
+	// service manager runs".
+	Note string
+}
+
+// Driver manages one kind of resource under a root prefix.
+type Driver interface {
+	// Observe reports how the resource stands against spec. It never
+	// changes anything.
+	Observe(ctx context.Context, spec Spec) (Observation, error)
+	// Apply makes the resource match spec and says what it did. Applying
+	// twice is stable: the second reports Unchanged.
+	Apply(ctx context.Context, spec Spec) (Action, error)
+	// Remove removes the resource the host owns under spec (the spec it
+	// last applied). Removing what is absent succeeds. It never removes
+	// what the host does not own (a directory with foreign contents stays).
+	Remove(ctx context.Context, spec Spec) error
+}
+
+// Noter is an optional Driver capability: a note on what Apply could and
+// could not do (a unit with no service manager running is "enablement
+// only").
+type Noter interface {
+	ApplyNote(spec Spec) string
+}
+
+// Stager is an optional Driver capability: Apply in two phases, so that the
+// reconciler can make a thousand files durable with one Root.SyncFS between
+// staging them all and committing them all, and one after, instead of two
+// fsyncs a file. Nothing a Stage does is visible at the resource's path
+// until Commit.
+type Stager interface {
+	// Stage prepares what Apply would do (writes a temporary file, say)
+	// without making it visible. It returns nil when the resource already
+	// matches spec.
+	Stage(ctx context.Context, spec Spec) (Pending, error)
+}
+
+// Pending is a staged change.
+type Pending interface {
+	// Commit makes the change visible (renames into place) and says what
+	// it did.
+	Commit() (Action, error)
+	// Abort discards the staged change.
+	Abort()
+}
+
+// Kind names a resource kind as declarations spell it.
+type Kind string
+
+// The kinds.
+const (
+	KindFile      Kind = "file"
+	KindDirectory Kind = "directory"
+	KindArchive   Kind = "archive"
+	KindPackage   Kind = "package"
+	KindUnit      Kind = "unit"
+)
+
+// Spec is one resource's desired state: *FileSpec, *DirectorySpec,
+// *ArchiveSpec, *PackageSpec or *UnitSpec.
+type Spec interface {
+	// Kind is the resource's kind.
+	Kind() Kind
+	// Key identifies the resource within its kind: a path, a package or
+	// unit name.
+	Key() string
+}
+
+// ID is a resource's identity across declarations and in the journal:
+// kind ":" key, e.g. "file:/etc/motd".
+func ID(s Spec) string { return string(s.Kind()) + ":" + s.Key() }
+
+// SplitID parses an ID into its kind and key.
+func SplitID(id string) (Kind, string, bool) {
+	k, key, ok := strings.Cut(id, ":")
+	return Kind(k), key, ok && key != ""
+}

@@ -1,0 +1,402 @@
+package drivers
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Root is the root prefix the drivers manage: "/" on a node, a sandbox in
+// tests and demos. Every path is resolved beneath it one component at a
+// time with O_NOFOLLOW, so a symlink planted at a path or in any parent is
+// refused (ErrUnsafePath), never followed, and nothing is read or written
+// outside it. Paths handed to Root are absolute and clean, as declarations
+// state them ("/etc/motd"), and mean that path under the root.
+type Root struct {
+	dir string
+}
+
+// NewRoot returns the Root at dir, which must be an existing directory.
+func NewRoot(dir string) (*Root, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("root prefix: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("root prefix %s is not a directory", abs)
+	}
+	return &Root{dir: abs}, nil
+}
+
+// Dir is the root prefix's directory on this machine.
+func (r *Root) Dir() string { return r.dir }
+
+// Host returns where p lives on this machine: for messages and for tools
+// that take a whole path (dpkg --root, systemctl --root take Dir instead).
+func (r *Root) Host(p string) string { return filepath.Join(r.dir, p) }
+
+// CheckPath refuses a path that is not absolute and clean, is the root
+// itself, or has a ".." component.
+func CheckPath(p string) error {
+	switch {
+	case p == "" || p[0] != '/':
+		return fmt.Errorf("%w: %q is not absolute", ErrUnsafePath, p)
+	case path.Clean(p) != p:
+		return fmt.Errorf("%w: %q is not clean (want %q)", ErrUnsafePath, p, path.Clean(p))
+	case p == "/":
+		return fmt.Errorf("%w: the root itself is not a resource", ErrUnsafePath)
+	case strings.Contains(p, "\x00"):
+		return fmt.Errorf("%w: %q contains NUL", ErrUnsafePath, p)
+	}
+	for _, c := range strings.Split(p[1:], "/") {
+		if c == ".." || c == "." {
+			return fmt.Errorf("%w: %q has a %q component", ErrUnsafePath, p, c)
+		}
+	}
+	return nil
+}
+
+// OpenDir opens the directory p beneath the root without following any
+// symlink. p "/" is the root itself. The caller closes the file.
+func (r *Root) OpenDir(p string) (*os.File, error) {
+	fd, err := unix.Open(r.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open root %s: %w", r.dir, err)
+	}
+	if p != "/" {
+		if err := CheckPath(p); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+		for _, c := range strings.Split(p[1:], "/") {
+			next, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			unix.Close(fd)
+			if err != nil {
+				return nil, r.pathErr("open directory", p, err)
+			}
+			fd = next
+		}
+	}
+	return os.NewFile(uintptr(fd), r.Host(p)), nil
+}
+
+// pathErr turns ELOOP/ENOTDIR from an O_NOFOLLOW walk into ErrUnsafePath:
+// something on the way is a symlink (or not a directory) where the host
+// expects a directory.
+func (r *Root) pathErr(op, p string, err error) error {
+	switch {
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EMLINK):
+		return fmt.Errorf("%s %s: %w: a symlink is in the way; the host never follows one", op, p, ErrUnsafePath)
+	case errors.Is(err, unix.ENOTDIR):
+		return fmt.Errorf("%s %s: %w: a parent is not a directory", op, p, ErrUnsafePath)
+	}
+	return &os.PathError{Op: op, Path: r.Host(p), Err: err}
+}
+
+// parent opens p's parent directory and returns it with p's last component.
+func (r *Root) parent(p string) (*os.File, string, error) {
+	if err := CheckPath(p); err != nil {
+		return nil, "", err
+	}
+	d, err := r.OpenDir(path.Dir(p))
+	if err != nil {
+		return nil, "", err
+	}
+	return d, path.Base(p), nil
+}
+
+// Lstat describes p without following it if it is a symlink. A missing p
+// gives an error satisfying errors.Is(err, fs.ErrNotExist), as does a
+// missing parent.
+func (r *Root) Lstat(p string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	d, name, err := r.parent(p)
+	if err != nil {
+		return st, err
+	}
+	defer d.Close()
+	if err := unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return st, &os.PathError{Op: "lstat", Path: r.Host(p), Err: err}
+	}
+	return st, nil
+}
+
+// ReadFile reads the regular file p; a symlink at p is ErrUnsafePath.
+func (r *Root) ReadFile(p string) ([]byte, error) {
+	f, err := r.OpenFile(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// OpenFile opens the regular file p for reading without following a
+// symlink at p or in a parent.
+func (r *Root) OpenFile(p string) (*os.File, error) {
+	d, name, err := r.parent(p)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, r.pathErr("open", p, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("open %s: %w: not a regular file", p, ErrUnsafePath)
+	}
+	return os.NewFile(uintptr(fd), r.Host(p)), nil
+}
+
+// WriteOptions say how WriteFile lays a file down.
+type WriteOptions struct {
+	Mode     Mode
+	UID, GID int
+	// Sync makes the file durable before it is renamed into place, and the
+	// rename durable before WriteFile returns. Callers that batch many
+	// files stage them with Sync false and call SyncFS once between
+	// staging and committing, and once after.
+	Sync bool
+}
+
+// Staged is a file written beside its destination under a temporary name,
+// not yet visible at its path.
+type Staged struct {
+	root *Root
+	dir  *os.File
+	tmp  string
+	name string
+	path string
+	sync bool
+}
+
+// StageFile writes data to a temporary file in p's directory with the
+// mode and owner of opts. Commit renames it over p; Abort removes it. A
+// reader of p sees the old bytes or, after Commit, the new, never a part.
+func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, error) {
+	d, name, err := r.parent(p)
+	if err != nil {
+		return nil, err
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := "." + name + ".mesh-host-" + hex.EncodeToString(rnd[:])
+	fd, err := unix.Openat(int(d.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		d.Close()
+		return nil, r.pathErr("create", p, err)
+	}
+	f := os.NewFile(uintptr(fd), r.Host(path.Join(path.Dir(p), tmp)))
+	s := &Staged{root: r, dir: d, tmp: tmp, name: name, path: p, sync: opts.Sync}
+	err = writeAll(f, data)
+	if err == nil {
+		err = f.Chown(opts.UID, opts.GID)
+	}
+	if err == nil {
+		// After chown: chown clears setuid and setgid bits.
+		err = f.Chmod(os.FileMode(opts.Mode&0o777) | modeBits(opts.Mode))
+	}
+	if err == nil && opts.Sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.Abort()
+		return nil, fmt.Errorf("write %s: %w", p, err)
+	}
+	return s, nil
+}
+
+func writeAll(f *os.File, data []byte) error {
+	_, err := f.Write(data)
+	return err
+}
+
+// modeBits maps setuid, setgid and sticky to os.FileMode bits.
+func modeBits(m Mode) os.FileMode {
+	var fm os.FileMode
+	if m&0o4000 != 0 {
+		fm |= os.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		fm |= os.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		fm |= os.ModeSticky
+	}
+	return fm
+}
+
+// Commit renames the staged file over its path (replacing a file, or a
+// symlink planted there, never following it).
+func (s *Staged) Commit() error {
+	defer s.dir.Close()
+	if err := unix.Renameat(int(s.dir.Fd()), s.tmp, int(s.dir.Fd()), s.name); err != nil {
+		_ = unix.Unlinkat(int(s.dir.Fd()), s.tmp, 0)
+		return s.root.pathErr("rename into place", s.path, err)
+	}
+	if s.sync {
+		return s.dir.Sync()
+	}
+	return nil
+}
+
+// Abort removes the staged file.
+func (s *Staged) Abort() {
+	_ = unix.Unlinkat(int(s.dir.Fd()), s.tmp, 0)
+	s.dir.Close()
+}
+
+// WriteFile writes p atomically: StageFile then Commit.
+func (r *Root) WriteFile(p string, data []byte, opts WriteOptions) error {
+	s, err := r.StageFile(p, data, opts)
+	if err != nil {
+		return err
+	}
+	return s.Commit()
+}
+
+// SyncFS flushes the filesystem holding the root: one call makes every
+// staged file durable, where an fsync each would cost one flush per file.
+func (r *Root) SyncFS() error {
+	d, err := r.OpenDir("/")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := syncFS(d); err != nil {
+		return fmt.Errorf("sync filesystem of %s: %w", r.dir, err)
+	}
+	return nil
+}
+
+// Mkdir creates the directory p (its parent must exist) with mode and
+// owner; an existing directory is left as it is. It returns whether it
+// created p.
+func (r *Root) Mkdir(p string, mode Mode, uid, gid int) (bool, error) {
+	d, name, err := r.parent(p)
+	if err != nil {
+		return false, err
+	}
+	defer d.Close()
+	err = unix.Mkdirat(int(d.Fd()), name, 0o700)
+	if errors.Is(err, unix.EEXIST) {
+		return false, nil
+	}
+	if err != nil {
+		return false, r.pathErr("mkdir", p, err)
+	}
+	return true, r.Chown(p, mode, uid, gid)
+}
+
+// Chown sets the mode and owner of the file or directory p, without
+// following a symlink at p.
+func (r *Root) Chown(p string, mode Mode, uid, gid int) error {
+	d, name, err := r.parent(p)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return r.pathErr("open", p, err)
+	}
+	f := os.NewFile(uintptr(fd), r.Host(p))
+	defer f.Close()
+	if err := f.Chown(uid, gid); err != nil {
+		return err
+	}
+	return f.Chmod(os.FileMode(mode&0o777) | modeBits(mode))
+}
+
+// Remove removes the file p, or the directory p if it is empty: a directory
+// holding anything gives an error wrapping unix.ENOTEMPTY and is left. A
+// missing p is not an error.
+func (r *Root) Remove(p string) error {
+	d, name, err := r.parent(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return r.pathErr("lstat", p, err)
+	}
+	flags := 0
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		flags = unix.AT_REMOVEDIR
+	}
+	if err := unix.Unlinkat(int(d.Fd()), name, flags); err != nil && !errors.Is(err, unix.ENOENT) {
+		return r.pathErr("remove", p, err)
+	}
+	return nil
+}
+
+// LookupUser resolves a user name in the root's own etc/passwd ("root" is
+// 0 even without one).
+func (r *Root) LookupUser(name string) (int, error) { return r.lookupID("/etc/passwd", "user", name) }
+
+// LookupGroup resolves a group name in the root's own etc/group.
+func (r *Root) LookupGroup(name string) (int, error) { return r.lookupID("/etc/group", "group", name) }
+
+func (r *Root) lookupID(file, what, name string) (int, error) {
+	if name == "" {
+		name = "root"
+	}
+	id, err := r.findID(file, name)
+	switch {
+	case err == nil:
+		return id, nil
+	case name == "root":
+		return 0, nil // root is 0 everywhere, passwd file or not
+	}
+	return 0, fmt.Errorf("%w: %s %q: %v", ErrInvalidSpec, what, name, err)
+}
+
+func (r *Root) findID(file, name string) (int, error) {
+	b, err := r.ReadFile(file)
+	if err != nil {
+		return 0, fmt.Errorf("not found: cannot read %s in the root: %w", file, err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), ":")
+		if len(f) >= 3 && f[0] == name {
+			id, err := strconv.Atoi(f[2])
+			if err != nil {
+				return 0, fmt.Errorf("%s names %q with id %q", file, name, f[2])
+			}
+			return id, nil
+		}
+	}
+	return 0, fmt.Errorf("not found in the root's %s", file)
+}

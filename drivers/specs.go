@@ -1,0 +1,146 @@
+package drivers
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// Mode is a permission mode written as an octal string ("0644"), never a
+// decimal number: 644 and 0644 are not the same mode.
+type Mode uint32
+
+// ParseMode reads an octal mode such as "0644" or "644"; the setuid, setgid
+// and sticky bits are allowed, nothing above them.
+func ParseMode(s string) (Mode, error) {
+	if s == "" {
+		return 0, fmt.Errorf("mode is empty")
+	}
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || v > 0o7777 {
+		return 0, fmt.Errorf("mode %q is not an octal mode like \"0644\"", s)
+	}
+	return Mode(v), nil
+}
+
+func (m Mode) String() string { return fmt.Sprintf("%04o", uint32(m)) }
+
+// MarshalJSON writes the mode as an octal string.
+func (m Mode) MarshalJSON() ([]byte, error) { return json.Marshal(m.String()) }
+
+// UnmarshalJSON reads an octal string; a JSON number is refused.
+func (m *Mode) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("mode must be an octal string like \"0644\", not %s", b)
+	}
+	v, err := ParseMode(s)
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
+// FileSpec is a regular file with the given content.
+type FileSpec struct {
+	// Path is absolute and clean, under the root prefix.
+	Path    string `json:"path"`
+	Content string `json:"content"`
+	// Mode defaults to 0644.
+	Mode *Mode `json:"mode,omitempty"`
+	// Owner and Group are names resolved in the root's own etc/passwd and
+	// etc/group; they default to root.
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
+}
+
+// DirectorySpec is a directory. Removing it never removes what is in it
+// that the host does not own.
+type DirectorySpec struct {
+	Path string `json:"path"`
+	// Mode defaults to 0755.
+	Mode  *Mode  `json:"mode,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
+}
+
+// Archive formats.
+const (
+	FormatTar    = "tar"
+	FormatTarGz  = "tar.gz"
+	FormatTarZst = "tar.zst"
+	FormatZip    = "zip"
+)
+
+// ArchiveSpec is an archive fetched by digest and unpacked at Path, which
+// appears whole or not at all.
+type ArchiveSpec struct {
+	// Path is the destination directory; "${version}" in it (and in any
+	// value of the resource) expands to the digest's hex.
+	Path string `json:"path"`
+	// Source is an http, https or file URL.
+	Source string `json:"source"`
+	// Digest is "sha256:" and 64 hex digits, checked before anything is
+	// unpacked.
+	Digest string `json:"digest"`
+	// Format is tar, tar.gz, tar.zst or zip.
+	Format string `json:"format"`
+}
+
+// Package states.
+const (
+	Present = "present"
+	Absent  = "absent"
+)
+
+// PackageSpec asserts that a package is present or absent; never a version.
+type PackageSpec struct {
+	Name string `json:"name"`
+	// State is present (the default) or absent.
+	State string `json:"state,omitempty"`
+}
+
+// UnitSpec is a systemd unit file and whether it is enabled and active.
+type UnitSpec struct {
+	// Name is the unit's name with its suffix: "nginx.service".
+	Name    string `json:"name"`
+	Content string `json:"content"`
+	Enabled bool   `json:"enabled,omitempty"`
+	Active  bool   `json:"active,omitempty"`
+}
+
+func (*FileSpec) Kind() Kind         { return KindFile }
+func (s *FileSpec) Key() string      { return s.Path }
+func (*DirectorySpec) Kind() Kind    { return KindDirectory }
+func (s *DirectorySpec) Key() string { return s.Path }
+func (*ArchiveSpec) Kind() Kind      { return KindArchive }
+func (s *ArchiveSpec) Key() string   { return s.Path }
+func (*PackageSpec) Kind() Kind      { return KindPackage }
+func (s *PackageSpec) Key() string   { return s.Name }
+func (*UnitSpec) Kind() Kind         { return KindUnit }
+func (s *UnitSpec) Key() string      { return s.Name }
+
+// ModeOr returns *m, or def when m is nil.
+func ModeOr(m *Mode, def Mode) Mode {
+	if m == nil {
+		return def
+	}
+	return *m
+}
+
+// SpecDigest is "sha256:" and the hex digest of the spec's canonical JSON:
+// what the journal records as the spec a resource was applied with.
+func SpecDigest(s Spec) string {
+	b, err := json.Marshal(struct {
+		Kind Kind `json:"kind"`
+		Spec Spec `json:"spec"`
+	}{s.Kind(), s})
+	if err != nil {
+		panic("drivers: spec does not encode: " + err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
