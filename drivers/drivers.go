@@ -11,6 +11,7 @@ package drivers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -63,9 +64,10 @@ type Driver interface {
 	// Apply makes the resource match spec and says what it did. Applying
 	// twice is stable: the second reports Unchanged.
 	Apply(ctx context.Context, spec Spec) (Action, error)
-	// Remove removes the resource the host owns under spec (the spec it
-	// last applied). Removing what is absent succeeds. It never removes
-	// what the host does not own (a directory with foreign contents stays).
+	// Remove removes the resource the host owns under spec's Key (the only
+	// field it may read: see SpecForRemoval). Removing what is absent
+	// succeeds. It never removes what the host does not own (a directory
+	// with foreign contents stays).
 	Remove(ctx context.Context, spec Spec) error
 }
 
@@ -127,4 +129,27 @@ func ID(s Spec) string { return string(s.Kind()) + ":" + s.Key() }
 func SplitID(id string) (Kind, string, bool) {
 	k, key, ok := strings.Cut(id, ":")
 	return Kind(k), key, ok && key != ""
+}
+
+// SpecForRemoval returns the spec Remove needs for the resource id: only its
+// key is set, which is all Remove reads. The host removes owned resources
+// that a declaration no longer names; their full spec is not kept.
+func SpecForRemoval(id string) (Spec, error) {
+	kind, key, ok := SplitID(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: resource id %q is not kind:key", ErrInvalidSpec, id)
+	}
+	switch kind {
+	case KindFile:
+		return &FileSpec{Path: key}, nil
+	case KindDirectory:
+		return &DirectorySpec{Path: key}, nil
+	case KindArchive:
+		return &ArchiveSpec{Path: key}, nil
+	case KindPackage:
+		return &PackageSpec{Name: key, State: Absent}, nil
+	case KindUnit:
+		return &UnitSpec{Name: key}, nil
+	}
+	return nil, fmt.Errorf("%w: resource id %q names an unknown kind", ErrInvalidSpec, id)
 }

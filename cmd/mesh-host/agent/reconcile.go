@@ -1,0 +1,497 @@
+// Package agent is the reconciler: given what is declared and what the host
+// owns, it observes each resource through its driver, plans, journals the
+// intent, applies in dependency order and journals every outcome with its
+// cause. It holds no state of its own between reconciles: what it knows
+// comes in as arguments (from the projection) and goes out as records.
+//
+// It is not the scheduler of reconciles (the service decides when: pushed,
+// start, reconnect, timer) and not a driver (it never touches a file itself).
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+// Appender is the journal as the reconciler uses it.
+type Appender interface {
+	Append(recs ...event.Record) ([]event.Record, error)
+}
+
+// Reconciler converges a root to a declaration.
+type Reconciler struct {
+	Journal Appender
+	Drivers map[drivers.Kind]drivers.Driver
+	// Root is synced once between staging files and committing them, and
+	// once after, so a reconcile's files cost two flushes, not two each.
+	Root *drivers.Root
+	// Parallel bounds concurrent observes and applies; 0 means 8.
+	Parallel int
+	Log      *slog.Logger
+	Now      func() time.Time
+}
+
+// Request is one reconcile's input.
+type Request struct {
+	Trigger event.Trigger
+	// Cause is the record that triggered it: the declaration.received for
+	// a push or an apply; 0 for start, timer and manual checks.
+	Cause    uint64
+	Revision uint64
+	// Specs are the declaration's resources, with ${version} expanded.
+	Specs []drivers.Spec
+	// Owned is the projection's owned set: what the host may remove.
+	Owned map[string]projector.Owned
+	// Repair false observes and journals drift but changes nothing
+	// (`check --no-repair`).
+	Repair bool
+	// DryRun observes and plans, and neither changes nor journals anything
+	// (`plan`).
+	DryRun bool
+}
+
+// Step is one resource's part in a reconcile.
+type Step struct {
+	ID   string
+	Spec drivers.Spec // nil for a removal
+	// Planned is what the plan said: created, updated, deleted, unchanged.
+	Planned event.Action
+	// Observation is what was seen before anything changed.
+	Observation drivers.Observation
+	// Drift is set when an owned resource, applied with this very spec, no
+	// longer matches it: a change the mesh did not make.
+	Drift bool
+	// Outcome and Err are what applying did; Outcome is failed when Err is
+	// set.
+	Outcome event.Action
+	Err     error
+	// Note is the driver's remark on the outcome ("enablement only").
+	Note string
+	// DriftSeq is the drift.observed record's sequence, the repair's cause.
+	DriftSeq uint64
+	// Seq is the outcome's journal sequence (0 when none was journaled).
+	Seq uint64
+}
+
+// Result is one reconcile's output.
+type Result struct {
+	Steps []*Step
+	// Started is the reconcile.started record's sequence; 0 for a quiet
+	// reconcile, which journals only its completion.
+	Started   uint64
+	Completed uint64
+	Changed   int
+	Unchanged int
+	Failed    int
+}
+
+// Pending reports whether the plan changes anything.
+func (r *Result) Pending() bool {
+	for _, s := range r.Steps {
+		if s.Planned != event.ActionUnchanged {
+			return true
+		}
+	}
+	return false
+}
+
+func (rc *Reconciler) parallel() int {
+	if rc.Parallel <= 0 {
+		return 8
+	}
+	return rc.Parallel
+}
+
+// Reconcile runs one reconcile. Errors of single resources are outcomes in
+// the Result, not errors; an error return means the journal could not be
+// written or ctx ended, and the reconcile's completion is not recorded (the
+// next start finishes the job).
+func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, error) {
+	started := rc.Now().UTC()
+	steps, err := rc.plan(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Steps: steps}
+	if req.DryRun {
+		return res, nil
+	}
+
+	// Drift first: it is the cause of the repairs that follow.
+	if err := rc.journalDrift(steps); err != nil {
+		return res, err
+	}
+	changes := slices.ContainsFunc(steps, func(s *Step) bool {
+		return s.Planned != event.ActionUnchanged && (req.Repair || !s.Drift)
+	})
+	record := slices.ContainsFunc(steps, func(s *Step) bool { return needsRecord(s, req.Owned) })
+	if !changes && !record {
+		// Nothing to change and nothing new to remember: one small record,
+		// so a quiet machine's journal stays small. (Drift left unrepaired
+		// was journaled above and is not quiet.)
+		quiet := !slices.ContainsFunc(steps, func(s *Step) bool { return s.Drift })
+		return res, rc.complete(res, req, started, req.Cause, quiet)
+	}
+
+	var plan []event.Step
+	for _, s := range steps {
+		if s.Planned != event.ActionUnchanged {
+			plan = append(plan, event.Step{Resource: s.ID, Action: s.Planned})
+		}
+	}
+	recs, err := rc.Journal.Append(event.New(event.ReconcileStarted, req.Cause, "", event.ReconcileStartedPayload{
+		Trigger: req.Trigger, Revision: req.Revision, Plan: plan,
+	}))
+	if err != nil {
+		return res, fmt.Errorf("journal reconcile intent: %w", err)
+	}
+	res.Started = recs[0].Seq
+
+	for _, level := range levels(steps) {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		var todo []*Step
+		for _, s := range level {
+			switch {
+			case s.Planned == event.ActionUnchanged:
+				s.Outcome = event.ActionUnchanged
+			case s.Drift && !req.Repair:
+				s.Outcome = "" // observed, journaled, left as it is
+			default:
+				todo = append(todo, s)
+			}
+		}
+		rc.apply(ctx, todo)
+		if err := rc.journalOutcomes(level, req, res.Started); err != nil {
+			return res, err
+		}
+	}
+	return res, rc.complete(res, req, started, res.Started, false)
+}
+
+// needsRecord: an unchanged resource is journaled only when the journal
+// does not already say the host owns it with this spec.
+func needsRecord(s *Step, owned map[string]projector.Owned) bool {
+	if s.Planned != event.ActionUnchanged {
+		return false
+	}
+	o, ok := owned[s.ID]
+	return !ok || o.SpecDigest != drivers.SpecDigest(s.Spec) || o.LastOutcome == event.ActionFailed
+}
+
+// plan observes every declared resource and every owned one no longer
+// declared, in parallel, and decides what each needs.
+func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
+	declared := make(map[string]bool, len(req.Specs))
+	var steps []*Step
+	for _, spec := range req.Specs {
+		id := drivers.ID(spec)
+		declared[id] = true
+		steps = append(steps, &Step{ID: id, Spec: spec})
+	}
+	for id := range req.Owned {
+		if !declared[id] {
+			steps = append(steps, &Step{ID: id, Planned: event.ActionDelete})
+		}
+	}
+	err := rc.each(ctx, steps, func(ctx context.Context, s *Step) {
+		if s.Spec == nil {
+			return // removals need no observation: Remove of absent succeeds
+		}
+		d, err := rc.driver(s.ID)
+		if err == nil {
+			s.Observation, err = d.Observe(ctx, s.Spec)
+		}
+		switch {
+		case err != nil:
+			s.Planned, s.Err = event.ActionUpdate, fmt.Errorf("observe: %w", err)
+		case !s.Observation.Exists:
+			s.Planned = event.ActionCreate
+		case !s.Observation.InSync:
+			s.Planned = event.ActionUpdate
+		default:
+			s.Planned = event.ActionUnchanged
+		}
+		if o, ok := req.Owned[s.ID]; ok && s.Planned != event.ActionUnchanged && s.Err == nil &&
+			o.SpecDigest == drivers.SpecDigest(s.Spec) && o.LastOutcome != event.ActionFailed {
+			s.Drift = true
+		}
+	})
+	slices.SortStableFunc(steps, func(a, b *Step) int { return strings.Compare(a.ID, b.ID) })
+	return steps, err
+}
+
+func (rc *Reconciler) driver(id string) (drivers.Driver, error) {
+	kind, _, _ := drivers.SplitID(id)
+	d, ok := rc.Drivers[kind]
+	if !ok {
+		return nil, fmt.Errorf("no driver for %s resources", kind)
+	}
+	return d, nil
+}
+
+// each runs fn over steps with at most Parallel at once.
+func (rc *Reconciler) each(ctx context.Context, steps []*Step, fn func(context.Context, *Step)) error {
+	sem := make(chan struct{}, rc.parallel())
+	var wg sync.WaitGroup
+	for _, s := range steps {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(ctx, s)
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// apply changes the steps of one dependency level. Drivers that can stage
+// (files) are staged all, synced once, committed all, synced once.
+func (rc *Reconciler) apply(ctx context.Context, steps []*Step) {
+	var staged []*Step
+	pendings := make(map[*Step]drivers.Pending)
+	var mu sync.Mutex
+	_ = rc.each(ctx, steps, func(ctx context.Context, s *Step) {
+		if s.Err != nil { // observing it failed: try once more, plainly
+			s.Err = nil
+		}
+		d, err := rc.driver(s.ID)
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		if s.Spec == nil {
+			spec, err := drivers.SpecForRemoval(s.ID)
+			if err == nil {
+				err = d.Remove(ctx, spec)
+			}
+			if err != nil {
+				s.fail(err)
+				return
+			}
+			s.Outcome = event.ActionDelete
+			return
+		}
+		if st, ok := d.(drivers.Stager); ok && rc.Root != nil {
+			p, err := st.Stage(ctx, s.Spec)
+			if err != nil {
+				s.fail(err)
+				return
+			}
+			if p == nil {
+				s.Outcome = event.ActionUnchanged
+				return
+			}
+			mu.Lock()
+			staged, pendings[s] = append(staged, s), p
+			mu.Unlock()
+			return
+		}
+		a, err := d.Apply(ctx, s.Spec)
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		s.Outcome = outcome(a)
+		if n, ok := d.(drivers.Noter); ok {
+			s.Note = n.ApplyNote(s.Spec)
+		}
+	})
+	if len(staged) == 0 {
+		return
+	}
+	// What must be on disk before a rename: the new file's bytes. One
+	// flush for all of them, then the renames, then one flush for those.
+	if err := rc.Root.SyncFS(); err != nil {
+		for _, s := range staged {
+			pendings[s].Abort()
+			s.fail(err)
+		}
+		return
+	}
+	for _, s := range staged {
+		a, err := pendings[s].Commit()
+		if err != nil {
+			s.fail(err)
+			continue
+		}
+		s.Outcome = outcome(a)
+	}
+	if err := rc.Root.SyncFS(); err != nil {
+		for _, s := range staged {
+			if s.Err == nil {
+				s.fail(fmt.Errorf("renamed into place but not flushed: %w", err))
+			}
+		}
+	}
+}
+
+func (s *Step) fail(err error) {
+	s.Outcome, s.Err = event.ActionFailed, err
+}
+
+func outcome(a drivers.Action) event.Action {
+	switch a {
+	case drivers.Created:
+		return event.ActionCreate
+	case drivers.Updated:
+		return event.ActionUpdate
+	}
+	return event.ActionUnchanged
+}
+
+// levels orders steps for applying: directories shallow to deep, then
+// packages, then files and archives, then units; removals in the reverse
+// order (units, files and archives, packages, directories deep to shallow),
+// after everything created, since a removed directory must first lose the
+// files the host owned in it.
+func levels(steps []*Step) [][]*Step {
+	rank := func(s *Step) int {
+		kind, key, _ := drivers.SplitID(s.ID)
+		depth := strings.Count(key, "/")
+		const dirs = 1000 // room for any depth
+		if s.Planned != event.ActionDelete {
+			switch kind {
+			case drivers.KindDirectory:
+				return depth
+			case drivers.KindPackage:
+				return dirs + 1
+			case drivers.KindFile, drivers.KindArchive:
+				return dirs + 2
+			}
+			return dirs + 3 // units last: their files and packages first
+		}
+		switch kind {
+		case drivers.KindUnit:
+			return 2*dirs + 4
+		case drivers.KindFile, drivers.KindArchive:
+			return 2*dirs + 5
+		case drivers.KindPackage:
+			return 2*dirs + 6
+		}
+		return 4*dirs - depth // directories, deepest first
+	}
+	byRank := map[int][]*Step{}
+	var ranks []int
+	for _, s := range steps {
+		r := rank(s)
+		if _, ok := byRank[r]; !ok {
+			ranks = append(ranks, r)
+		}
+		byRank[r] = append(byRank[r], s)
+	}
+	slices.Sort(ranks)
+	out := make([][]*Step, 0, len(ranks))
+	for _, r := range ranks {
+		out = append(out, byRank[r])
+	}
+	return out
+}
+
+// journalDrift records a drift.observed for each drifted owned resource
+// that the journal does not already show as drifted.
+func (rc *Reconciler) journalDrift(steps []*Step) error {
+	var recs []event.Record
+	var drifted []*Step
+	for _, s := range steps {
+		if !s.Drift {
+			continue
+		}
+		differs := s.Observation.Differs
+		if !s.Observation.Exists {
+			differs = []string{"absent"}
+		}
+		recs = append(recs, event.New(event.DriftObserved, 0, s.ID, event.DriftObservedPayload{
+			Differs: differs, Wanted: drivers.SpecDigest(s.Spec), Seen: s.Observation.Seen,
+		}))
+		drifted = append(drifted, s)
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	out, err := rc.Journal.Append(recs...)
+	if err != nil {
+		return fmt.Errorf("journal drift: %w", err)
+	}
+	for i, s := range drifted {
+		s.DriftSeq = out[i].Seq
+	}
+	return nil
+}
+
+// journalOutcomes appends one level's outcomes in one transaction. A
+// repair's cause is the drift it repairs; every other outcome's is the
+// reconcile.
+func (rc *Reconciler) journalOutcomes(level []*Step, req Request, startSeq uint64) error {
+	var recs []event.Record
+	var recorded []*Step
+	for _, s := range level {
+		if s.Outcome == "" || (s.Outcome == event.ActionUnchanged && !needsRecord(s, req.Owned)) {
+			continue
+		}
+		cause := startSeq
+		if s.DriftSeq != 0 {
+			cause = s.DriftSeq
+		}
+		p := event.ResourceAppliedPayload{Action: s.Outcome}
+		if s.Spec != nil {
+			p.SpecDigest = drivers.SpecDigest(s.Spec)
+		}
+		if s.Err != nil {
+			p.Error = s.Err.Error()
+		}
+		recs = append(recs, event.New(event.ResourceApplied, cause, s.ID, p))
+		recorded = append(recorded, s)
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	out, err := rc.Journal.Append(recs...)
+	if err != nil {
+		return fmt.Errorf("journal outcomes: %w", err)
+	}
+	for i, s := range recorded {
+		s.Seq = out[i].Seq
+	}
+	return nil
+}
+
+func (rc *Reconciler) complete(res *Result, req Request, started time.Time, cause uint64, quiet bool) error {
+	for _, s := range res.Steps {
+		switch {
+		case s.Outcome == event.ActionFailed:
+			res.Failed++
+		case s.Outcome == event.ActionUnchanged || (s.Outcome == "" && s.Planned == event.ActionUnchanged):
+			res.Unchanged++
+		case s.Outcome != "":
+			res.Changed++
+		}
+	}
+	result := event.ResultConverged
+	if res.Failed > 0 || slices.ContainsFunc(res.Steps, func(s *Step) bool { return s.Drift && !req.Repair }) {
+		result = event.ResultFailed
+	}
+	recs, err := rc.Journal.Append(event.New(event.ReconcileCompleted, cause, "", event.ReconcileCompletedPayload{
+		Trigger: req.Trigger, Revision: req.Revision, Result: result, Started: started,
+		Changed: res.Changed, Unchanged: res.Unchanged, Failed: res.Failed, Quiet: quiet,
+	}))
+	if err != nil {
+		return fmt.Errorf("journal reconcile completion: %w", err)
+	}
+	res.Completed = recs[0].Seq
+	return nil
+}
