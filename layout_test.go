@@ -78,6 +78,8 @@ func TestDependencyDirection(t *testing.T) {
 			return nil, true
 		case path == "journal", path == "projector":
 			return []string{"journal/event"}, true
+		case path == "declaration":
+			return []string{"drivers"}, true
 		case path == "linkproto":
 			return []string{"journal/event", "projector"}, true
 		case strings.HasPrefix(path, "drivers/") && path != "drivers/driverstest":
