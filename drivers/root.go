@@ -1,7 +1,6 @@
 package drivers
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -162,7 +161,7 @@ func (r *Root) OpenFile(p string) (*os.File, error) {
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
 		if err != nil {
-			return nil, err
+			return nil, &os.PathError{Op: "fstat", Path: r.Host(p), Err: err}
 		}
 		return nil, fmt.Errorf("open %s: %w: not a regular file", p, ErrUnsafePath)
 	}
@@ -201,7 +200,7 @@ func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, err
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := "." + name + ".mesh-host-" + hex.EncodeToString(rnd[:])
+	tmp := "." + tmpPrefix(name) + ".mesh-host-" + hex.EncodeToString(rnd[:])
 	fd, err := unix.Openat(int(d.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		d.Close()
@@ -228,6 +227,16 @@ func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, err
 		return nil, fmt.Errorf("write %s: %w", p, err)
 	}
 	return s, nil
+}
+
+// tmpPrefix is as much of name as a temporary name can carry: a name is at
+// most 255 bytes (NAME_MAX), and the temporary one adds 24 to it.
+func tmpPrefix(name string) string {
+	const room = 255 - len(".") - len(".mesh-host-") - 12
+	if len(name) > room {
+		return name[:room]
+	}
+	return name
 }
 
 func writeAll(f *os.File, data []byte) error {
@@ -259,7 +268,9 @@ func (s *Staged) Commit() error {
 		return s.root.pathErr("rename into place", s.path, err)
 	}
 	if s.sync {
-		return s.dir.Sync()
+		if err := s.dir.Sync(); err != nil {
+			return fmt.Errorf("sync directory of %s: %w", s.path, err)
+		}
 	}
 	return nil
 }
@@ -294,7 +305,8 @@ func (r *Root) SyncFS() error {
 }
 
 // Mkdir creates the directory p (its parent must exist) with mode and
-// owner; an existing directory is left as it is. It returns whether it
+// owner; an existing directory is left as it is, and anything else in the
+// way is an error (ErrUnsafePath for a symlink). It returns whether it
 // created p.
 func (r *Root) Mkdir(p string, mode Mode, uid, gid int) (bool, error) {
 	d, name, err := r.parent(p)
@@ -304,7 +316,19 @@ func (r *Root) Mkdir(p string, mode Mode, uid, gid int) (bool, error) {
 	defer d.Close()
 	err = unix.Mkdirat(int(d.Fd()), name, 0o700)
 	if errors.Is(err, unix.EEXIST) {
-		return false, nil
+		// Only a directory counts: a file, or a symlink (even to a
+		// directory), in the way is not the directory p.
+		var st unix.Stat_t
+		if err := unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return false, r.pathErr("lstat", p, err)
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			return false, nil
+		case unix.S_IFLNK:
+			return false, fmt.Errorf("mkdir %s: %w: a symlink is in the way; the host never follows one", p, ErrUnsafePath)
+		}
+		return false, fmt.Errorf("mkdir %s: %w: something that is not a directory is in the way", p, os.ErrExist)
 	}
 	if err != nil {
 		return false, r.pathErr("mkdir", p, err)
@@ -312,8 +336,8 @@ func (r *Root) Mkdir(p string, mode Mode, uid, gid int) (bool, error) {
 	return true, r.Chown(p, mode, uid, gid)
 }
 
-// Chown sets the mode and owner of the file or directory p, without
-// following a symlink at p.
+// Chown sets the mode and owner of the regular file or directory p,
+// without following a symlink at p; anything else at p is ErrUnsafePath.
 func (r *Root) Chown(p string, mode Mode, uid, gid int) error {
 	d, name, err := r.parent(p)
 	if err != nil {
@@ -326,6 +350,13 @@ func (r *Root) Chown(p string, mode Mode, uid, gid int) error {
 	}
 	f := os.NewFile(uintptr(fd), r.Host(p))
 	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: r.Host(p), Err: err}
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
+		return fmt.Errorf("chown %s: %w: not a regular file or directory", p, ErrUnsafePath)
+	}
 	if err := f.Chown(uid, gid); err != nil {
 		return err
 	}
@@ -387,9 +418,10 @@ func (r *Root) findID(file, name string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("not found: cannot read %s in the root: %w", file, err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Split(sc.Text(), ":")
+	// Lines of any length: a bufio.Scanner would stop at a 64 KiB line
+	// and report the name as missing.
+	for line := range bytes.Lines(b) {
+		f := strings.Split(strings.TrimRight(string(line), "\r\n"), ":")
 		if len(f) >= 3 && f[0] == name {
 			id, err := strconv.Atoi(f[2])
 			if err != nil {

@@ -1,0 +1,261 @@
+// Package directory is the driver for directories: mode, owner and group
+// beneath the root prefix.
+//
+// The driver creates a directory whose parent exists (parents are
+// resources of their own, to be declared), never follows a symlink, and
+// removes only an empty directory: what is in a directory that the host
+// does not own stays, and so does the directory.
+package directory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mesh-host/mesh-host/drivers"
+)
+
+// Errors of the directory driver.
+var (
+	// ErrNotEmpty is returned by Remove when the directory holds entries
+	// the host does not own; the directory is left in place. The error
+	// also wraps unix.ENOTEMPTY.
+	ErrNotEmpty = errors.New("directory not empty")
+	// ErrNoParent is returned by Apply when the directory's parent does
+	// not exist: the driver creates no parents, so it must be declared.
+	ErrNoParent = errors.New("parent directory does not exist")
+	// ErrNotDirectory is returned by Apply and Remove when something other
+	// than a directory (a file, a symlink) is at the path; the host neither
+	// replaces nor removes it.
+	ErrNotDirectory = errors.New("not a directory")
+)
+
+// DefaultMode is the mode of a directory whose spec states none.
+const DefaultMode drivers.Mode = 0o755
+
+// Driver manages directories beneath a root.
+type Driver struct {
+	root *drivers.Root
+}
+
+var _ drivers.Driver = (*Driver)(nil)
+
+// New returns the directory driver for root.
+func New(root *drivers.Root) *Driver { return &Driver{root: root} }
+
+// Observe reports how the directory at spec's path stands against spec;
+// anything else there, a symlink included, is a "type" difference.
+func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observation, error) {
+	s, err := d.spec(ctx, spec)
+	if err != nil {
+		return drivers.Observation{}, err
+	}
+	f, err := d.find(s)
+	if err != nil {
+		return drivers.Observation{}, err
+	}
+	switch {
+	case f == nil:
+		return drivers.Observation{Differs: []string{"absent"}}, nil
+	case f.kind != "directory":
+		return drivers.Observation{Exists: true, Differs: []string{"type"}, Seen: "type:" + f.kind}, nil
+	}
+	w, err := d.want(s)
+	if err != nil {
+		return drivers.Observation{}, err
+	}
+	differs := w.differs(f)
+	return drivers.Observation{
+		Exists:  true,
+		InSync:  len(differs) == 0,
+		Differs: differs,
+		Seen:    fmt.Sprintf("dir:%s:%d:%d", f.mode, f.uid, f.gid),
+	}, nil
+}
+
+// Apply creates the directory, or sets its mode and owner, and reports
+// Unchanged when it matches. Its parent must exist. The change is durable
+// when Apply returns.
+func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, error) {
+	s, err := d.spec(ctx, spec)
+	if err != nil {
+		return drivers.Unchanged, err
+	}
+	w, err := d.want(s)
+	if err != nil {
+		return drivers.Unchanged, err
+	}
+	f, err := d.find(s)
+	if err != nil {
+		return drivers.Unchanged, err
+	}
+	switch {
+	case f == nil:
+		created, err := d.root.Mkdir(s.Path, w.mode, w.uid, w.gid)
+		if errors.Is(err, fs.ErrNotExist) {
+			return drivers.Unchanged, fmt.Errorf("directory %s: %w: declare the directory %s (the host creates no parents): %w", s.Path, ErrNoParent, path.Dir(s.Path), err)
+		}
+		if err != nil {
+			return drivers.Unchanged, fmt.Errorf("directory %s: %w", s.Path, err)
+		}
+		if !created {
+			// Made by someone else since find: bring it to the spec.
+			return d.chown(w)
+		}
+		return drivers.Created, d.sync(path.Dir(s.Path))
+	case f.kind != "directory":
+		return drivers.Unchanged, fmt.Errorf("directory %s: %w: a %s is there; the host does not replace it", s.Path, ErrNotDirectory, f.kind)
+	case len(w.differs(f)) == 0:
+		return drivers.Unchanged, nil
+	}
+	return d.chown(w)
+}
+
+// chown sets the directory's mode and owner.
+func (d *Driver) chown(w wanted) (drivers.Action, error) {
+	if err := d.root.Chown(w.path, w.mode, w.uid, w.gid); err != nil {
+		return drivers.Unchanged, fmt.Errorf("directory %s: set mode and owner: %w", w.path, err)
+	}
+	return drivers.Updated, d.sync(w.path)
+}
+
+// sync makes a change within the directory p, or to p itself, durable.
+func (d *Driver) sync(p string) error {
+	dir, err := d.root.OpenDir(p)
+	if err != nil {
+		return fmt.Errorf("directory %s: sync: %w", p, err)
+	}
+	defer dir.Close()
+	if err := dir.Sync(); err != nil {
+		return fmt.Errorf("directory %s: sync: %w", p, err)
+	}
+	return nil
+}
+
+// Remove removes the directory at spec's path if it is empty. A missing
+// directory is not an error. A directory holding anything (which the host
+// does not own: the reconciler removes what it owns first) stays, and so
+// does anything other than a directory at the path; Remove says which.
+func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
+	s, err := d.spec(ctx, spec)
+	if err != nil {
+		return err
+	}
+	f, err := d.find(s)
+	if err != nil || f == nil {
+		return err
+	}
+	if f.kind != "directory" {
+		return fmt.Errorf("remove directory %s: %w: a %s is there; the host removes only what it owns, so it is left in place", s.Path, ErrNotDirectory, f.kind)
+	}
+	err = d.root.Remove(s.Path)
+	if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("remove directory %s: %w: it holds entries the host does not own, so it is left in place: %w", s.Path, ErrNotEmpty, err)
+	}
+	if err != nil {
+		return fmt.Errorf("remove directory %s: %w", s.Path, err)
+	}
+	return nil
+}
+
+// spec checks the context and the spec every call starts with.
+func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.DirectorySpec, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("directory driver: %w", err)
+	}
+	s, ok := spec.(*drivers.DirectorySpec)
+	if !ok {
+		return nil, fmt.Errorf("directory driver: %w: got %T", drivers.ErrWrongKind, spec)
+	}
+	if s == nil {
+		return nil, fmt.Errorf("directory driver: %w: nil spec", drivers.ErrInvalidSpec)
+	}
+	if err := drivers.CheckPath(s.Path); err != nil {
+		return nil, fmt.Errorf("directory %s: %w", s.Path, err)
+	}
+	if m := drivers.ModeOr(s.Mode, DefaultMode); m > 0o7777 {
+		return nil, fmt.Errorf("directory %s: %w: mode %o has bits above 07777", s.Path, drivers.ErrInvalidSpec, uint32(m))
+	}
+	return s, nil
+}
+
+// wanted is a spec resolved against the root: owner names made ids.
+type wanted struct {
+	path     string
+	mode     drivers.Mode
+	uid, gid int
+}
+
+func (d *Driver) want(s *drivers.DirectorySpec) (wanted, error) {
+	uid, err := d.root.LookupUser(s.Owner)
+	if err != nil {
+		return wanted{}, fmt.Errorf("directory %s: owner: %w", s.Path, err)
+	}
+	gid, err := d.root.LookupGroup(s.Group)
+	if err != nil {
+		return wanted{}, fmt.Errorf("directory %s: group: %w", s.Path, err)
+	}
+	return wanted{path: s.Path, mode: drivers.ModeOr(s.Mode, DefaultMode), uid: uid, gid: gid}, nil
+}
+
+// differs names each respect in which f does not match w.
+func (w wanted) differs(f *found) []string {
+	var out []string
+	if f.mode != w.mode {
+		out = append(out, "mode")
+	}
+	if f.uid != w.uid {
+		out = append(out, "owner")
+	}
+	if f.gid != w.gid {
+		out = append(out, "group")
+	}
+	return out
+}
+
+// found is what is at a directory's path.
+type found struct {
+	// kind is "directory", else what is there instead: "file",
+	// "symlink", "fifo", "socket", "device".
+	kind     string
+	mode     drivers.Mode
+	uid, gid int
+}
+
+// find looks at s's path without following a symlink there; nil means
+// nothing is there (nor, perhaps, its parent).
+func (d *Driver) find(s *drivers.DirectorySpec) (*found, error) {
+	st, err := d.root.Lstat(s.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("directory %s: %w", s.Path, err)
+	}
+	return &found{
+		kind: kindOf(st.Mode),
+		mode: drivers.Mode(st.Mode & 0o7777),
+		uid:  int(st.Uid),
+		gid:  int(st.Gid),
+	}, nil
+}
+
+func kindOf(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	}
+	return "device"
+}

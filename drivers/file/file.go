@@ -1,0 +1,379 @@
+// Package file is the driver for regular files: content, mode, owner and
+// group, written atomically beneath the root prefix.
+//
+// A file is written to a temporary name in its own directory and renamed
+// over its path, so a reader sees the old content or the new, never a part.
+// The driver creates no parent directories (a directory is a resource of
+// its own, to be declared), never follows a symlink, and removes only a
+// regular file: whatever else it finds at a path it leaves in place.
+package file
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mesh-host/mesh-host/drivers"
+)
+
+// Errors of the file driver.
+var (
+	// ErrNoParent is returned by Apply and Stage when the file's directory
+	// does not exist: the driver creates no parents, so the directory must
+	// be declared.
+	ErrNoParent = errors.New("parent directory does not exist")
+	// ErrNotRegular is returned when something the host does not replace
+	// or remove is at the file's path: a directory or a device for Apply,
+	// and anything but a regular file (a symlink too) for Remove.
+	ErrNotRegular = errors.New("not a regular file")
+)
+
+// DefaultMode is the mode of a file whose spec states none.
+const DefaultMode drivers.Mode = 0o644
+
+// Driver manages regular files beneath a root.
+type Driver struct {
+	root *drivers.Root
+}
+
+var (
+	_ drivers.Driver = (*Driver)(nil)
+	_ drivers.Stager = (*Driver)(nil)
+)
+
+// New returns the file driver for root.
+func New(root *drivers.Root) *Driver { return &Driver{root: root} }
+
+// Observe reports how the file at spec's path stands against spec. A
+// symlink, directory or anything else that is not a regular file is
+// reported as existing with a "type" difference, and never followed.
+func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observation, error) {
+	s, err := d.spec(ctx, spec)
+	if err != nil {
+		return drivers.Observation{}, err
+	}
+	f, err := d.find(s)
+	if err != nil {
+		return drivers.Observation{}, err
+	}
+	if f == nil || f.kind != "file" {
+		return observation(f, nil), nil
+	}
+	w, err := d.want(s)
+	if err != nil {
+		return drivers.Observation{}, err
+	}
+	return observation(f, w.differs(f)), nil
+}
+
+// Apply writes the file if its content differs, or sets its mode and
+// owner if only they do, and reports Unchanged without writing when it
+// matches. A symlink at the path is replaced, not followed. The change is
+// durable when Apply returns.
+func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, error) {
+	p, err := d.plan(ctx, spec, true)
+	if err != nil || p == nil {
+		return drivers.Unchanged, err
+	}
+	return p.Commit()
+}
+
+// Stage writes the file's new content under a temporary name beside it
+// (or, when only its mode or owner differ, prepares to set them) without
+// syncing: the caller syncs the filesystem once between staging and
+// committing, and once after. It returns nil when the file matches.
+func (d *Driver) Stage(ctx context.Context, spec drivers.Spec) (drivers.Pending, error) {
+	p, err := d.plan(ctx, spec, false)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Remove removes the regular file at spec's path. A missing file is not an
+// error; anything else at the path (a symlink, a directory) is not what the
+// host wrote, so it stays and Remove says what is there.
+func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
+	s, err := d.spec(ctx, spec)
+	if err != nil {
+		return err
+	}
+	f, err := d.find(s)
+	if err != nil || f == nil {
+		return err
+	}
+	if f.kind != "file" {
+		return fmt.Errorf("remove file %s: %w: a %s is there; the host removes only what it owns, so it is left in place", s.Path, ErrNotRegular, f.kind)
+	}
+	if err := d.root.Remove(s.Path); err != nil {
+		return fmt.Errorf("remove file %s: %w", s.Path, err)
+	}
+	return nil
+}
+
+// spec checks the context and the spec every call starts with.
+func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.FileSpec, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("file driver: %w", err)
+	}
+	s, ok := spec.(*drivers.FileSpec)
+	if !ok {
+		return nil, fmt.Errorf("file driver: %w: got %T", drivers.ErrWrongKind, spec)
+	}
+	if s == nil {
+		return nil, fmt.Errorf("file driver: %w: nil spec", drivers.ErrInvalidSpec)
+	}
+	if err := drivers.CheckPath(s.Path); err != nil {
+		return nil, fmt.Errorf("file %s: %w", s.Path, err)
+	}
+	if m := drivers.ModeOr(s.Mode, DefaultMode); m > 0o7777 {
+		return nil, fmt.Errorf("file %s: %w: mode %o has bits above 07777", s.Path, drivers.ErrInvalidSpec, uint32(m))
+	}
+	return s, nil
+}
+
+// wanted is a spec resolved against the root: owner names made ids.
+type wanted struct {
+	path     string
+	content  []byte
+	mode     drivers.Mode
+	uid, gid int
+}
+
+func (d *Driver) want(s *drivers.FileSpec) (wanted, error) {
+	uid, err := d.root.LookupUser(s.Owner)
+	if err != nil {
+		return wanted{}, fmt.Errorf("file %s: owner: %w", s.Path, err)
+	}
+	gid, err := d.root.LookupGroup(s.Group)
+	if err != nil {
+		return wanted{}, fmt.Errorf("file %s: group: %w", s.Path, err)
+	}
+	return wanted{
+		path:    s.Path,
+		content: []byte(s.Content),
+		mode:    drivers.ModeOr(s.Mode, DefaultMode),
+		uid:     uid,
+		gid:     gid,
+	}, nil
+}
+
+// differs names each respect in which f does not match w.
+func (w wanted) differs(f *found) []string {
+	var out []string
+	if f.digest != digest(w.content) {
+		out = append(out, "content")
+	}
+	if f.mode != w.mode {
+		out = append(out, "mode")
+	}
+	if f.uid != w.uid {
+		out = append(out, "owner")
+	}
+	if f.gid != w.gid {
+		out = append(out, "group")
+	}
+	return out
+}
+
+// found is what is at a file's path.
+type found struct {
+	// kind is "file" for a regular file, else what is there instead:
+	// "symlink", "directory", "fifo", "socket", "device".
+	kind     string
+	digest   string
+	mode     drivers.Mode
+	uid, gid int
+}
+
+// find looks at s's path without following a symlink there; nil means
+// nothing is there (nor, perhaps, its parent).
+func (d *Driver) find(s *drivers.FileSpec) (*found, error) {
+	st, err := d.root.Lstat(s.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("file %s: %w", s.Path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return &found{kind: kindOf(st.Mode)}, nil
+	}
+	// Content, mode and owner from one open file, so they describe one
+	// inode even if the path is replaced meanwhile.
+	f, err := d.root.OpenFile(s.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("file %s: %w", s.Path, err)
+	}
+	defer f.Close()
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("file %s: stat: %w", s.Path, err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, fmt.Errorf("file %s: read: %w", s.Path, err)
+	}
+	return &found{
+		kind:   "file",
+		digest: "sha256:" + hex.EncodeToString(h.Sum(nil)),
+		mode:   drivers.Mode(st.Mode & 0o7777),
+		uid:    int(st.Uid),
+		gid:    int(st.Gid),
+	}, nil
+}
+
+// observation reports f (nil: absent), with differs when it is a regular
+// file.
+func observation(f *found, differs []string) drivers.Observation {
+	switch {
+	case f == nil:
+		return drivers.Observation{Differs: []string{"absent"}}
+	case f.kind != "file":
+		return drivers.Observation{Exists: true, Differs: []string{"type"}, Seen: "type:" + f.kind}
+	}
+	return drivers.Observation{Exists: true, InSync: len(differs) == 0, Differs: differs, Seen: f.digest}
+}
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func kindOf(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	}
+	return "device"
+}
+
+// plan prepares what Apply does: nil when the file matches; a staged
+// write when its content differs or something replaceable is there; a
+// chown when only its mode or owner differ. durable makes the change
+// durable by the time it is committed.
+func (d *Driver) plan(ctx context.Context, spec drivers.Spec, durable bool) (*pending, error) {
+	s, err := d.spec(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	w, err := d.want(s)
+	if err != nil {
+		return nil, err
+	}
+	f, err := d.find(s)
+	if err != nil {
+		return nil, err
+	}
+	action := drivers.Updated
+	switch {
+	case f == nil:
+		action = drivers.Created
+	case f.kind == "symlink":
+		// Renaming over the link replaces the link itself; its target,
+		// which may be anywhere, is never touched.
+	case f.kind != "file":
+		return nil, fmt.Errorf("file %s: %w: a %s is there; the host does not replace it", s.Path, ErrNotRegular, f.kind)
+	default:
+		differs := w.differs(f)
+		if len(differs) == 0 {
+			return nil, nil
+		}
+		if !slices.Contains(differs, "content") {
+			return &pending{d: d, w: w, action: action, durable: durable}, nil
+		}
+	}
+	staged, err := d.root.StageFile(s.Path, w.content, drivers.WriteOptions{Mode: w.mode, UID: w.uid, GID: w.gid, Sync: durable})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("file %s: %w: declare the directory %s (the host creates no parents): %w", s.Path, ErrNoParent, path.Dir(s.Path), err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("file %s: %w", s.Path, err)
+	}
+	return &pending{d: d, w: w, action: action, staged: staged}, nil
+}
+
+// pending is a staged change to one file: a written temporary file to
+// rename into place, or (staged nil) a mode and owner to set.
+type pending struct {
+	d      *Driver
+	w      wanted
+	action drivers.Action
+	staged *drivers.Staged
+	// durable makes a chown durable; a staged write knows for itself.
+	durable bool
+
+	once sync.Once
+}
+
+var _ drivers.Pending = (*pending)(nil)
+
+// Commit renames the staged file over the path, or sets the mode and
+// owner. A second Commit, or a Commit after Abort, does nothing.
+func (p *pending) Commit() (drivers.Action, error) {
+	action, err := drivers.Unchanged, error(nil)
+	p.once.Do(func() {
+		action, err = p.commit()
+	})
+	return action, err
+}
+
+func (p *pending) commit() (drivers.Action, error) {
+	if p.staged != nil {
+		if err := p.staged.Commit(); err != nil {
+			return drivers.Unchanged, fmt.Errorf("file %s: %w", p.w.path, err)
+		}
+		return p.action, nil
+	}
+	root := p.d.root
+	if err := root.Chown(p.w.path, p.w.mode, p.w.uid, p.w.gid); err != nil {
+		return drivers.Unchanged, fmt.Errorf("file %s: set mode and owner: %w", p.w.path, err)
+	}
+	if p.durable {
+		if err := syncFile(root, p.w.path); err != nil {
+			return drivers.Unchanged, err
+		}
+	}
+	return p.action, nil
+}
+
+// Abort removes the staged file; after Commit it does nothing.
+func (p *pending) Abort() {
+	p.once.Do(func() {
+		if p.staged != nil {
+			p.staged.Abort()
+		}
+	})
+}
+
+// syncFile makes a change to p's inode (its mode, its owner) durable.
+func syncFile(root *drivers.Root, p string) error {
+	f, err := root.OpenFile(p)
+	if err != nil {
+		return fmt.Errorf("file %s: sync: %w", p, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("file %s: sync: %w", p, err)
+	}
+	return nil
+}

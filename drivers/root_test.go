@@ -1,0 +1,302 @@
+package drivers_test
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mesh-host/mesh-host/drivers"
+)
+
+// newRoot is a Root over a fresh directory, with the directories dirs made
+// beneath it.
+func newRoot(t *testing.T, dirs ...string) *drivers.Root {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range dirs {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := drivers.NewRoot(dir)
+	if err != nil {
+		t.Fatalf("NewRoot(%s): %v", dir, err)
+	}
+	return r
+}
+
+func writeHostFile(t *testing.T, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckPath(t *testing.T) {
+	tests := []struct {
+		path string
+		ok   bool
+	}{
+		{"/etc/motd", true},
+		{"/etc", true},
+		{"/a/b/c.d", true},
+		{"/etc/..hidden", true},
+		{"", false},
+		{"etc/motd", false},
+		{"./etc/motd", false},
+		{"/", false},
+		{"//", false},
+		{"/etc/", false},
+		{"/etc//motd", false},
+		{"/etc/./motd", false},
+		{"/etc/../motd", false},
+		{"/..", false},
+		{"/../etc", false},
+		{"/etc/mo\x00td", false},
+	}
+	for _, tt := range tests {
+		err := drivers.CheckPath(tt.path)
+		if tt.ok && err != nil {
+			t.Errorf("CheckPath(%q): got %v, want nil", tt.path, err)
+		}
+		if !tt.ok && !errors.Is(err, drivers.ErrUnsafePath) {
+			t.Errorf("CheckPath(%q): got %v, want an error wrapping ErrUnsafePath", tt.path, err)
+		}
+	}
+}
+
+func TestOpenDirRefusesSymlink(t *testing.T) {
+	r := newRoot(t, "real/sub")
+	outside := t.TempDir()
+	if err := os.Symlink("real", r.Host("/inside")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, r.Host("/outside")); err != nil {
+		t.Fatal(err)
+	}
+	writeHostFile(t, r.Host("/real/file"), "x")
+	for _, p := range []string{"/inside", "/inside/sub", "/outside", "/real/sub/../../outside", "/real/file", "/real/file/x"} {
+		d, err := r.OpenDir(p)
+		if err == nil {
+			d.Close()
+			t.Errorf("OpenDir(%q): got nil error, want ErrUnsafePath", p)
+			continue
+		}
+		if !errors.Is(err, drivers.ErrUnsafePath) {
+			t.Errorf("OpenDir(%q): got %v, want an error wrapping ErrUnsafePath", p, err)
+		}
+	}
+	d, err := r.OpenDir("/real/sub")
+	if err != nil {
+		t.Fatalf("OpenDir(/real/sub): %v", err)
+	}
+	d.Close()
+	if _, err := r.OpenDir("/missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("OpenDir(/missing): got %v, want an error wrapping fs.ErrNotExist", err)
+	}
+}
+
+func TestRemove(t *testing.T) {
+	r := newRoot(t, "d/full", "d/empty")
+	writeHostFile(t, r.Host("/d/file"), "x")
+	writeHostFile(t, r.Host("/d/full/foreign"), "x")
+	outside := t.TempDir()
+	writeHostFile(t, filepath.Join(outside, "target"), "keep")
+	if err := os.Symlink(filepath.Join(outside, "target"), r.Host("/d/link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, r.Host("/linkdir")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path    string
+		wantErr error // nil: removed or missing
+		gone    bool
+	}{
+		{"/d/missing", nil, true},
+		{"/missing/parent/file", nil, true},
+		{"/d/file", nil, true},
+		{"/d/empty", nil, true},
+		{"/d/link", nil, true}, // the link, not its target
+		{"/d/full", unix.ENOTEMPTY, false},
+		{"/linkdir/target", drivers.ErrUnsafePath, false},
+	}
+	for _, tt := range tests {
+		err := r.Remove(tt.path)
+		if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+			t.Errorf("Remove(%q): got %v, want %v", tt.path, err, tt.wantErr)
+		}
+		_, err = r.Lstat(tt.path)
+		if gone := errors.Is(err, fs.ErrNotExist); gone != tt.gone && tt.wantErr != drivers.ErrUnsafePath {
+			t.Errorf("after Remove(%q): gone %v, want %v", tt.path, gone, tt.gone)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(outside, "target")); err != nil || string(b) != "keep" {
+		t.Errorf("outside target: got %q, %v; want %q untouched", b, err, "keep")
+	}
+	if _, err := os.Lstat(r.Host("/d/full/foreign")); err != nil {
+		t.Errorf("foreign file in a non-empty directory: %v, want it left", err)
+	}
+}
+
+func TestLookup(t *testing.T) {
+	bare := newRoot(t)
+	withFiles := newRoot(t, "etc")
+	writeHostFile(t, withFiles.Host("/etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n# comment\napp:x:1234:1234::/:/bin/false\nbad:x:notanumber:1::/:/bin/false\n")
+	// A line longer than a bufio.Scanner takes must not hide what follows.
+	writeHostFile(t, withFiles.Host("/etc/group"), "root:x:0:\nbig:x:7:"+strings.Repeat("u,", 40000)+"u\napp:x:1234:\n")
+
+	tests := []struct {
+		name   string
+		root   *drivers.Root
+		lookup string // "user" or "group"
+		arg    string
+		want   int
+		errHas []string // nil: no error
+	}{
+		{"root without passwd", bare, "user", "root", 0, nil},
+		{"empty is root without passwd", bare, "user", "", 0, nil},
+		{"root without group", bare, "group", "root", 0, nil},
+		{"unknown without passwd", bare, "user", "app", 0, []string{`"app"`, "/etc/passwd"}},
+		{"unknown without group", bare, "group", "app", 0, []string{`"app"`, "/etc/group"}},
+		{"user from passwd", withFiles, "user", "app", 1234, nil},
+		{"group after a long line", withFiles, "group", "app", 1234, nil},
+		{"unknown user", withFiles, "user", "nobody-here", 0, []string{`"nobody-here"`, "/etc/passwd"}},
+		{"unknown group", withFiles, "group", "nobody-here", 0, []string{`"nobody-here"`, "/etc/group"}},
+		{"id not a number", withFiles, "user", "bad", 0, []string{`"bad"`, "notanumber"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lookup := tt.root.LookupUser
+			if tt.lookup == "group" {
+				lookup = tt.root.LookupGroup
+			}
+			got, err := lookup(tt.arg)
+			if tt.errHas == nil {
+				if err != nil || got != tt.want {
+					t.Fatalf("Lookup %s %q: got %d, %v; want %d", tt.lookup, tt.arg, got, err, tt.want)
+				}
+				return
+			}
+			if !errors.Is(err, drivers.ErrInvalidSpec) {
+				t.Fatalf("Lookup %s %q: got %d, %v; want an error wrapping ErrInvalidSpec", tt.lookup, tt.arg, got, err)
+			}
+			for _, s := range tt.errHas {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("Lookup %s %q: error %q does not say %s", tt.lookup, tt.arg, err, s)
+				}
+			}
+		})
+	}
+}
+
+func TestSyncFS(t *testing.T) {
+	r := newRoot(t, "etc")
+	if err := r.SyncFS(); err != nil {
+		t.Fatalf("SyncFS: %v", err)
+	}
+}
+
+func TestMkdirOverNonDirectory(t *testing.T) {
+	r := newRoot(t, "d/existing")
+	writeHostFile(t, r.Host("/d/file"), "x")
+	outside := t.TempDir()
+	if err := os.Symlink(outside, r.Host("/d/link")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path        string
+		wantCreated bool
+		wantErr     error
+	}{
+		{"/d/new", true, nil},
+		{"/d/existing", false, nil},
+		{"/d/file", false, fs.ErrExist},
+		{"/d/link", false, drivers.ErrUnsafePath},
+		{"/d/link/sub", false, drivers.ErrUnsafePath},
+		{"/d/missing/sub", false, fs.ErrNotExist},
+	}
+	for _, tt := range tests {
+		created, err := r.Mkdir(tt.path, 0o750, 0, 0)
+		if created != tt.wantCreated || !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+			t.Errorf("Mkdir(%q): got %v, %v; want %v, %v", tt.path, created, err, tt.wantCreated, tt.wantErr)
+		}
+	}
+	st, err := r.Lstat("/d/new")
+	if err != nil || st.Mode&0o7777 != 0o750 || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		t.Errorf("Lstat(/d/new): got mode %o, %v; want a directory with mode 0750", st.Mode, err)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("outside directory: got %d entries, want none", len(entries))
+	}
+}
+
+func TestWriteFile(t *testing.T) {
+	r := newRoot(t, "d")
+	long := strings.Repeat("n", 250)
+	tests := []struct {
+		name string
+		path string
+		mode drivers.Mode
+	}{
+		{"plain", "/d/plain", 0o644},
+		{"setuid", "/d/setuid", 0o4755},
+		{"setgid and sticky", "/d/setgid", 0o3750},
+		{"long name", "/d/" + long, 0o600},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := r.WriteFile(tt.path, []byte(tt.name), drivers.WriteOptions{Mode: tt.mode, UID: 1234, GID: 4321, Sync: true}); err != nil {
+				t.Fatalf("WriteFile(%q): %v", tt.path, err)
+			}
+			st, err := r.Lstat(tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := drivers.Mode(st.Mode & 0o7777); got != tt.mode {
+				t.Errorf("mode: got %s, want %s", got, tt.mode)
+			}
+			if st.Uid != 1234 || st.Gid != 4321 {
+				t.Errorf("owner: got %d:%d, want 1234:4321", st.Uid, st.Gid)
+			}
+			b, err := r.ReadFile(tt.path)
+			if err != nil || string(b) != tt.name {
+				t.Errorf("ReadFile: got %q, %v; want %q", b, err, tt.name)
+			}
+		})
+	}
+	entries, err := os.ReadDir(r.Host("/d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".mesh-host-") {
+			t.Errorf("temporary file %s left beside the files", e.Name())
+		}
+	}
+}
+
+func TestReadFileRefusesNonRegular(t *testing.T) {
+	r := newRoot(t, "d/dir")
+	outside := t.TempDir()
+	writeHostFile(t, filepath.Join(outside, "secret"), "secret")
+	if err := os.Symlink(filepath.Join(outside, "secret"), r.Host("/d/link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(r.Host("/d/fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/d/link", "/d/dir", "/d/fifo"} {
+		if b, err := r.ReadFile(p); !errors.Is(err, drivers.ErrUnsafePath) {
+			t.Errorf("ReadFile(%q): got %q, %v; want an error wrapping ErrUnsafePath", p, b, err)
+		}
+		if err := r.Chown(p, 0o600, 0, 0); p != "/d/dir" && !errors.Is(err, drivers.ErrUnsafePath) {
+			t.Errorf("Chown(%q): got %v, want an error wrapping ErrUnsafePath", p, err)
+		}
+	}
+}

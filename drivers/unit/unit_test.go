@@ -1,0 +1,308 @@
+package unit_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/driverstest"
+	"github.com/mesh-host/mesh-host/drivers/unit"
+)
+
+// needTools skips the test when a tool it runs is missing: both come with
+// the Debian package systemd.
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (Debian package systemd): %v", tool, err)
+		}
+	}
+}
+
+// newRoot is an empty root prefix: systemctl --root needs nothing in it,
+// and the driver makes etc/systemd/system.
+func newRoot(t *testing.T) *drivers.Root {
+	t.Helper()
+	root, err := drivers.NewRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// service is a unit file for a service wanted by target.
+func service(description, target string) string {
+	return "[Unit]\nDescription=" + description + "\n\n[Service]\nExecStart=/bin/true\n\n[Install]\nWantedBy=" + target + "\n"
+}
+
+func apply(t *testing.T, d *unit.Driver, spec *drivers.UnitSpec, want drivers.Action) {
+	t.Helper()
+	got, err := d.Apply(t.Context(), spec)
+	if err != nil {
+		t.Fatalf("Apply(%s): %v", spec.Name, err)
+	}
+	if got != want {
+		t.Errorf("Apply(%s): got %q, want %q", spec.Name, got, want)
+	}
+}
+
+func observe(t *testing.T, d *unit.Driver, spec *drivers.UnitSpec) drivers.Observation {
+	t.Helper()
+	obs, err := d.Observe(t.Context(), spec)
+	if err != nil {
+		t.Fatalf("Observe(%s): %v", spec.Name, err)
+	}
+	return obs
+}
+
+// wantLink checks the link systemctl enable makes in target's .wants
+// directory, or its absence.
+func wantLink(t *testing.T, root *drivers.Root, target, name string, want bool) {
+	t.Helper()
+	link := root.Host("/etc/systemd/system/" + target + ".wants/" + name)
+	dest, err := os.Readlink(link)
+	switch {
+	case want && err != nil:
+		t.Errorf("wants link %s: %v, want it there", link, err)
+	case want && dest != "/etc/systemd/system/"+name:
+		t.Errorf("wants link %s points to %s, want /etc/systemd/system/%s", link, dest, name)
+	case !want && !errors.Is(err, os.ErrNotExist):
+		t.Errorf("wants link %s: %v (-> %q), want it gone", link, err, dest)
+	}
+}
+
+func TestEnableDisable(t *testing.T) {
+	needTools(t, "systemctl")
+	root := newRoot(t)
+	d := unit.New(root, unit.Options{})
+	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Enabled: true, Active: true}
+
+	obs := observe(t, d, spec)
+	if obs.Exists || obs.InSync || strings.Join(obs.Differs, ",") != "absent" {
+		t.Errorf("Observe before Apply = %+v, want absent", obs)
+	}
+	apply(t, d, spec, drivers.Created)
+	if b, err := os.ReadFile(root.Host("/etc/systemd/system/mesh-hello.service")); err != nil || string(b) != spec.Content {
+		t.Errorf("unit file after Apply: %q, %v; want the spec's content", b, err)
+	}
+	wantLink(t, root, "multi-user.target", spec.Name, true)
+	obs = observe(t, d, spec)
+	// Active is asked for, but no manager runs: not observed, not a
+	// difference, and the note says so.
+	if !obs.Exists || !obs.InSync || !strings.HasSuffix(obs.Seen, " enabled") {
+		t.Errorf("Observe after Apply = %+v, want in sync and seen enabled", obs)
+	}
+	wantNote := "enablement only: no service manager runs in " + root.Dir()
+	if obs.Note != wantNote {
+		t.Errorf("Observe note = %q, want %q", obs.Note, wantNote)
+	}
+	if note := d.ApplyNote(spec); !strings.Contains(note, wantNote) {
+		t.Errorf("ApplyNote = %q, want it to say %q", note, wantNote)
+	}
+	apply(t, d, spec, drivers.Unchanged)
+
+	disabled := *spec
+	disabled.Enabled = false
+	if obs := observe(t, d, &disabled); obs.InSync || strings.Join(obs.Differs, ",") != "enabled" {
+		t.Errorf("Observe(disabled) of an enabled unit = %+v, want differs in enabled", obs)
+	}
+	apply(t, d, &disabled, drivers.Updated)
+	wantLink(t, root, "multi-user.target", spec.Name, false)
+	if obs := observe(t, d, &disabled); !obs.InSync || !strings.HasSuffix(obs.Seen, " disabled") {
+		t.Errorf("Observe after disabling = %+v, want in sync and seen disabled", obs)
+	}
+	apply(t, d, &disabled, drivers.Unchanged)
+
+	apply(t, d, spec, drivers.Updated)
+	wantLink(t, root, "multi-user.target", spec.Name, true)
+	if err := d.Remove(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	wantLink(t, root, "multi-user.target", spec.Name, false)
+	if _, err := os.Lstat(root.Host("/etc/systemd/system/mesh-hello.service")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("unit file after Remove: %v, want it gone", err)
+	}
+	if err := d.Remove(t.Context(), spec); err != nil {
+		t.Errorf("second Remove: %v", err)
+	}
+}
+
+// TestContentChange: new content is Updated, and an enabled unit's links
+// follow its new [Install] section.
+func TestContentChange(t *testing.T) {
+	needTools(t, "systemctl")
+	root := newRoot(t)
+	d := unit.New(root, unit.Options{})
+	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Enabled: true}
+	apply(t, d, spec, drivers.Created)
+
+	changed := *spec
+	changed.Content = service("hello again", "graphical.target")
+	if obs := observe(t, d, &changed); obs.InSync || strings.Join(obs.Differs, ",") != "content" {
+		t.Errorf("Observe(changed) = %+v, want differs in content", obs)
+	}
+	apply(t, d, &changed, drivers.Updated)
+	if b, _ := os.ReadFile(root.Host("/etc/systemd/system/mesh-hello.service")); string(b) != changed.Content {
+		t.Errorf("unit file after the change: %q, want %q", b, changed.Content)
+	}
+	wantLink(t, root, "multi-user.target", spec.Name, false)
+	wantLink(t, root, "graphical.target", spec.Name, true)
+	apply(t, d, &changed, drivers.Unchanged)
+}
+
+// TestRejectedUnit: a unit systemd-analyze rejects fails with its message,
+// naming the unit's path in the root, and nothing is written.
+func TestRejectedUnit(t *testing.T) {
+	needTools(t, "systemctl", "systemd-analyze")
+	root := newRoot(t)
+	d := unit.New(root, unit.Options{})
+	good := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Enabled: true}
+	apply(t, d, good, drivers.Created)
+	before := driverstest.Tree(t, root.Dir())
+
+	for _, content := range []string{
+		"[Unit]\n[Service\nExecStart=/bin/true\n",
+		"[Service]\nExecStart=relative/true\n",
+		"[Servic]\nExecStart=/bin/true\n",
+	} {
+		bad := &drivers.UnitSpec{Name: "mesh-hello.service", Content: content, Enabled: true}
+		_, err := d.Apply(t.Context(), bad)
+		if !errors.Is(err, drivers.ErrInvalidSpec) || !errors.Is(err, unit.ErrToolFailed) {
+			t.Errorf("Apply(%q): got %v, want ErrInvalidSpec and ErrToolFailed", content, err)
+			continue
+		}
+		for _, want := range []string{"systemd-analyze verify", "exit code 1", "/etc/systemd/system/mesh-hello.service"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("Apply(%q): error %q does not say %q", content, err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "mesh-host-verify") {
+			t.Errorf("Apply(%q): error %q names the temporary copy", content, err)
+		}
+	}
+	if after := driverstest.Tree(t, root.Dir()); after != before {
+		t.Errorf("rejected units changed the root:\n got: %s\nwant: %s", after, before)
+	}
+}
+
+// TestStaticCannotBeEnabled: a unit with no [Install] section cannot be
+// enabled; asking for it is an invalid spec carrying systemctl's words.
+func TestStaticCannotBeEnabled(t *testing.T) {
+	needTools(t, "systemctl")
+	d := unit.New(newRoot(t), unit.Options{})
+	static := &drivers.UnitSpec{Name: "mesh-static.service", Content: "[Service]\nExecStart=/bin/true\n", Enabled: true}
+	_, err := d.Apply(t.Context(), static)
+	if !errors.Is(err, drivers.ErrInvalidSpec) || !strings.Contains(err.Error(), "static") || !strings.Contains(err.Error(), "no installation config") {
+		t.Errorf("Apply(enabled static unit) = %v, want ErrInvalidSpec saying static and systemctl's reason", err)
+	}
+	static.Enabled = false
+	apply(t, d, static, drivers.Unchanged) // the file was written; nothing else to do
+	if obs := observe(t, d, static); !obs.InSync || !strings.HasSuffix(obs.Seen, " static") {
+		t.Errorf("Observe(static, not enabled) = %+v, want in sync", obs)
+	}
+}
+
+// TestMaskedUnit: a symlink at the unit's path (systemctl mask makes one
+// to /dev/null) is reported, replaced by Apply, and left by Remove.
+func TestMaskedUnit(t *testing.T) {
+	needTools(t, "systemctl")
+	root := newRoot(t)
+	d := unit.New(root, unit.Options{})
+	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target")}
+	if out, err := exec.Command("systemctl", "--root="+root.Dir(), "mask", spec.Name).CombinedOutput(); err != nil {
+		t.Fatalf("systemctl mask: %v\n%s", err, out)
+	}
+	if obs := observe(t, d, spec); !obs.Exists || strings.Join(obs.Differs, ",") != "type" || obs.Seen != "type:symlink" {
+		t.Errorf("Observe of a masked unit = %+v, want a type difference", obs)
+	}
+	if err := d.Remove(t.Context(), spec); !errors.Is(err, unit.ErrNotRegular) {
+		t.Errorf("Remove of a masked unit = %v, want ErrNotRegular", err)
+	}
+	if dest, err := os.Readlink(root.Host("/etc/systemd/system/" + spec.Name)); err != nil || dest != "/dev/null" {
+		t.Errorf("the mask after Remove: %q, %v; want it left", dest, err)
+	}
+	apply(t, d, spec, drivers.Updated)
+	if obs := observe(t, d, spec); !obs.InSync {
+		t.Errorf("Observe after Apply over the mask = %+v, want in sync", obs)
+	}
+	if fi, err := os.Lstat("/dev/null"); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		t.Errorf("/dev/null after Apply over a mask to it: %v, %v", fi, err)
+	}
+}
+
+func TestInvalidNames(t *testing.T) {
+	needTools(t, "systemctl")
+	d := unit.New(newRoot(t), unit.Options{})
+	for _, name := range []string{"", "nginx", "../x.service", "a/b.service", "a b.service", ".service", "x.conf", strings.Repeat("a", 250) + ".service"} {
+		spec := &drivers.UnitSpec{Name: name, Content: "[Unit]\n"}
+		if _, err := d.Apply(t.Context(), spec); !errors.Is(err, drivers.ErrInvalidSpec) {
+			t.Errorf("Apply(%q) = %v, want ErrInvalidSpec", name, err)
+		}
+	}
+	// "-" begins systemd's names for the root slice and mount: accepted,
+	// and never read as an option.
+	spec := &drivers.UnitSpec{Name: "-.slice", Content: "[Unit]\nDescription=root\n"}
+	if _, err := d.Observe(t.Context(), spec); err != nil {
+		t.Errorf("Observe(-.slice): %v", err)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	needTools(t, "systemctl")
+	driverstest.Run(t, func(t *testing.T) driverstest.Fixture {
+		root := newRoot(t)
+		return driverstest.Fixture{
+			Driver: unit.New(root, unit.Options{}),
+			Specs: []drivers.Spec{
+				&drivers.UnitSpec{Name: "mesh-a.service", Content: service("a", "multi-user.target"), Enabled: true},
+				&drivers.UnitSpec{Name: "mesh-b.timer", Content: "[Timer]\nOnCalendar=daily\n\n[Install]\nWantedBy=timers.target\n", Enabled: true},
+			},
+			Changed: func(spec drivers.Spec) drivers.Spec {
+				c := *spec.(*drivers.UnitSpec)
+				c.Content += "# changed\n"
+				return &c
+			},
+			Snapshot: func(t *testing.T) string { return driverstest.Tree(t, root.Dir()) },
+		}
+	})
+}
+
+// TestNoSystemctl: without systemctl every call fails, naming it.
+func TestNoSystemctl(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	d := unit.New(newRoot(t), unit.Options{})
+	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target")}
+	_, errObserve := d.Observe(t.Context(), spec)
+	_, errApply := d.Apply(t.Context(), spec)
+	errRemove := d.Remove(t.Context(), spec)
+	for _, err := range []error{errObserve, errApply, errRemove} {
+		if !errors.Is(err, drivers.ErrToolMissing) || !strings.Contains(err.Error(), "systemctl") {
+			t.Errorf("got %v, want ErrToolMissing naming systemctl", err)
+		}
+	}
+}
+
+// TestNoAnalyze: without systemd-analyze units are written unverified, and
+// the note says so.
+func TestNoAnalyze(t *testing.T) {
+	needTools(t, "systemctl")
+	systemctl, _ := exec.LookPath("systemctl")
+	bin := t.TempDir()
+	if err := os.Symlink(systemctl, filepath.Join(bin, "systemctl")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin)
+	root := newRoot(t)
+	d := unit.New(root, unit.Options{})
+	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Enabled: true}
+	if note := d.ApplyNote(spec); !strings.Contains(note, "not verified: systemd-analyze is not installed") {
+		t.Errorf("ApplyNote = %q, want it to say the unit is not verified", note)
+	}
+	apply(t, d, spec, drivers.Created)
+	wantLink(t, root, "multi-user.target", spec.Name, true)
+}
