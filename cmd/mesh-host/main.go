@@ -36,7 +36,13 @@ type cli struct {
 	StateDir string `name:"state-dir" env:"MESH_HOST_STATE_DIR" default:"/var/lib/mesh-host" help:"Directory of the journal and the service's socket."`
 	Journal  string `name:"journal" env:"MESH_HOST_JOURNAL" help:"Journal file to open directly, never through the service (default: STATE-DIR/journal.db)."`
 	Socket   string `name:"socket" env:"MESH_HOST_SOCKET" help:"The running service's socket (default: STATE-DIR/control.sock)."`
+	Root     string `name:"root" env:"MESH_HOST_ROOT" default:"/" type:"path" help:"The root prefix the host manages: / on a node, a sandbox directory in tests and demos."`
+	OwnUnit  string `name:"own-unit" default:"mesh-host.service" help:"The host's own unit, which no declaration may name."`
+	Parallel int    `name:"parallel" default:"8" help:"How many resources to observe or apply at once."`
 
+	Apply      applyCmd   `cmd:"" help:"Apply a declaration to this machine now."`
+	Plan       planCmd    `cmd:"" help:"Show what applying a declaration would change; change nothing."`
+	Check      checkCmd   `cmd:"" help:"Look for drift in what the host owns, journal it, and repair it."`
 	JournalCmd journalCmd `cmd:"" name:"journal" help:"Show what changed on this machine, and why."`
 	Replay     replayCmd  `cmd:"" help:"Rebuild the state from the journal's first record, to check it or to look at the past."`
 	Status     statusCmd  `cmd:"" help:"Show the host's current state."`

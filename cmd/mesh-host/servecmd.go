@@ -20,9 +20,10 @@ import (
 // start, answers the CLI over its socket and compacts the journal daily; the
 // link and the reconciler join its run group as they are built.
 type serveCmd struct {
-	CompactEvery time.Duration `name:"compact-every" default:"24h" help:"How often to drop records older than the retention window."`
-	Retention    time.Duration `name:"retention" default:"2160h" help:"Keep records at least this long (default 90 days)."`
-	KeepLast     uint64        `name:"keep-last" default:"100000" help:"Keep at least this many newest records."`
+	DriftInterval time.Duration `name:"drift-interval" default:"10m" help:"How often to look for drift: change the mesh did not make."`
+	CompactEvery  time.Duration `name:"compact-every" default:"24h" help:"How often to drop records older than the retention window."`
+	Retention     time.Duration `name:"retention" default:"2160h" help:"Keep records at least this long (default 90 days)."`
+	KeepLast      uint64        `name:"keep-last" default:"100000" help:"Keep at least this many newest records."`
 }
 
 func (c *serveCmd) Run(e *env) error {
@@ -56,6 +57,13 @@ func (c *serveCmd) Run(e *env) error {
 			return localsock.Serve(ctx, sock, func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return runCLI(ctx, args, stdout, stderr, held)
 			})
+		}, func(error) { cancel() })
+	}
+	{ // Reconcile at start (the machine may have changed while nothing ran,
+		// or the last run stopped mid-apply), then on the drift timer.
+		ctx, cancel := context.WithCancel(e.ctx)
+		g.Add(func() error {
+			return c.reconcileLoop(ctx, e, held, log)
 		}, func(error) { cancel() })
 	}
 	{ // Retention: a quiet machine's journal must not grow without bound.
@@ -98,6 +106,35 @@ func (c *serveCmd) compactLoop(ctx context.Context, j *journal.Journal, log *slo
 		}
 		if res.Dropped > 0 {
 			log.Info("journal compacted", "dropped", res.Dropped, "through", res.Through, "size_before", res.SizeBefore, "size_after", res.SizeAfter)
+		}
+	}
+}
+
+// reconcileLoop reconciles at start, then every DriftInterval. A failing
+// reconcile is journaled and logged; the loop goes on (it is what repairs).
+func (c *serveCmd) reconcileLoop(ctx context.Context, e *env, held *heldJournal, log *slog.Logger) error {
+	trigger := event.TriggerStart
+	t := time.NewTicker(c.DriftInterval)
+	defer t.Stop()
+	for {
+		held.reconciling.Lock()
+		re := *e
+		re.ctx = ctx
+		res, err := re.reconcileStored(held.j, trigger, true)
+		held.reconciling.Unlock()
+		switch {
+		case errors.Is(err, journal.ErrClosed) || ctx.Err() != nil:
+			return nil
+		case err != nil:
+			log.Error("reconcile", "trigger", trigger, "err", err)
+		case res.Started != 0:
+			log.Info("reconciled", "trigger", trigger, "changed", res.Changed, "unchanged", res.Unchanged, "failed", res.Failed)
+		}
+		trigger = event.TriggerTimer
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
 		}
 	}
 }

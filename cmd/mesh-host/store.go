@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
@@ -13,6 +14,9 @@ import (
 // behalf of clients of its socket.
 type heldJournal struct {
 	j *journal.Journal
+	// reconciling lets one reconcile run at a time: the service's own
+	// (start, timer) and those clients ask for (apply, check).
+	reconciling sync.Mutex
 }
 
 // cliLockWait is how long a command waits for the journal's lock when no
@@ -54,7 +58,7 @@ func (e *env) withJournal(fn func(j *journal.Journal) error) error {
 	}
 	j, err := journal.Open(e.cli.journalPath(), journal.Options{ReadOnly: true, Timeout: cliLockWait})
 	if err != nil {
-		return failed("%v", err)
+		return failed("%w", err)
 	}
 	defer j.Close()
 	return fn(j)

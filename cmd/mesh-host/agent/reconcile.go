@@ -127,7 +127,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 	}
 
 	// Drift first: it is the cause of the repairs that follow.
-	if err := rc.journalDrift(steps); err != nil {
+	if err := rc.journalDrift(steps, req); err != nil {
 		return res, err
 	}
 	changes := slices.ContainsFunc(steps, func(s *Step) bool {
@@ -402,13 +402,15 @@ func levels(steps []*Step) [][]*Step {
 	return out
 }
 
-// journalDrift records a drift.observed for each drifted owned resource
-// that the journal does not already show as drifted.
-func (rc *Reconciler) journalDrift(steps []*Step) error {
+// journalDrift records a drift.observed for each drifted owned resource:
+// when it is about to be repaired (the record is the repair's cause), or
+// when the journal does not show it drifted yet (a check without repair
+// every ten minutes must not repeat itself).
+func (rc *Reconciler) journalDrift(steps []*Step, req Request) error {
 	var recs []event.Record
 	var drifted []*Step
 	for _, s := range steps {
-		if !s.Drift {
+		if !s.Drift || (!req.Repair && req.Owned[s.ID].Drifted) {
 			continue
 		}
 		differs := s.Observation.Differs

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+type applyCmd struct {
+	File string `arg:"" type:"path" help:"The declaration: YAML, or JSON when the name ends in .json."`
+}
+
+// readDeclaration parses the file a person handed a command.
+func readDeclaration(path string) (*declaration.Declaration, []byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var d *declaration.Declaration
+	if strings.EqualFold(filepath.Ext(path), ".json") {
+		d, err = declaration.ParseJSON(path, data)
+	} else {
+		d, err = declaration.ParseYAML(path, data)
+	}
+	return d, data, err
+}
+
+func (c *applyCmd) Run(e *env) error {
+	decl, _, err := readDeclaration(c.File)
+	source := "file:" + c.File
+	return e.withWriteJournal([]string{"apply", c.File}, func(j *journal.Journal) error {
+		if err != nil {
+			return refuse(j, source, nil, err)
+		}
+		s, _, lerr := storedState(j)
+		if lerr != nil {
+			return failed("%v", lerr)
+		}
+		if err := e.admissible(decl, s); err != nil {
+			return refuse(j, source, decl, err)
+		}
+		recv, err := appendDeclaration(j, decl, source)
+		if err != nil {
+			return failed("journal the declaration: %v", err)
+		}
+		s, _, err = storedState(j)
+		if err != nil {
+			return failed("%v", err)
+		}
+		rc, err := e.reconciler(j)
+		if err != nil {
+			return failed("%v", err)
+		}
+		res, err := rc.Reconcile(e.ctx, agent.Request{
+			Trigger: event.TriggerManual, Cause: recv, Revision: decl.Revision,
+			Specs: decl.Expanded(), Owned: s.Owned, Repair: true,
+		})
+		if err != nil {
+			return failed("reconcile: %v", err)
+		}
+		fmt.Fprintf(e.stdout, "revision %d of %s/%s from %s (%s)\n", decl.Revision, decl.Mesh, decl.Node, c.File, shortDigest(decl.Digest()))
+		printOutcomes(e.stdout, res, false)
+		if res.Failed > 0 {
+			return silent(exitFailed)
+		}
+		return nil
+	})
+}
+
+// admissible refuses a declaration older than the one applied, or one that
+// names the host's own unit: the installation owns the host.
+func (e *env) admissible(d *declaration.Declaration, s projector.State) error {
+	if s.Desired != nil && d.Revision < s.Desired.Revision {
+		return fmt.Errorf("revision %d is older than revision %d, already applied (declared at #%d): an old declaration never replays over a new one",
+			d.Revision, s.Desired.Revision, s.Desired.Seq)
+	}
+	return d.Refuse(e.cli.OwnUnit)
+}
+
+// refuse journals a refused declaration and returns exit 2 with the reason.
+func refuse(j *journal.Journal, source string, d *declaration.Declaration, reason error) error {
+	p := event.DeclarationRefusedPayload{Source: source, Reason: reason.Error()}
+	if d != nil {
+		p.Revision, p.Digest = d.Revision, d.Digest()
+	}
+	if _, err := j.Append(event.New(event.DeclarationRefused, 0, "", p)); err != nil {
+		return failed("journal the refusal (%v): %v", reason, err)
+	}
+	return &exitError{code: exitRefused, err: fmt.Errorf("refused, nothing applied:\n%v", reason)}
+}
+
+// appendDeclaration journals an accepted declaration, document and all, so
+// the host can reconcile from its journal alone while offline.
+func appendDeclaration(j *journal.Journal, d *declaration.Declaration, source string) (uint64, error) {
+	doc, err := d.MarshalJSON()
+	if err != nil {
+		return 0, err
+	}
+	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source, Document: doc}
+	for _, spec := range d.Expanded() {
+		p.Resources = append(p.Resources, event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)})
+	}
+	recs, err := j.Append(event.New(event.DeclarationReceived, 0, "", p))
+	if err != nil {
+		return 0, err
+	}
+	return recs[0].Seq, nil
+}
+
+// withWriteJournal runs fn against the journal opened for writing: the
+// service's own when running inside it; the running service's, by asking
+// it to run `forward` (absolute paths: it has another working directory);
+// else the file, opened here.
+func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) error) error {
+	if e.held != nil {
+		e.held.reconciling.Lock()
+		defer e.held.reconciling.Unlock()
+		return fn(e.held.j)
+	}
+	if e.cli.Journal == "" {
+		code, err := localsock.Call(e.ctx, e.cli.socketPath(), append(e.globalArgs(), forward...), e.stdout, e.stderr)
+		if err == nil {
+			return silent(code)
+		}
+		if !errors.Is(err, localsock.ErrNoService) {
+			return failed("ask the running service: %v", err)
+		}
+	}
+	j, err := journal.Open(e.cli.journalPath(), journal.Options{Fold: new(projector.Stored).Fold, Timeout: cliLockWait})
+	if err != nil {
+		return failed("%v", err)
+	}
+	defer j.Close()
+	return fn(j)
+}
+
+// globalArgs repeats the global flags that change what a command does to
+// the machine, for a command forwarded to the service.
+func (e *env) globalArgs() []string {
+	return []string{"--root", e.cli.Root}
+}
+
+// shortDigest abbreviates a sha256 digest for a person.
+func shortDigest(d string) string {
+	if h, ok := strings.CutPrefix(d, "sha256:"); ok && len(h) > 12 {
+		return "sha256:" + h[:12]
+	}
+	return d
+}
+
+// printOutcomes prints what a reconcile did (or, planned, would do).
+func printOutcomes(w io.Writer, res *agent.Result, planned bool) {
+	b := bufio.NewWriter(w)
+	defer b.Flush()
+	head := "OUTCOME"
+	if planned {
+		head = "PLAN"
+	}
+	fmt.Fprintf(b, "%-44s  %-10s  %s\n", "RESOURCE", head, "DETAIL")
+	for _, s := range res.Steps {
+		what := s.Outcome
+		if planned || what == "" {
+			what = s.Planned
+		}
+		if s.Drift && !planned && s.Outcome == "" {
+			what = "drifted"
+		}
+		var detail []string
+		if len(s.Observation.Differs) > 0 && what != event.ActionUnchanged && what != event.ActionCreate {
+			detail = append(detail, "differs: "+strings.Join(s.Observation.Differs, ", "))
+		}
+		if s.Drift {
+			detail = append(detail, "drift: changed outside the mesh")
+		}
+		if s.Err != nil {
+			detail = append(detail, s.Err.Error())
+		}
+		if s.Note != "" {
+			detail = append(detail, s.Note)
+		}
+		fmt.Fprintln(b, strings.TrimRight(fmt.Sprintf("%-44s  %-10s  %s", s.ID, what, strings.Join(detail, "; ")), " "))
+	}
+	if !planned {
+		fmt.Fprintf(b, "%d changed, %d unchanged, %d failed\n", res.Changed, res.Unchanged, res.Failed)
+	}
+}
+
+// reconciler wires the drivers for the root prefix.
+func (e *env) reconciler(j *journal.Journal) (*agent.Reconciler, error) {
+	root, err := drivers.NewRoot(e.cli.Root)
+	if err != nil {
+		return nil, err
+	}
+	return &agent.Reconciler{
+		Journal:  j,
+		Drivers:  newDrivers(root),
+		Root:     root,
+		Parallel: e.cli.Parallel,
+		Now:      e.now,
+	}, nil
+}

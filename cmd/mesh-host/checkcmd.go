@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+type checkCmd struct {
+	NoRepair bool `name:"no-repair" help:"Journal drift but change nothing."`
+}
+
+// Run observes every resource of the stored declaration, and every owned
+// one, against the machine now: the drift timer's reconcile, by hand.
+func (c *checkCmd) Run(e *env) error {
+	forward := []string{"check"}
+	if c.NoRepair {
+		forward = append(forward, "--no-repair")
+	}
+	return e.withWriteJournal(forward, func(j *journal.Journal) error {
+		res, err := e.reconcileStored(j, event.TriggerManual, !c.NoRepair)
+		if err != nil {
+			return failed("check: %v", err)
+		}
+		drifted := 0
+		for _, s := range res.Steps {
+			if s.Drift {
+				drifted++
+			}
+		}
+		if res.Started == 0 && drifted == 0 {
+			fmt.Fprintf(e.stdout, "%d resources as declared; nothing drifted\n", res.Unchanged)
+			return nil
+		}
+		printOutcomes(e.stdout, res, false)
+		if res.Failed > 0 || (c.NoRepair && drifted > 0) {
+			return silent(exitFailed)
+		}
+		return nil
+	})
+}
+
+// reconcileStored reconciles the root to the declaration the journal holds,
+// and removes what the host owns that it no longer declares: what `check`,
+// the service's start and its drift timer do.
+func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair bool) (*agent.Result, error) {
+	s, _, err := storedState(j)
+	if err != nil {
+		return nil, err
+	}
+	req := agent.Request{Trigger: trigger, Owned: s.Owned, Repair: repair}
+	if s.Desired != nil {
+		decl, err := declaration.ParseJSON(fmt.Sprintf("%s#%d", j.Path(), s.Desired.Seq), s.Desired.Document)
+		if err != nil {
+			return nil, fmt.Errorf("the stored declaration (#%d) does not parse: %w", s.Desired.Seq, err)
+		}
+		req.Revision, req.Specs = decl.Revision, decl.Expanded()
+	}
+	rc, err := e.reconciler(j)
+	if err != nil {
+		return nil, err
+	}
+	return rc.Reconcile(e.ctx, req)
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/pmezard/go-difflib/difflib"
+
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
+	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+const exitPending = 3 // plan: changes pending
+
+type planCmd struct {
+	File string `arg:"" type:"path" help:"The declaration: YAML, or JSON when the name ends in .json."`
+}
+
+// Run shows what apply would do, with a diff for each file's content. It
+// changes nothing and journals nothing.
+func (c *planCmd) Run(e *env) error {
+	decl, _, err := readDeclaration(c.File)
+	if err != nil {
+		return &exitError{code: exitRefused, err: fmt.Errorf("refused:\n%v", err)}
+	}
+	var s projector.State
+	err = e.withJournal(func(j *journal.Journal) error {
+		s, _, err = storedState(j)
+		return err
+	})
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee) && errors.Is(ee.err, journal.ErrNotExist):
+		// No journal yet: the host owns nothing.
+	case err != nil:
+		return err
+	}
+	if err := e.admissible(decl, s); err != nil {
+		return &exitError{code: exitRefused, err: fmt.Errorf("refused:\n%v", err)}
+	}
+	rc, err := e.reconciler(nil)
+	if err != nil {
+		return failed("%v", err)
+	}
+	res, err := rc.Reconcile(e.ctx, agent.Request{
+		Trigger: event.TriggerManual, Revision: decl.Revision, Specs: decl.Expanded(), Owned: s.Owned, DryRun: true,
+	})
+	if err != nil {
+		return failed("plan: %v", err)
+	}
+	printOutcomes(e.stdout, res, true)
+	for _, step := range res.Steps {
+		if f, ok := step.Spec.(*drivers.FileSpec); ok && step.Planned != event.ActionUnchanged {
+			printDiff(e, rc.Root, f)
+		}
+	}
+	if res.Pending() {
+		return silent(exitPending)
+	}
+	return nil
+}
+
+// printDiff prints a unified diff from the file's current content to the
+// declared one.
+func printDiff(e *env, root *drivers.Root, f *drivers.FileSpec) {
+	old, err := root.ReadFile(f.Path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(e.stdout, "\n%s: cannot read the current content: %v\n", f.Path, err)
+		return
+	}
+	if string(old) == f.Content {
+		return
+	}
+	from := f.Path
+	if errors.Is(err, fs.ErrNotExist) {
+		from = "/dev/null"
+	}
+	diff, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: lines(string(old)), B: lines(f.Content),
+		FromFile: from, ToFile: f.Path, Context: 3,
+	})
+	fmt.Fprintf(e.stdout, "\n%s", diff)
+}
+
+// lines splits s after each newline, keeping them, with no empty last line.
+func lines(s string) []string {
+	l := strings.SplitAfter(s, "\n")
+	if l[len(l)-1] == "" {
+		l = l[:len(l)-1]
+	}
+	return l
+}

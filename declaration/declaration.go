@@ -1,0 +1,320 @@
+package declaration
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/mesh-host/mesh-host/drivers"
+)
+
+// Declaration is the whole desired state of one node.
+type Declaration struct {
+	// Mesh and Node name the mesh and the node the declaration is for.
+	Mesh string
+	Node string
+	// Revision orders a node's declarations; it is at least 1.
+	Revision uint64
+	// Resources are the specs in document order: *drivers.FileSpec,
+	// *drivers.DirectorySpec, *drivers.ArchiveSpec, *drivers.PackageSpec
+	// or *drivers.UnitSpec. A package's state is filled in when absent.
+	Resources []drivers.Spec
+
+	// file and where say where a parsed declaration came from, for
+	// Refuse's messages; where is keyed by resource ID.
+	file  string
+	where map[string]located
+}
+
+// ParseYAML parses and checks a declaration written in YAML. name is the
+// file name messages give. The error, if any, is Errors.
+func ParseYAML(name string, data []byte) (*Declaration, error) {
+	if err := checkUTF8(name, data); err != nil {
+		return nil, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) || err == nil && len(doc.Content) == 0 {
+		return nil, Errors{{File: name, Line: 1, Column: 1,
+			Msg: fmt.Sprintf("the declaration is empty: it needs %s", allOf(documentFields))}}
+	} else if err != nil {
+		return nil, yamlSyntaxError(name, data, err)
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); err == nil {
+		return nil, Errors{{File: name, Line: next.Line, Column: next.Column,
+			Msg: "a second document: a file holds one declaration, so leave out this \"---\" and what follows"}}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, yamlSyntaxError(name, data, err)
+	}
+	return decode(name, doc.Content[0])
+}
+
+// ParseJSON parses and checks a declaration in its wire form, JSON of the
+// same shape as the YAML, with the same rules and messages.
+func ParseJSON(name string, data []byte) (*Declaration, error) {
+	if err := checkUTF8(name, data); err != nil {
+		return nil, err
+	}
+	root, err := jsonNode(data)
+	if err != nil {
+		line, col := position(data, err.offset)
+		return nil, Errors{{File: name, Line: line, Column: col, Msg: err.msg}}
+	}
+	return decode(name, root)
+}
+
+func decode(name string, root *yaml.Node) (*Declaration, error) {
+	d := &decoder{file: name}
+	decl := d.document(root)
+	if err := d.result(); err != nil {
+		return nil, err
+	}
+	decl.file = name
+	return decl, nil
+}
+
+// checkUTF8 refuses text that is not UTF-8, at the first bad byte.
+func checkUTF8(name string, data []byte) error {
+	for off := 0; off < len(data); {
+		r, size := utf8.DecodeRune(data[off:])
+		if r == utf8.RuneError && size == 1 {
+			line, col := position(data, off)
+			return Errors{{File: name, Line: line, Column: col,
+				Msg: fmt.Sprintf("byte 0x%02x is not UTF-8: a declaration is UTF-8 text", data[off])}}
+		}
+		off += size
+	}
+	return nil
+}
+
+// yamlSyntaxError places a syntax error from the YAML library. Its own
+// positions are only a line, often the line where the enclosing collection
+// began, and sometimes one line early; so the error is placed at the end
+// of the shortest prefix of the document that fails with the same problem.
+func yamlSyntaxError(name string, data []byte, err error) error {
+	problem := yamlProblem(err)
+	lo, hi := 0, len(data)
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		for mid > lo && !utf8.RuneStart(data[mid]) {
+			mid--
+		}
+		if yamlProblem(parseAll(data[:mid])) == problem {
+			hi = mid
+			continue
+		}
+		lo = mid + 1
+		for lo < hi && !utf8.RuneStart(data[lo]) {
+			lo++
+		}
+	}
+	off := max(hi-1, 0)
+	line, col := position(data, off)
+	var at rune
+	if off < len(data) {
+		at, _ = utf8.DecodeRune(data[off:])
+	}
+	switch {
+	case at == '\t':
+		problem = "a tab in indentation: YAML indents with spaces only"
+	case (at == '"' || at == '\'') && problem == "found unexpected end of stream":
+		problem = "the string quoted here is never closed"
+	case problem == "control characters are not allowed":
+		problem = fmt.Sprintf("control characters such as %U are not allowed", at)
+	case strings.Contains(problem, "'}'") && bytes.Contains(lineAt(data, off), []byte("${")):
+		// {path: /opt/${version}} ends the mapping at the first "}".
+		problem += `: in {...} a "}" ends the mapping, so quote a value that holds ${version}`
+	}
+	return Errors{{File: name, Line: line, Column: col, Msg: "invalid YAML: " + problem}}
+}
+
+// parseAll parses every document in data and returns the first error.
+func parseAll(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yaml.Node
+		if err := dec.Decode(&n); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+// yamlProblem is the YAML library's message without its "yaml: line N: ".
+func yamlProblem(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := strings.TrimPrefix(err.Error(), "yaml: ")
+	if rest, ok := strings.CutPrefix(s, "line "); ok {
+		if _, msg, ok := strings.Cut(rest, ": "); ok {
+			s = msg
+		}
+	}
+	return s
+}
+
+// lineAt is the line holding the byte at off.
+func lineAt(data []byte, off int) []byte {
+	start := bytes.LastIndexByte(data[:off], '\n') + 1
+	end := bytes.IndexByte(data[off:], '\n')
+	if end < 0 {
+		return data[start:]
+	}
+	return data[start : off+end]
+}
+
+// position turns a byte offset into a line and a column, both from 1; the
+// column counts characters.
+func position(data []byte, off int) (line, col int) {
+	off = min(off, len(data))
+	start := bytes.LastIndexByte(data[:off], '\n') + 1
+	return bytes.Count(data[:off], []byte("\n")) + 1, utf8.RuneCount(data[start:off]) + 1
+}
+
+// MarshalJSON writes the canonical wire form: mesh, node, revision and
+// resources in that order, each resource a one-key object naming its kind,
+// without HTML escaping or insignificant space. ParseJSON reads it back to
+// an equal Declaration.
+func (d *Declaration) MarshalJSON() ([]byte, error) {
+	type wire struct {
+		Mesh      string                          `json:"mesh"`
+		Node      string                          `json:"node"`
+		Revision  uint64                          `json:"revision"`
+		Resources []map[drivers.Kind]drivers.Spec `json:"resources"`
+	}
+	w := wire{d.Mesh, d.Node, d.Revision, make([]map[drivers.Kind]drivers.Spec, len(d.Resources))}
+	for i, s := range d.Resources {
+		if isNil(s) {
+			return nil, fmt.Errorf("declaration: resources[%d] is nil", i)
+		}
+		w.Resources[i] = map[drivers.Kind]drivers.Spec{s.Kind(): s}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(w); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// UnmarshalJSON parses the wire form as ParseJSON does, for a declaration
+// carried inside another JSON message; positions in its errors count from
+// the declaration's own first byte.
+func (d *Declaration) UnmarshalJSON(data []byte) error {
+	p, err := ParseJSON("", data)
+	if err != nil {
+		return err
+	}
+	*d = *p
+	return nil
+}
+
+// Digest is "sha256:" and the hex of the SHA-256 of the canonical JSON, so
+// two declarations that say the same thing have the same digest however
+// their YAML was laid out. It panics on a nil resource, which no parsed
+// declaration has.
+func (d *Declaration) Digest() string {
+	b, err := d.MarshalJSON()
+	if err != nil {
+		panic(err)
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Expanded returns copies of the resources as the drivers take them: in
+// every string value of an archive, "${version}" is replaced by the hex of
+// the archive's digest. Other kinds are copied as they are.
+func (d *Declaration) Expanded() []drivers.Spec {
+	out := make([]drivers.Spec, len(d.Resources))
+	for i, s := range d.Resources {
+		out[i] = expand(s)
+	}
+	return out
+}
+
+// expand copies a spec, expanding ${version} if it is an archive.
+func expand(s drivers.Spec) drivers.Spec {
+	if isNil(s) {
+		return s
+	}
+	switch s := s.(type) {
+	case *drivers.FileSpec:
+		c := *s
+		c.Mode = copyMode(s.Mode)
+		return &c
+	case *drivers.DirectorySpec:
+		c := *s
+		c.Mode = copyMode(s.Mode)
+		return &c
+	case *drivers.PackageSpec:
+		c := *s
+		return &c
+	case *drivers.UnitSpec:
+		c := *s
+		return &c
+	case *drivers.ArchiveSpec:
+		c := *s
+		hexDigits := strings.TrimPrefix(s.Digest, "sha256:")
+		// Every string field, so that a field added to ArchiveSpec expands
+		// too without a change here.
+		v := reflect.ValueOf(&c).Elem()
+		for i := range v.NumField() {
+			if f := v.Field(i); f.Kind() == reflect.String {
+				f.SetString(strings.ReplaceAll(f.String(), version, hexDigits))
+			}
+		}
+		return &c
+	}
+	return s
+}
+
+func isNil(s drivers.Spec) bool {
+	if s == nil {
+		return true
+	}
+	v := reflect.ValueOf(s)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+func copyMode(m *drivers.Mode) *drivers.Mode {
+	if m == nil {
+		return nil
+	}
+	c := *m
+	return &c
+}
+
+// Refuse returns an error if the declaration has a unit resource named
+// unit, the host's own unit (such as "mesh-host.service"), which the host
+// never manages: the error names the unit and where it was declared, and
+// matches ErrOwnUnit and ErrInvalid.
+func (d *Declaration) Refuse(unit string) error {
+	for i, s := range d.Resources {
+		u, ok := s.(*drivers.UnitSpec)
+		if !ok || u == nil || u.Name != unit {
+			continue
+		}
+		e := &Error{File: d.file, Field: fmt.Sprintf("resources[%d].unit.name", i),
+			Msg:      fmt.Sprintf("%q is the host's own unit: the installation manages it, never a declaration", unit),
+			sentinel: ErrOwnUnit}
+		if at, ok := d.where[drivers.ID(u)]; ok && at.index == i {
+			e.Line, e.Column = at.line, at.column
+		}
+		return e
+	}
+	return nil
+}

@@ -1,0 +1,424 @@
+package declaration
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/mesh-host/mesh-host/drivers"
+)
+
+// decoder walks a YAML node tree (parsed from YAML or built from JSON)
+// against the fields a declaration may have, collecting every problem.
+type decoder struct {
+	file string
+	errs Errors
+}
+
+func (d *decoder) fail(n *yaml.Node, field, format string, args ...any) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: n.Line, Column: n.Column, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// result sorts the problems by position and keeps the first maxErrors.
+func (d *decoder) result() error {
+	if len(d.errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(d.errs, func(a, b *Error) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
+	})
+	if len(d.errs) > maxErrors {
+		next := d.errs[maxErrors]
+		more := &Error{File: d.file, Line: next.Line, Column: next.Column,
+			Msg: fmt.Sprintf("too many problems: %d more not shown", len(d.errs)-maxErrors)}
+		d.errs = append(d.errs[:maxErrors:maxErrors], more)
+	}
+	return d.errs
+}
+
+// plain refuses what makes YAML more than a tree of plain values: anchors,
+// aliases and explicit tags.
+func (d *decoder) plain(n *yaml.Node, field string) bool {
+	switch {
+	case n.Kind == yaml.AliasNode:
+		d.fail(n, field, "an alias (*%s): anchors and aliases are not allowed; write the value out", n.Value)
+	case n.Anchor != "":
+		d.fail(n, field, "an anchor (&%s): anchors and aliases are not allowed; write the value out", n.Anchor)
+	case n.Style&yaml.TaggedStyle != 0:
+		d.fail(n, field, "a tag (%s): tags are not allowed; quote a value to make it a string", n.Tag)
+	default:
+		return true
+	}
+	return false
+}
+
+// describe names a node's value for a message.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	switch n.ShortTag() {
+	case "!!str":
+		s := n.Value
+		if len(s) > 40 {
+			s = s[:37] + "..."
+		}
+		return fmt.Sprintf("the string %q", s)
+	case "!!int", "!!float":
+		return "the number " + n.Value
+	case "!!bool":
+		return "the boolean " + n.Value
+	case "!!null":
+		if n.Value == "" {
+			return "an empty value, which YAML reads as null"
+		}
+		return "null"
+	case "!!timestamp":
+		return "the timestamp " + n.Value
+	}
+	return "a value tagged " + n.ShortTag()
+}
+
+// wrong reports a value of the wrong type.
+func (d *decoder) wrong(n *yaml.Node, field, want string) {
+	msg := fmt.Sprintf("must be %s, not %s", want, describe(n))
+	if n.Kind == yaml.ScalarNode && want == "a string" {
+		switch n.ShortTag() {
+		case "!!null":
+			if n.Value == "" {
+				msg += `; write "" for an empty string`
+			}
+		default:
+			msg += fmt.Sprintf("; quote it: %q", n.Value)
+		}
+	}
+	d.fail(n, field, "%s", msg)
+}
+
+// field is one key and its value in a mapping.
+type field struct{ key, value *yaml.Node }
+
+var bareKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// join appends a key to a field path, quoting a key that is not a bare name.
+func join(path, key string) string {
+	if !bareKey.MatchString(key) {
+		key = strconv.Quote(key)
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// fields reads a mapping's keys, refusing keys given twice and keys not in
+// known, and returns the rest by name.
+func (d *decoder) fields(m *yaml.Node, path string, known []string) map[string]field {
+	out := make(map[string]field, len(m.Content)/2)
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if !d.plain(k, path) {
+			continue
+		}
+		if k.Kind != yaml.ScalarNode {
+			d.fail(k, path, "a key must be a name, not %s", describe(k))
+			continue
+		}
+		p := join(path, k.Value)
+		if prev, ok := out[k.Value]; ok {
+			d.fail(k, p, "given twice; first at line %d", prev.key.Line)
+			continue
+		}
+		if !slices.Contains(known, k.Value) {
+			d.fail(k, p, "unknown field (known: %s)", strings.Join(known, ", "))
+			continue
+		}
+		out[k.Value] = field{k, v}
+	}
+	return out
+}
+
+func (d *decoder) str(n *yaml.Node, path string) (string, bool) {
+	if !d.plain(n, path) {
+		return "", false
+	}
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		d.wrong(n, path, "a string")
+		return "", false
+	}
+	return n.Value, true
+}
+
+// located is where a resource's key (its path or name) was declared.
+type located struct {
+	index        int
+	line, column int
+}
+
+// document decodes a whole declaration from the root of a document.
+func (d *decoder) document(root *yaml.Node) *Declaration {
+	if !d.plain(root, "") {
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		d.fail(root, "", "a declaration is a mapping of %s, not %s", allOf(documentFields), describe(root))
+		return nil
+	}
+	decl := &Declaration{where: map[string]located{}}
+	fs := d.fields(root, "", documentFields)
+	for _, name := range documentFields {
+		f, ok := fs[name]
+		if !ok {
+			d.fail(root, name, "required field is missing")
+			continue
+		}
+		switch name {
+		case "mesh", "node":
+			s, ok := d.str(f.value, name)
+			if !ok {
+				continue
+			}
+			if s == "" {
+				d.fail(f.value, name, "must not be empty")
+			}
+			if name == "mesh" {
+				decl.Mesh = s
+			} else {
+				decl.Node = s
+			}
+		case "revision":
+			decl.Revision = d.revision(f.value)
+		case "resources":
+			d.resources(f.value, decl)
+		}
+	}
+	return decl
+}
+
+func (d *decoder) revision(n *yaml.Node) uint64 {
+	const field = "revision"
+	if !d.plain(n, field) {
+		return 0
+	}
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+		d.wrong(n, field, "a whole number of at least 1")
+		return 0
+	}
+	r, err := strconv.ParseUint(n.Value, 10, 64)
+	switch {
+	case strings.HasPrefix(n.Value, "-") || err == nil && r == 0:
+		d.fail(n, field, "must be at least 1, not %s", n.Value)
+	case errors.Is(err, strconv.ErrRange):
+		d.fail(n, field, "%s is too large", n.Value)
+	case err != nil:
+		d.fail(n, field, "must be written in decimal, not %s", n.Value)
+	}
+	return r
+}
+
+func (d *decoder) resources(n *yaml.Node, decl *Declaration) {
+	const field = "resources"
+	if !d.plain(n, field) {
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.wrong(n, field, "a list of resources")
+		return
+	}
+	// claimed holds, by identity, the first resource to claim it: its ID
+	// for packages and units, its expanded path for the kinds that take a
+	// path, since a file and a directory cannot share one either.
+	type claim struct {
+		kind drivers.Kind
+		id   string
+		line int
+	}
+	claimed := map[string]claim{}
+	decl.Resources = make([]drivers.Spec, 0, len(n.Content))
+	for i, e := range n.Content {
+		path := fmt.Sprintf("resources[%d]", i)
+		spec, key, keyPath := d.resource(e, path)
+		if spec == nil {
+			continue
+		}
+		decl.Resources = append(decl.Resources, spec)
+		if key == nil {
+			continue
+		}
+		id := drivers.ID(spec)
+		if _, ok := decl.where[id]; !ok {
+			decl.where[id] = located{len(decl.Resources) - 1, key.Line, key.Column}
+		}
+		identity := id
+		if _, ok := spec.(*drivers.PackageSpec); !ok {
+			if _, ok := spec.(*drivers.UnitSpec); !ok {
+				identity = "path:" + expand(spec).Key()
+			}
+		}
+		first, dup := claimed[identity]
+		switch {
+		case !dup:
+			claimed[identity] = claim{spec.Kind(), id, key.Line}
+		case first.kind == spec.Kind():
+			d.fail(key, keyPath, "duplicate resource %q: also declared at line %d", id, first.line)
+		default:
+			d.fail(key, keyPath, "%q is also declared at line %d, as %s %s", spec.Key(), first.line, article(string(first.kind)), first.kind)
+		}
+	}
+}
+
+// resource decodes one entry of resources. It returns the spec, or nil if
+// the entry is too wrong to make one, and the node of the spec's key and
+// its field path, or nil if the key itself is wrong.
+func (d *decoder) resource(e *yaml.Node, path string) (drivers.Spec, *yaml.Node, string) {
+	if !d.plain(e, path) {
+		return nil, nil, ""
+	}
+	if e.Kind != yaml.MappingNode {
+		d.fail(e, path, "must be a mapping with one key, the kind (%s), not %s", strings.Join(kindNames(), ", "), describe(e))
+		return nil, nil, ""
+	}
+	switch len(e.Content) / 2 {
+	case 0:
+		d.fail(e, path, "is empty: an entry has one key, the kind (%s)", strings.Join(kindNames(), ", "))
+		return nil, nil, ""
+	case 1:
+	default:
+		d.manyKeys(e, path)
+		return nil, nil, ""
+	}
+	k, v := e.Content[0], e.Content[1]
+	if !d.plain(k, path) {
+		return nil, nil, ""
+	}
+	kd, ok := lookupKind(k.Value)
+	if k.Kind != yaml.ScalarNode || !ok {
+		d.fail(k, join(path, k.Value), "unknown kind (known: %s)", strings.Join(kindNames(), ", "))
+		return nil, nil, ""
+	}
+	return d.spec(kd, v, join(path, k.Value))
+}
+
+// manyKeys reports an entry with more than one key, guessing why.
+func (d *decoder) manyKeys(e *yaml.Node, path string) {
+	var keys []string
+	for i := 0; i < len(e.Content); i += 2 {
+		keys = append(keys, e.Content[i].Value)
+	}
+	msg := fmt.Sprintf("has %d keys (%s); an entry has exactly one, the kind", len(keys), strings.Join(keys, ", "))
+	kd, isKind := lookupKind(keys[0])
+	allFields, allKinds := isKind, true
+	for _, key := range keys[1:] {
+		if _, ok := kd.field(key); !ok {
+			allFields = false
+		}
+		if _, ok := lookupKind(key); !ok {
+			allKinds = false
+		}
+	}
+	switch {
+	case allFields:
+		msg += fmt.Sprintf(": indent %s under %s", strings.Join(keys[1:], ", "), keys[0])
+	case allKinds:
+		msg += `: start each resource with its own "-"`
+	default:
+		msg += fmt.Sprintf(" (%s)", strings.Join(kindNames(), ", "))
+	}
+	d.fail(e.Content[2], path, "%s", msg)
+}
+
+// spec decodes a kind's spec from its mapping, by the spec struct's fields.
+func (d *decoder) spec(kd kind, n *yaml.Node, path string) (drivers.Spec, *yaml.Node, string) {
+	if !d.plain(n, path) {
+		return nil, nil, ""
+	}
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, path, "must be a mapping of the %s's fields (%s), not %s", kd.kind, strings.Join(kd.fieldNames(), ", "), describe(n))
+		return nil, nil, ""
+	}
+	ptr := reflect.New(kd.typ)
+	spec := ptr.Interface().(drivers.Spec)
+	fs := d.fields(n, path, kd.fieldNames())
+	keyName := "path"
+	if kd.kind == drivers.KindPackage || kd.kind == drivers.KindUnit {
+		keyName = "name"
+	}
+	var key *yaml.Node
+	for _, sf := range kd.fields {
+		fpath := join(path, sf.name)
+		f, ok := fs[sf.name]
+		if !ok {
+			switch {
+			case sf.required && sf.name == "content" && kd.kind == drivers.KindFile:
+				d.fail(n, fpath, `required field is missing (content: "" declares an empty file)`)
+			case sf.required:
+				d.fail(n, fpath, "required field is missing")
+			case sf.rule.def != "":
+				ptr.Elem().Field(sf.index).SetString(sf.rule.def)
+			}
+			continue
+		}
+		if d.value(ptr.Elem().Field(sf.index), sf, f.value, fpath) && sf.name == keyName {
+			key = f.value
+		}
+	}
+	return spec, key, join(path, keyName)
+}
+
+// value decodes one field's value into dst and checks it against the
+// field's rule; it reports whether the value is good.
+func (d *decoder) value(dst reflect.Value, sf specField, n *yaml.Node, path string) bool {
+	if !d.plain(n, path) {
+		return false
+	}
+	switch {
+	case sf.typ.Kind() == reflect.String:
+		s, ok := d.str(n, path)
+		if !ok {
+			return false
+		}
+		if p := sf.rule.problem(s); p != "" {
+			d.fail(n, path, "%s", p)
+			return false
+		}
+		dst.SetString(s)
+	case sf.typ.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(n.Value)
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || err != nil {
+			d.wrong(n, path, "true or false")
+			return false
+		}
+		dst.SetBool(b)
+	case sf.typ == modeType:
+		if n.Kind == yaml.ScalarNode && (n.ShortTag() == "!!int" || n.ShortTag() == "!!float") {
+			d.fail(n, path, "must be an octal string such as \"0644\", not the number %s: quote it", n.Value)
+			return false
+		}
+		s, ok := d.str(n, path)
+		if !ok {
+			return false
+		}
+		if p := sf.rule.problem(s); p != "" {
+			d.fail(n, path, "%s", p)
+			return false
+		}
+		m, _ := drivers.ParseMode(s) // checked by the rule
+		dst.Set(reflect.ValueOf(&m))
+	default:
+		// TestRulesCoverFields keeps this from happening: a new field
+		// type in package drivers needs a case here.
+		d.fail(n, path, "cannot decode a field of type %s", sf.typ)
+		return false
+	}
+	return true
+}

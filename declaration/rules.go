@@ -1,0 +1,380 @@
+package declaration
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/mesh-host/mesh-host/drivers"
+)
+
+// The fields of a declaration's document, in the order they are written.
+var documentFields = []string{"mesh", "node", "revision", "resources"}
+
+// version is the one variable an archive's values may hold; it expands to
+// the hex of the archive's digest.
+const version = "${version}"
+
+// The patterns a value must match, in the syntax shared by Go's regexp and
+// the ECMA-262 dialect of JSON Schema, so that the schema states exactly
+// what the parser checks.
+const (
+	// pathElem is one path element that is neither "." nor "..".
+	pathElem = `([^./\x00][^/\x00]*|\.[^./\x00][^/\x00]*|\.\.[^/\x00]+)`
+	// pathPattern is an absolute, clean path other than "/".
+	pathPattern    = `^(/` + pathElem + `)+$`
+	modePattern    = `^[0-7]{3,4}$`
+	digestPattern  = `^sha256:[0-9a-f]{64}$`
+	sourcePattern  = `^(file:///|https?://[^/?#]+)`
+	packagePattern = `^[a-z0-9][a-z0-9+.-]*$`
+	unitPattern    = `^[A-Za-z0-9:_.@\\-]+\.(service|socket|timer|target|path|mount)$`
+	namePattern    = `^[^:/]+$`
+)
+
+var unitSuffixes = []string{".service", ".socket", ".timer", ".target", ".path", ".mount"}
+
+// rule is what a spec field's value must be beyond its Go type. The
+// parser checks it and Schema states it.
+type rule struct {
+	desc string
+	// def is the value an absent field stands for, if any.
+	def string
+	// nonEmpty refuses the empty string.
+	nonEmpty bool
+	enum     []string
+	// pattern is checked after check; a value check passes must match it.
+	pattern string
+	// check says what is wrong with a string value, or "".
+	check func(string) string
+}
+
+// rules holds a rule for every field of every kind's spec, by JSON name;
+// TestRulesCoverFields holds it to the spec types in package drivers.
+var rules = map[drivers.Kind]map[string]rule{
+	drivers.KindFile: {
+		"path":    {desc: "Absolute, clean path of the file.", pattern: pathPattern, check: plainPath},
+		"content": {desc: "The file's whole content; may be empty, but must be given."},
+		"mode":    modeRule("Permission mode as an octal string; defaults to \"0644\"."),
+		"owner":   nameRule("User owning the file, by name; defaults to root."),
+		"group":   nameRule("Group owning the file, by name; defaults to root."),
+	},
+	drivers.KindDirectory: {
+		"path":  {desc: "Absolute, clean path of the directory.", pattern: pathPattern, check: plainPath},
+		"mode":  modeRule("Permission mode as an octal string; defaults to \"0755\"."),
+		"owner": nameRule("User owning the directory, by name; defaults to root."),
+		"group": nameRule("Group owning the directory, by name; defaults to root."),
+	},
+	drivers.KindArchive: {
+		"path": {desc: "Absolute, clean path of the directory the archive unpacks into; " +
+			version + " expands to the digest's hex.", pattern: pathPattern, check: archivePath},
+		"source": {desc: "Where to fetch the archive: a file://, http:// or https:// URL; " +
+			version + " expands to the digest's hex.", pattern: sourcePattern, check: source},
+		"digest": {desc: "The archive's sha256 digest, checked before anything is unpacked.",
+			pattern: digestPattern, check: digest},
+		"format": {desc: "The archive's format.", enum: []string{
+			drivers.FormatTar, drivers.FormatTarGz, drivers.FormatTarZst, drivers.FormatZip}},
+	},
+	drivers.KindPackage: {
+		"name": {desc: "The package's name; never a version.", pattern: packagePattern, check: packageName},
+		"state": {desc: "Whether the package is present or absent.", def: drivers.Present,
+			enum: []string{drivers.Present, drivers.Absent}},
+	},
+	drivers.KindUnit: {
+		"name":    {desc: "The unit's name with its suffix, such as \"app.service\".", pattern: unitPattern, check: unitName},
+		"content": {desc: "The unit file's content.", nonEmpty: true},
+		"enabled": {desc: "Whether the unit is enabled; defaults to false."},
+		"active":  {desc: "Whether the unit is running; defaults to false."},
+	},
+}
+
+func modeRule(desc string) rule {
+	return rule{desc: desc, pattern: modePattern, check: mode}
+}
+
+func nameRule(desc string) rule {
+	return rule{desc: desc, nonEmpty: true, pattern: namePattern, check: ownerName}
+}
+
+// kind is one resource kind as a declaration spells it.
+type kind struct {
+	kind drivers.Kind
+	desc string
+	typ  reflect.Type
+	// fields are the spec's fields in struct order.
+	fields []specField
+}
+
+// specField is one field of a spec struct.
+type specField struct {
+	name     string
+	index    int
+	typ      reflect.Type
+	required bool
+	rule     rule
+}
+
+var modeType = reflect.TypeFor[*drivers.Mode]()
+
+// kinds are the kinds in the order messages list them. Their fields come
+// from the spec types' json tags: a field without omitempty is required.
+var kinds = []kind{
+	newKind(drivers.KindFile, "A regular file with the given content.", reflect.TypeFor[drivers.FileSpec]()),
+	newKind(drivers.KindDirectory, "A directory; removing it never removes what the host does not own in it.", reflect.TypeFor[drivers.DirectorySpec]()),
+	newKind(drivers.KindArchive, "An archive fetched by digest and unpacked whole at its path.", reflect.TypeFor[drivers.ArchiveSpec]()),
+	newKind(drivers.KindPackage, "A package that is present or absent.", reflect.TypeFor[drivers.PackageSpec]()),
+	newKind(drivers.KindUnit, "A systemd unit file, and whether it is enabled and active.", reflect.TypeFor[drivers.UnitSpec]()),
+}
+
+func newKind(k drivers.Kind, desc string, t reflect.Type) kind {
+	out := kind{kind: k, desc: desc, typ: t}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" || name == "" {
+			continue
+		}
+		out.fields = append(out.fields, specField{
+			name:     name,
+			index:    i,
+			typ:      f.Type,
+			required: !slices.Contains(strings.Split(opts, ","), "omitempty"),
+			rule:     rules[k][name],
+		})
+	}
+	return out
+}
+
+func lookupKind(name string) (kind, bool) {
+	for _, k := range kinds {
+		if string(k.kind) == name {
+			return k, true
+		}
+	}
+	return kind{}, false
+}
+
+func (k kind) field(name string) (specField, bool) {
+	for _, f := range k.fields {
+		if f.name == name {
+			return f, true
+		}
+	}
+	return specField{}, false
+}
+
+func (k kind) fieldNames() []string {
+	names := make([]string, len(k.fields))
+	for i, f := range k.fields {
+		names[i] = f.name
+	}
+	return names
+}
+
+func kindNames() []string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k.kind)
+	}
+	return names
+}
+
+var (
+	modeRegexp    = regexp.MustCompile(modePattern)
+	packageRegexp = regexp.MustCompile(packagePattern)
+)
+
+// patterns holds every rule's pattern, compiled.
+var patterns = compilePatterns()
+
+func compilePatterns() map[string]*regexp.Regexp {
+	out := map[string]*regexp.Regexp{}
+	for _, byField := range rules {
+		for _, r := range byField {
+			if r.pattern != "" {
+				out[r.pattern] = regexp.MustCompile(r.pattern)
+			}
+		}
+	}
+	return out
+}
+
+// problem says what is wrong with a string value under r, or "".
+func (r rule) problem(s string) string {
+	switch {
+	case s == "" && (r.nonEmpty || r.check != nil || r.enum != nil):
+		return "must not be empty"
+	case r.enum != nil && !slices.Contains(r.enum, s):
+		return fmt.Sprintf("must be %s, not %q", oneOf(r.enum), s)
+	}
+	if r.check != nil {
+		if p := r.check(s); p != "" {
+			return p
+		}
+	}
+	if r.pattern != "" && !patterns[r.pattern].MatchString(s) {
+		return fmt.Sprintf("%q does not match %s", s, r.pattern)
+	}
+	return ""
+}
+
+// oneOf spells a list of choices: "a or b", "a, b or c".
+func oneOf(choices []string) string { return list(choices, "or") }
+
+// allOf spells a list of things all wanted: "a, b and c".
+func allOf(items []string) string { return list(items, "and") }
+
+func list(items []string, conj string) string {
+	if len(items) == 1 {
+		return items[0]
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " " + conj + " " + items[len(items)-1]
+}
+
+// article is "a" or "an", as the word after it wants.
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an"
+	}
+	return "a"
+}
+
+// pathProblem checks an absolute, clean path that is not "/".
+func pathProblem(p string) string {
+	switch {
+	case strings.ContainsRune(p, 0):
+		return fmt.Sprintf("%q contains a NUL byte", p)
+	case !strings.HasPrefix(p, "/"):
+		return fmt.Sprintf("%q is not absolute: it must start with /", p)
+	case p == "/":
+		return "must not be / itself"
+	case slices.Contains(strings.Split(p, "/"), ".."):
+		return fmt.Sprintf("%q must not contain \"..\"", p)
+	case path.Clean(p) != p:
+		return fmt.Sprintf("%q is not clean: write %q", p, path.Clean(p))
+	}
+	return ""
+}
+
+// plainPath is the path of a file or directory, where nothing expands.
+func plainPath(p string) string {
+	if strings.Contains(p, version) {
+		return fmt.Sprintf("%q: %s expands only in an archive's values", p, version)
+	}
+	return pathProblem(p)
+}
+
+// archivePath is checked as written: the digest's hex in place of
+// ${version} can neither make a path unclean nor make it "/", so a path
+// that passes here passes expanded, and the messages show what was written.
+func archivePath(p string) string {
+	if v := unknownVariable(p); v != "" {
+		return v
+	}
+	return pathProblem(p)
+}
+
+// unknownVariable reports a "${" that does not start ${version}.
+func unknownVariable(s string) string {
+	for rest := s; ; {
+		i := strings.Index(rest, "${")
+		if i < 0 {
+			return ""
+		}
+		rest = rest[i:]
+		if !strings.HasPrefix(rest, version) {
+			name := rest
+			if j := strings.IndexByte(rest, '}'); j >= 0 {
+				name = rest[:j+1]
+			}
+			return fmt.Sprintf("unknown variable %q: only %s expands", name, version)
+		}
+		rest = rest[len(version):]
+	}
+}
+
+func source(s string) string {
+	if v := unknownVariable(s); v != "" {
+		return v
+	}
+	u, err := url.Parse(strings.ReplaceAll(s, version, dummyHex))
+	switch {
+	case err != nil || !strings.HasPrefix(s, "file:") && !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://"):
+		return fmt.Sprintf("%q is not a file://, http:// or https:// URL", s)
+	case u.Scheme == "file":
+		if u.Host != "" || !strings.HasPrefix(s, "file:///") {
+			return fmt.Sprintf("%q: a file URL holds an absolute path and no host, as in file:///srv/app.tar.gz", s)
+		}
+	case u.Host == "":
+		return fmt.Sprintf("%q has no host", s)
+	}
+	return ""
+}
+
+// dummyHex stands for a digest's hex where a value is checked unexpanded.
+var dummyHex = strings.Repeat("0", 64)
+
+func digest(s string) string {
+	hex, ok := strings.CutPrefix(s, "sha256:")
+	want := "want \"sha256:\" and 64 lowercase hex digits"
+	switch {
+	case !ok:
+		return fmt.Sprintf("%q is not a sha256 digest: %s", s, want)
+	case len(hex) != 64:
+		return fmt.Sprintf("%q has %d hex digits: %s", s, len(hex), want)
+	case strings.ToLower(hex) != hex:
+		return fmt.Sprintf("%q has upper-case hex digits: %s", s, want)
+	}
+	for _, c := range hex {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return fmt.Sprintf("%q holds %q, which is not a hex digit: %s", s, c, want)
+		}
+	}
+	return ""
+}
+
+func mode(s string) string {
+	if !modeRegexp.MatchString(s) {
+		return fmt.Sprintf("%q is not an octal mode like \"0644\"", s)
+	}
+	if _, err := drivers.ParseMode(s); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func ownerName(s string) string {
+	if strings.ContainsAny(s, ":/") {
+		return fmt.Sprintf("%q is not a user or group name: it must not contain \":\" or \"/\"", s)
+	}
+	return ""
+}
+
+func packageName(s string) string {
+	if !packageRegexp.MatchString(s) {
+		return fmt.Sprintf("%q is not a package name: lower-case letters, digits, \"+\", \"-\" and \".\", starting with a letter or digit", s)
+	}
+	return ""
+}
+
+func unitName(s string) string {
+	if strings.Contains(s, "/") {
+		return fmt.Sprintf("%q must not contain \"/\": give the unit's name, not a path", s)
+	}
+	i := slices.IndexFunc(unitSuffixes, func(suffix string) bool { return strings.HasSuffix(s, suffix) })
+	if i < 0 {
+		return fmt.Sprintf("%q must end in %s", s, oneOf(unitSuffixes))
+	}
+	if s == unitSuffixes[i] {
+		return fmt.Sprintf("%q has no name before its suffix", s)
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(":_.@\\-", c)) {
+			return fmt.Sprintf("%q contains %q, which a unit name cannot", s, c)
+		}
+	}
+	return ""
+}
