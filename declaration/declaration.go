@@ -318,3 +318,49 @@ func (d *Declaration) Refuse(unit string) error {
 	}
 	return nil
 }
+
+// DecodeStored reads a declaration the host itself stored: MarshalJSON's
+// output, journaled when the declaration was accepted. It was checked then,
+// so it is decoded without positions or ParseJSON's rules, which cost
+// time on every check of a large declaration and which a newer, stricter
+// version must not hold against a declaration an older one accepted.
+// Malformed input is still an error.
+func DecodeStored(data []byte) (*Declaration, error) {
+	var w struct {
+		Mesh      string                       `json:"mesh"`
+		Node      string                       `json:"node"`
+		Revision  uint64                       `json:"revision"`
+		Resources []map[string]json.RawMessage `json:"resources"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, fmt.Errorf("%w: stored declaration: %v", ErrInvalid, err)
+	}
+	d := &Declaration{Mesh: w.Mesh, Node: w.Node, Revision: w.Revision, Resources: make([]drivers.Spec, 0, len(w.Resources))}
+	for i, r := range w.Resources {
+		if len(r) != 1 {
+			return nil, fmt.Errorf("%w: stored declaration: resources[%d] names %d kinds", ErrInvalid, i, len(r))
+		}
+		for kind, raw := range r {
+			var spec drivers.Spec
+			switch drivers.Kind(kind) {
+			case drivers.KindFile:
+				spec = new(drivers.FileSpec)
+			case drivers.KindDirectory:
+				spec = new(drivers.DirectorySpec)
+			case drivers.KindArchive:
+				spec = new(drivers.ArchiveSpec)
+			case drivers.KindPackage:
+				spec = new(drivers.PackageSpec)
+			case drivers.KindUnit:
+				spec = new(drivers.UnitSpec)
+			default:
+				return nil, fmt.Errorf("%w: stored declaration: resources[%d]: unknown kind %q", ErrInvalid, i, kind)
+			}
+			if err := json.Unmarshal(raw, spec); err != nil {
+				return nil, fmt.Errorf("%w: stored declaration: resources[%d].%s: %v", ErrInvalid, i, kind, err)
+			}
+			d.Resources = append(d.Resources, spec)
+		}
+	}
+	return d, nil
+}

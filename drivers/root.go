@@ -24,6 +24,9 @@ import (
 // state them ("/etc/motd"), and mean that path under the root.
 type Root struct {
 	dir string
+	// fd is the root directory, held open so that resolving a path costs
+	// one openat2 (or one openat a component), not a walk from "/" too.
+	fd int
 }
 
 // NewRoot returns the Root at dir, which must be an existing directory.
@@ -39,8 +42,15 @@ func NewRoot(dir string) (*Root, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("root prefix %s is not a directory", abs)
 	}
-	return &Root{dir: abs}, nil
+	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open root prefix %s: %w", abs, err)
+	}
+	return &Root{dir: abs, fd: fd}, nil
 }
+
+// Close releases the root directory.
+func (r *Root) Close() error { return unix.Close(r.fd) }
 
 // Dir is the root prefix's directory on this machine.
 func (r *Root) Dir() string { return r.dir }
@@ -62,7 +72,9 @@ func CheckPath(p string) error {
 	case strings.Contains(p, "\x00"):
 		return fmt.Errorf("%w: %q contains NUL", ErrUnsafePath, p)
 	}
-	for _, c := range strings.Split(p[1:], "/") {
+	for rest := p[1:]; rest != ""; {
+		var c string
+		c, rest, _ = strings.Cut(rest, "/")
 		if c == ".." || c == "." {
 			return fmt.Errorf("%w: %q has a %q component", ErrUnsafePath, p, c)
 		}
@@ -73,25 +85,42 @@ func CheckPath(p string) error {
 // OpenDir opens the directory p beneath the root without following any
 // symlink. p "/" is the root itself. The caller closes the file.
 func (r *Root) OpenDir(p string) (*os.File, error) {
-	fd, err := unix.Open(r.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open root %s: %w", r.dir, err)
+	if p == "/" {
+		fd, err := unix.Dup(r.fd)
+		if err != nil {
+			return nil, fmt.Errorf("open root %s: %w", r.dir, err)
+		}
+		unix.CloseOnExec(fd)
+		return os.NewFile(uintptr(fd), r.dir), nil
 	}
-	if p != "/" {
-		if err := CheckPath(p); err != nil {
-			unix.Close(fd)
-			return nil, err
-		}
-		for _, c := range strings.Split(p[1:], "/") {
-			next, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			unix.Close(fd)
-			if err != nil {
-				return nil, r.pathErr("open directory", p, err)
-			}
-			fd = next
-		}
+	if err := CheckPath(p); err != nil {
+		return nil, err
+	}
+	fd, err := openBeneath(r.fd, p[1:], unix.O_RDONLY|unix.O_DIRECTORY)
+	if errors.Is(err, errNoOpenat2) {
+		fd, err = r.walk(p)
+	}
+	if err != nil {
+		return nil, r.pathErr("open directory", p, err)
 	}
 	return os.NewFile(uintptr(fd), r.Host(p)), nil
+}
+
+// walk opens the directory p one component at a time with O_NOFOLLOW: the
+// portable way to what openat2's RESOLVE_NO_SYMLINKS does in one call.
+func (r *Root) walk(p string) (int, error) {
+	fd := r.fd
+	for _, c := range strings.Split(p[1:], "/") {
+		next, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if fd != r.fd {
+			unix.Close(fd)
+		}
+		if err != nil {
+			return -1, err
+		}
+		fd = next
+	}
+	return fd, nil
 }
 
 // pathErr turns ELOOP/ENOTDIR from an O_NOFOLLOW walk into ErrUnsafePath:
@@ -99,7 +128,7 @@ func (r *Root) OpenDir(p string) (*os.File, error) {
 // expects a directory.
 func (r *Root) pathErr(op, p string, err error) error {
 	switch {
-	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EMLINK):
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EMLINK), errors.Is(err, unix.EXDEV):
 		return fmt.Errorf("%s %s: %w: a symlink is in the way; the host never follows one", op, p, ErrUnsafePath)
 	case errors.Is(err, unix.ENOTDIR):
 		return fmt.Errorf("%s %s: %w: a parent is not a directory", op, p, ErrUnsafePath)
@@ -143,6 +172,55 @@ func (r *Root) ReadFile(p string) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(f)
+}
+
+// Look opens p for reading if it is a regular file, without following a
+// symlink at p or in a parent, and describes what is there. For anything
+// but a regular file (a symlink, a directory, a device: nothing that is
+// opened for reading, which for a device could do something) the file is
+// nil and st says what it is. A missing p (or parent) gives an error
+// satisfying errors.Is(err, fs.ErrNotExist). It is Lstat then OpenFile in
+// three system calls where those take eight.
+func (r *Root) Look(p string) (*os.File, unix.Stat_t, error) {
+	var st unix.Stat_t
+	if err := CheckPath(p); err != nil {
+		return nil, st, err
+	}
+	// O_PATH|O_NOFOLLOW opens even a symlink at p, as itself.
+	pfd, err := openBeneath(r.fd, p[1:], oPath|unix.O_NOFOLLOW)
+	if errors.Is(err, errNoOpenat2) {
+		if st, err = r.Lstat(p); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return nil, st, err
+		}
+		f, err := r.OpenFile(p)
+		return f, st, err
+	}
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, st, &os.PathError{Op: "open", Path: r.Host(p), Err: err}
+		}
+		return nil, st, r.pathErr("open", p, err)
+	}
+	err = unix.Fstat(pfd, &st)
+	unix.Close(pfd)
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, st, err
+	}
+	fd, err := openBeneath(r.fd, p[1:], unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, st, r.pathErr("open", p, err)
+	}
+	// What was opened must be what was looked at: a file swapped in
+	// between for a device is not read.
+	var st2 unix.Stat_t
+	if err := unix.Fstat(fd, &st2); err != nil || st2.Ino != st.Ino || st2.Dev != st.Dev {
+		unix.Close(fd)
+		if err == nil {
+			err = fmt.Errorf("%s changed while it was opened", p)
+		}
+		return nil, st, &os.PathError{Op: "open", Path: r.Host(p), Err: err}
+	}
+	return os.NewFile(uintptr(fd), r.Host(p)), st2, nil
 }
 
 // OpenFile opens the regular file p for reading without following a
@@ -400,17 +478,14 @@ func (r *Root) LookupUser(name string) (int, error) { return r.lookupID("/etc/pa
 func (r *Root) LookupGroup(name string) (int, error) { return r.lookupID("/etc/group", "group", name) }
 
 func (r *Root) lookupID(file, what, name string) (int, error) {
-	if name == "" {
-		name = "root"
-	}
-	id, err := r.findID(file, name)
-	switch {
-	case err == nil:
-		return id, nil
-	case name == "root":
+	if name == "" || name == "root" {
 		return 0, nil // root is 0 everywhere, passwd file or not
 	}
-	return 0, fmt.Errorf("%w: %s %q: %v", ErrInvalidSpec, what, name, err)
+	id, err := r.findID(file, name)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s %q: %v", ErrInvalidSpec, what, name, err)
+	}
+	return id, nil
 }
 
 func (r *Root) findID(file, name string) (int, error) {

@@ -1,7 +1,6 @@
 package projector
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -88,42 +87,27 @@ func encodeCore(s State) ([]byte, error) {
 // hook the journal calls inside each append transaction. The zero Stored is
 // ready to use.
 //
-// Loading the whole projection on every append would cost more than folding
-// the records, so Stored remembers the last State it produced and the core
-// bytes it stored with it. When the store's core is exactly those bytes (the
-// core holds the head, so it names the state) it folds into the remembered
-// State; otherwise (another process wrote, or the transaction that stored
-// its last output rolled back, or the journal folds into its snapshot) it
-// loads. The store decides, so the result is the same either way.
-//
-// A Stored is not safe for concurrent use. The journal serialises its
-// writers, which is all the serialisation it needs.
-type Stored struct {
-	state State
-	// core is a private copy of the core bytes stored with state; nil when
-	// there is nothing to trust.
-	core []byte
-	// loaded counts calls that had to load the store.
-	loaded uint64
-}
+// Folding is local: a record about a resource changes only that resource's
+// owned entry; a declaration replaces the desired state whole; everything
+// else is the core. So Fold reads only the core and the owned entries the
+// records name, never the whole projection: appending to the journal of a
+// host that owns ten thousand resources costs what the records touch.
+type Stored struct{}
 
-// Fold folds recs into the projection in st, writing only the keys they
-// change. The first record must follow the stored head and the rest follow
-// it gap-free, else it returns ErrSequence and writes nothing.
+// Fold folds recs into the projection in st, reading and writing only the
+// keys they touch. The first record must follow the stored head and the
+// rest follow it gap-free, else it returns ErrSequence and writes nothing.
 func (p *Stored) Fold(st Store, recs []event.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
 	var s State
-	if core := st.Get([]byte(keyCore)); p.core != nil && bytes.Equal(core, p.core) {
-		s = p.state
-	} else {
-		var err error
-		if s, err = Load(st); err != nil {
-			return fmt.Errorf("fold %d records into the stored projection: %w", len(recs), err)
+	if core := st.Get([]byte(keyCore)); len(core) > 0 {
+		if err := json.Unmarshal(core, &s); err != nil {
+			return fmt.Errorf("fold %d records into the stored projection: %w: core: %w", len(recs), ErrCorrupt, err)
 		}
-		p.loaded++
 	}
+	s.Desired, s.Owned = nil, nil
 	next := s.Head
 	for i := range recs {
 		if next++; recs[i].Seq != next {
@@ -131,21 +115,30 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 				s.Head, ErrSequence, i, recs[i].Seq, next)
 		}
 	}
-	var desiredBefore uint64
-	if s.Desired != nil {
-		desiredBefore = s.Desired.Seq
-	}
-	// Replay consumes s, which may be the remembered State: forget it
-	// until there is a new one.
-	p.state, p.core = State{}, nil
-	s = Replay(s, recs)
-
 	touched := make(map[string]struct{})
+	declared := false
 	for _, r := range recs {
 		if r.Resource != "" {
 			touched[r.Resource] = struct{}{}
 		}
+		declared = declared || r.Kind == event.DeclarationReceived
 	}
+	for id := range touched {
+		v := st.Get([]byte(prefixOwned + id))
+		if v == nil {
+			continue
+		}
+		var o Owned
+		if err := json.Unmarshal(v, &o); err != nil {
+			return fmt.Errorf("fold into the projection: %w: owned %q: %w", ErrCorrupt, id, err)
+		}
+		if s.Owned == nil {
+			s.Owned = make(map[string]Owned, len(touched))
+		}
+		s.Owned[id] = o
+	}
+	s = Replay(s, recs)
+
 	for id := range touched {
 		key := []byte(prefixOwned + id)
 		o, ok := s.Owned[id]
@@ -163,7 +156,7 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 			return err
 		}
 	}
-	if s.Desired != nil && s.Desired.Seq != desiredBefore {
+	if declared && s.Desired != nil {
 		b, err := json.Marshal(s.Desired)
 		if err != nil {
 			return err
@@ -176,9 +169,5 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 	if err != nil {
 		return err
 	}
-	if err := st.Put([]byte(keyCore), core); err != nil {
-		return err
-	}
-	p.state, p.core = s, bytes.Clone(core)
-	return nil
+	return st.Put([]byte(keyCore), core)
 }

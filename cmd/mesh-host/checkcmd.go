@@ -51,14 +51,20 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 	if err != nil {
 		return nil, err
 	}
-	req := agent.Request{Trigger: trigger, Owned: s.Owned, Repair: repair}
-	if s.Desired != nil {
-		decl, err := declaration.ParseJSON(fmt.Sprintf("%s#%d", j.Path(), s.Desired.Seq), s.Desired.Document)
-		if err != nil {
-			return nil, fmt.Errorf("the stored declaration (#%d) does not parse: %w", s.Desired.Seq, err)
-		}
-		req.Revision, req.Specs = decl.Revision, decl.Expanded()
+	if s.Desired == nil {
+		// Nothing declared yet: nothing to hold, and nothing to remove.
+		return &agent.Result{}, nil
 	}
+	decl, err := declaration.DecodeStored(s.Desired.Document)
+	if err == nil && decl.Revision != s.Desired.Revision {
+		err = fmt.Errorf("it says revision %d where its record says %d", decl.Revision, s.Desired.Revision)
+	}
+	if err != nil {
+		// Never reconcile to a document that is not the one accepted: an
+		// empty one would remove everything the host owns.
+		return nil, fmt.Errorf("the stored declaration (#%d) cannot be used: %w", s.Desired.Seq, err)
+	}
+	req := agent.Request{Trigger: trigger, Owned: s.Owned, Repair: repair, Revision: decl.Revision, Specs: decl.Expanded()}
 	rc, err := e.reconciler(j)
 	if err != nil {
 		return nil, err

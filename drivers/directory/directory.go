@@ -237,7 +237,7 @@ func (d *Driver) find(s *drivers.DirectorySpec) (*found, error) {
 		return nil, fmt.Errorf("directory %s: %w", s.Path, err)
 	}
 	return &found{
-		kind: kindOf(st.Mode),
+		kind: kindOf(uint32(st.Mode)),
 		mode: drivers.Mode(st.Mode & 0o7777),
 		uid:  int(st.Uid),
 		gid:  int(st.Gid),

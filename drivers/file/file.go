@@ -198,29 +198,19 @@ type found struct {
 // find looks at s's path without following a symlink there; nil means
 // nothing is there (nor, perhaps, its parent).
 func (d *Driver) find(s *drivers.FileSpec) (*found, error) {
-	st, err := d.root.Lstat(s.Path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("file %s: %w", s.Path, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return &found{kind: kindOf(st.Mode)}, nil
-	}
 	// Content, mode and owner from one open file, so they describe one
 	// inode even if the path is replaced meanwhile.
-	f, err := d.root.OpenFile(s.Path)
+	f, st, err := d.root.Look(s.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("file %s: %w", s.Path, err)
 	}
-	defer f.Close()
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("file %s: stat: %w", s.Path, err)
+	if f == nil {
+		return &found{kind: kindOf(uint32(st.Mode))}, nil
 	}
+	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return nil, fmt.Errorf("file %s: read: %w", s.Path, err)

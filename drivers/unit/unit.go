@@ -268,7 +268,7 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 	if err != nil {
 		return fmt.Errorf("unit %s: %w", s.Name, err)
 	}
-	if kind := kindOf(st.Mode); kind != "file" {
+	if kind := kindOf(uint32(st.Mode)); kind != "file" {
 		return fmt.Errorf("remove unit %s: %w: a %s is at %s; the host removes only what it owns, so it is left in place", s.Name, ErrNotRegular, kind, d.path(s))
 	}
 	managed := d.managerRunning()
@@ -346,7 +346,7 @@ func (d *Driver) find(ctx context.Context, s *drivers.UnitSpec, managed bool) (*
 	if err != nil {
 		return nil, fmt.Errorf("unit %s: %w", s.Name, err)
 	}
-	if kind := kindOf(st.Mode); kind != "file" {
+	if kind := kindOf(uint32(st.Mode)); kind != "file" {
 		return &found{kind: kind}, nil
 	}
 	content, err := d.root.ReadFile(d.path(s))

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package localsock
+
+import "net"
+
+// checkPeer relies on the socket's 0600 mode in a 0700 directory here:
+// reading the peer's credentials is done on Linux only.
+func checkPeer(net.Conn) error { return nil }
