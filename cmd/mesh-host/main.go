@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -22,7 +23,13 @@ import (
 // (-ldflags "-X main.version=...").
 var version = "dev"
 
-func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	// Most runs are short commands that allocate a projection and exit:
+	// collecting garbage four times less often is most of a no-op check's
+	// spare time. The service's heap stays small either way.
+	debug.SetGCPercent(400)
+	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 // Exit codes shared by the commands.
 const (

@@ -197,6 +197,9 @@ type found struct {
 
 // find looks at s's path without following a symlink there; nil means
 // nothing is there (nor, perhaps, its parent).
+// readBuffers are reused across observes: a check reads every owned file.
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 func (d *Driver) find(s *drivers.FileSpec) (*found, error) {
 	// Content, mode and owner from one open file, so they describe one
 	// inode even if the path is replaced meanwhile.
@@ -212,7 +215,10 @@ func (d *Driver) find(s *drivers.FileSpec) (*found, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	buf := readBuffers.Get().(*[]byte)
+	defer readBuffers.Put(buf)
+	// Hide *os.File's WriteTo, which would allocate a buffer per file.
+	if _, err := io.CopyBuffer(h, struct{ io.Reader }{f}, *buf); err != nil {
 		return nil, fmt.Errorf("file %s: read: %w", s.Path, err)
 	}
 	return &found{
