@@ -71,7 +71,7 @@ func (c *applyCmd) Run(e *env) error {
 			return failed("reconcile: %v", err)
 		}
 		fmt.Fprintf(e.stdout, "revision %d of %s/%s from %s (%s)\n", decl.Revision, decl.Mesh, decl.Node, c.File, shortDigest(decl.Digest()))
-		printOutcomes(e.stdout, res, false)
+		printOutcomes(e.stdout, res, false, false)
 		if res.Failed > 0 {
 			return silent(exitFailed)
 		}
@@ -160,8 +160,9 @@ func shortDigest(d string) string {
 	return d
 }
 
-// printOutcomes prints what a reconcile did (or, planned, would do).
-func printOutcomes(w io.Writer, res *agent.Result, planned bool) {
+// printOutcomes prints what a reconcile did (or, planned, would do); with
+// changesOnly, not the resources that were as declared.
+func printOutcomes(w io.Writer, res *agent.Result, planned, changesOnly bool) {
 	b := bufio.NewWriter(w)
 	defer b.Flush()
 	head := "OUTCOME"
@@ -176,6 +177,9 @@ func printOutcomes(w io.Writer, res *agent.Result, planned bool) {
 		}
 		if s.Drift && !planned && s.Outcome == "" {
 			what = "drifted"
+		}
+		if changesOnly && what == event.ActionUnchanged {
+			continue
 		}
 		var detail []string
 		if len(s.Observation.Differs) > 0 && what != event.ActionUnchanged && what != event.ActionCreate {

@@ -35,7 +35,7 @@ func (c *checkCmd) Run(e *env) error {
 			fmt.Fprintf(e.stdout, "%d resources as declared; nothing drifted\n", res.Unchanged)
 			return nil
 		}
-		printOutcomes(e.stdout, res, false)
+		printOutcomes(e.stdout, res, false, true)
 		if res.Failed > 0 || (c.NoRepair && drifted > 0) {
 			return silent(exitFailed)
 		}

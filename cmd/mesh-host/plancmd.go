@@ -53,7 +53,7 @@ func (c *planCmd) Run(e *env) error {
 	if err != nil {
 		return failed("plan: %v", err)
 	}
-	printOutcomes(e.stdout, res, true)
+	printOutcomes(e.stdout, res, true, false)
 	for _, step := range res.Steps {
 		if f, ok := step.Spec.(*drivers.FileSpec); ok && step.Planned != event.ActionUnchanged {
 			printDiff(e, rc.Root, f)
