@@ -507,3 +507,41 @@ func (r *Root) findID(file, name string) (int, error) {
 	}
 	return 0, fmt.Errorf("not found in the root's %s", file)
 }
+
+// SweepStaged removes the temporary files StageFile left in directory dir
+// (".NAME.mesh-host-" and 12 hex digits) when a process was killed between
+// staging and committing. Call it before staging into dir; one writer at a
+// time holds the journal, so no live staged file is removed.
+func (r *Root) SweepStaged(dir string) error {
+	d, err := r.OpenDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	for _, n := range names {
+		if !isStagedName(n) {
+			continue
+		}
+		if err := unix.Unlinkat(int(d.Fd()), n, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return r.pathErr("remove leftover", path.Join(dir, n), err)
+		}
+	}
+	return nil
+}
+
+// isStagedName reports whether n is a name StageFile gives.
+func isStagedName(n string) bool {
+	i := strings.LastIndex(n, ".mesh-host-")
+	if !strings.HasPrefix(n, ".") || i < 1 || len(n)-i != len(".mesh-host-")+12 {
+		return false
+	}
+	_, err := hex.DecodeString(n[i+len(".mesh-host-"):])
+	return err == nil
+}

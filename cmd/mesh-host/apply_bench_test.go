@@ -16,7 +16,7 @@ import (
 // a repair of 10 changed and 5 deleted out of 1,000.
 
 // writeFilesDeclaration writes a declaration of one directory and n files.
-func writeFilesDeclaration(b *testing.B, path string, n int) {
+func writeFilesDeclaration(b testing.TB, path string, n int) {
 	b.Helper()
 	var sb strings.Builder
 	sb.WriteString("mesh: bench\nnode: n1\nrevision: 1\nresources:\n  - directory: {path: /etc/app}\n")
@@ -66,8 +66,8 @@ var (
 	binErr  error
 )
 
-// binary builds mesh-host once, for whole-process figures.
-func binary(b *testing.B) string {
+// binary builds mesh-host once, for whole-process figures and crash tests.
+func binary(b testing.TB) string {
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "mesh-host-bin-")
 		if err != nil {

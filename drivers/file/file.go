@@ -43,6 +43,10 @@ const DefaultMode drivers.Mode = 0o644
 // Driver manages regular files beneath a root.
 type Driver struct {
 	root *drivers.Root
+	// sweeps holds, per directory, the one sweep of the temporary files a
+	// killed process left there: every stage into the directory waits for
+	// it, so it never removes a file staged by this process.
+	sweeps sync.Map // dir → *sweep
 }
 
 var (
@@ -298,6 +302,9 @@ func (d *Driver) plan(ctx context.Context, spec drivers.Spec, durable bool) (*pe
 			return &pending{d: d, w: w, action: action, durable: durable}, nil
 		}
 	}
+	if err := d.sweep(path.Dir(s.Path)); err != nil {
+		return nil, fmt.Errorf("file %s: %w", s.Path, err)
+	}
 	staged, err := d.root.StageFile(s.Path, w.content, drivers.WriteOptions{Mode: w.mode, UID: w.uid, GID: w.gid, Sync: durable})
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("file %s: %w: declare the directory %s (the host creates no parents): %w", s.Path, ErrNoParent, path.Dir(s.Path), err)
@@ -372,4 +379,18 @@ func syncFile(root *drivers.Root, p string) error {
 		return fmt.Errorf("file %s: sync: %w", p, err)
 	}
 	return nil
+}
+
+type sweep struct {
+	once sync.Once
+	err  error
+}
+
+// sweep clears dir of leftover temporary files, once per process; callers
+// for the same directory wait until it is done.
+func (d *Driver) sweep(dir string) error {
+	v, _ := d.sweeps.LoadOrStore(dir, new(sweep))
+	sw := v.(*sweep)
+	sw.once.Do(func() { sw.err = d.root.SweepStaged(dir) })
+	return sw.err
 }
