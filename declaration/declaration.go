@@ -326,41 +326,44 @@ func (d *Declaration) Refuse(unit string) error {
 // version must not hold against a declaration an older one accepted.
 // Malformed input is still an error.
 func DecodeStored(data []byte) (*Declaration, error) {
+	type entry struct {
+		File      *drivers.FileSpec      `json:"file"`
+		Directory *drivers.DirectorySpec `json:"directory"`
+		Archive   *drivers.ArchiveSpec   `json:"archive"`
+		Package   *drivers.PackageSpec   `json:"package"`
+		Unit      *drivers.UnitSpec      `json:"unit"`
+	}
 	var w struct {
-		Mesh      string                       `json:"mesh"`
-		Node      string                       `json:"node"`
-		Revision  uint64                       `json:"revision"`
-		Resources []map[string]json.RawMessage `json:"resources"`
+		Mesh      string  `json:"mesh"`
+		Node      string  `json:"node"`
+		Revision  uint64  `json:"revision"`
+		Resources []entry `json:"resources"`
 	}
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("%w: stored declaration: %v", ErrInvalid, err)
 	}
 	d := &Declaration{Mesh: w.Mesh, Node: w.Node, Revision: w.Revision, Resources: make([]drivers.Spec, 0, len(w.Resources))}
-	for i, r := range w.Resources {
-		if len(r) != 1 {
-			return nil, fmt.Errorf("%w: stored declaration: resources[%d] names %d kinds", ErrInvalid, i, len(r))
+	for i, e := range w.Resources {
+		var specs []drivers.Spec
+		if e.File != nil {
+			specs = append(specs, e.File)
 		}
-		for kind, raw := range r {
-			var spec drivers.Spec
-			switch drivers.Kind(kind) {
-			case drivers.KindFile:
-				spec = new(drivers.FileSpec)
-			case drivers.KindDirectory:
-				spec = new(drivers.DirectorySpec)
-			case drivers.KindArchive:
-				spec = new(drivers.ArchiveSpec)
-			case drivers.KindPackage:
-				spec = new(drivers.PackageSpec)
-			case drivers.KindUnit:
-				spec = new(drivers.UnitSpec)
-			default:
-				return nil, fmt.Errorf("%w: stored declaration: resources[%d]: unknown kind %q", ErrInvalid, i, kind)
-			}
-			if err := json.Unmarshal(raw, spec); err != nil {
-				return nil, fmt.Errorf("%w: stored declaration: resources[%d].%s: %v", ErrInvalid, i, kind, err)
-			}
-			d.Resources = append(d.Resources, spec)
+		if e.Directory != nil {
+			specs = append(specs, e.Directory)
 		}
+		if e.Archive != nil {
+			specs = append(specs, e.Archive)
+		}
+		if e.Package != nil {
+			specs = append(specs, e.Package)
+		}
+		if e.Unit != nil {
+			specs = append(specs, e.Unit)
+		}
+		if len(specs) != 1 {
+			return nil, fmt.Errorf("%w: stored declaration: resources[%d] names %d known kinds, want 1", ErrInvalid, i, len(specs))
+		}
+		d.Resources = append(d.Resources, specs[0])
 	}
 	return d, nil
 }

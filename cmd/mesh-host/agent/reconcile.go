@@ -63,6 +63,8 @@ type Request struct {
 type Step struct {
 	ID   string
 	Spec drivers.Spec // nil for a removal
+	// Digest is drivers.SpecDigest(Spec), computed once.
+	Digest string
 	// Planned is what the plan said: created, updated, deleted, unchanged.
 	Planned event.Action
 	// Observation is what was seen before anything changed.
@@ -186,7 +188,7 @@ func needsRecord(s *Step, owned map[string]projector.Owned) bool {
 		return false
 	}
 	o, ok := owned[s.ID]
-	return !ok || o.SpecDigest != drivers.SpecDigest(s.Spec) || o.LastOutcome == event.ActionFailed
+	return !ok || o.SpecDigest != s.Digest || o.LastOutcome == event.ActionFailed
 }
 
 // plan observes every declared resource and every owned one no longer
@@ -197,7 +199,7 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 	for _, spec := range req.Specs {
 		id := drivers.ID(spec)
 		declared[id] = true
-		steps = append(steps, &Step{ID: id, Spec: spec})
+		steps = append(steps, &Step{ID: id, Spec: spec, Digest: drivers.SpecDigest(spec)})
 	}
 	for id := range req.Owned {
 		if !declared[id] {
@@ -223,7 +225,7 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 			s.Planned = event.ActionUnchanged
 		}
 		if o, ok := req.Owned[s.ID]; ok && s.Planned != event.ActionUnchanged && s.Err == nil &&
-			o.SpecDigest == drivers.SpecDigest(s.Spec) && o.LastOutcome != event.ActionFailed {
+			o.SpecDigest == s.Digest && o.LastOutcome != event.ActionFailed {
 			s.Drift = true
 		}
 	})
@@ -418,7 +420,7 @@ func (rc *Reconciler) journalDrift(steps []*Step, req Request) error {
 			differs = []string{"absent"}
 		}
 		recs = append(recs, event.New(event.DriftObserved, 0, s.ID, event.DriftObservedPayload{
-			Differs: differs, Wanted: drivers.SpecDigest(s.Spec), Seen: s.Observation.Seen,
+			Differs: differs, Wanted: s.Digest, Seen: s.Observation.Seen,
 		}))
 		drifted = append(drifted, s)
 	}
@@ -451,7 +453,7 @@ func (rc *Reconciler) journalOutcomes(level []*Step, req Request, startSeq uint6
 		}
 		p := event.ResourceAppliedPayload{Action: s.Outcome}
 		if s.Spec != nil {
-			p.SpecDigest = drivers.SpecDigest(s.Spec)
+			p.SpecDigest = s.Digest
 		}
 		if s.Err != nil {
 			p.Error = s.Err.Error()
