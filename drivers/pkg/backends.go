@@ -81,18 +81,18 @@ func (b *Pacman) args(args ...string) []string {
 // Installed runs pacman -Q: exit code 1 with "was not found" is not
 // installed.
 func (b *Pacman) Installed(ctx context.Context, name string) (bool, error) {
-	out, err := run(ctx, nil, "pacman", b.args("-Q", name)...)
-	return installed(out, err, out.code == 1 && strings.Contains(out.stderr, "was not found"))
+	out, err := drivers.RunTool(ctx, nil, "pacman", b.args("-Q", name)...)
+	return installed(out, err, out.Code == 1 && strings.Contains(out.Stderr, "was not found"))
 }
 
 // Install runs pacman -S --noconfirm --needed.
 func (b *Pacman) Install(ctx context.Context, name string) error {
-	return succeeded(run(ctx, nil, "pacman", b.args("-S", "--noconfirm", "--needed", name)...))
+	return succeeded(drivers.RunTool(ctx, nil, "pacman", b.args("-S", "--noconfirm", "--needed", name)...))
 }
 
 // Remove runs pacman -R --noconfirm.
 func (b *Pacman) Remove(ctx context.Context, name string) error {
-	return succeeded(run(ctx, nil, "pacman", b.args("-R", "--noconfirm", name)...))
+	return succeeded(drivers.RunTool(ctx, nil, "pacman", b.args("-R", "--noconfirm", name)...))
 }
 
 // Apk is the Alpine backend: apk info -e, apk add and apk del, with --root
@@ -115,18 +115,18 @@ func (b *Apk) args(args ...string) []string {
 // Installed runs apk info -e: a non-zero exit with nothing said is not
 // installed.
 func (b *Apk) Installed(ctx context.Context, name string) (bool, error) {
-	out, err := run(ctx, nil, "apk", b.args("info", "-e", name)...)
-	return installed(out, err, out.code == 1 && strings.TrimSpace(out.stderr) == "")
+	out, err := drivers.RunTool(ctx, nil, "apk", b.args("info", "-e", name)...)
+	return installed(out, err, out.Code == 1 && strings.TrimSpace(out.Stderr) == "")
 }
 
 // Install runs apk add.
 func (b *Apk) Install(ctx context.Context, name string) error {
-	return succeeded(run(ctx, nil, "apk", b.args("add", name)...))
+	return succeeded(drivers.RunTool(ctx, nil, "apk", b.args("add", name)...))
 }
 
 // Remove runs apk del.
 func (b *Apk) Remove(ctx context.Context, name string) error {
-	return succeeded(run(ctx, nil, "apk", b.args("del", name)...))
+	return succeeded(drivers.RunTool(ctx, nil, "apk", b.args("del", name)...))
 }
 
 // RPM is the backend for rpm-based systems: rpm -q asks, dnf installs and
@@ -145,18 +145,18 @@ func (b *RPM) Installed(ctx context.Context, name string) (bool, error) {
 	if dir := b.root.Dir(); dir != "/" {
 		args = append([]string{"--root", dir}, args...)
 	}
-	out, err := run(ctx, nil, "rpm", args...)
-	return installed(out, err, out.code == 1 && strings.Contains(out.stdout+out.stderr, "is not installed"))
+	out, err := drivers.RunTool(ctx, nil, "rpm", args...)
+	return installed(out, err, out.Code == 1 && strings.Contains(out.Stdout+out.Stderr, "is not installed"))
 }
 
 // Install runs dnf install -y.
 func (b *RPM) Install(ctx context.Context, name string) error {
-	return succeeded(run(ctx, nil, "dnf", b.dnfArgs("install", name)...))
+	return succeeded(drivers.RunTool(ctx, nil, "dnf", b.dnfArgs("install", name)...))
 }
 
 // Remove runs dnf remove -y.
 func (b *RPM) Remove(ctx context.Context, name string) error {
-	return succeeded(run(ctx, nil, "dnf", b.dnfArgs("remove", name)...))
+	return succeeded(drivers.RunTool(ctx, nil, "dnf", b.dnfArgs("remove", name)...))
 }
 
 func (b *RPM) dnfArgs(op, name string) []string {
@@ -169,25 +169,25 @@ func (b *RPM) dnfArgs(op, name string) []string {
 
 // installed judges a query: exit code 0 is installed, notInstalled says the
 // tool answered "not installed", anything else is the tool failing.
-func installed(out output, err error, notInstalled bool) (bool, error) {
+func installed(out drivers.ToolOutput, err error, notInstalled bool) (bool, error) {
 	switch {
 	case err != nil:
 		return false, err
-	case out.code == 0:
+	case out.Code == 0:
 		return true, nil
 	case notInstalled:
 		return false, nil
 	}
-	return false, out.failed()
+	return false, out.Failed(ErrToolFailed)
 }
 
 // succeeded judges a command: anything but exit code 0 is the tool failing.
-func succeeded(out output, err error) error {
+func succeeded(out drivers.ToolOutput, err error) error {
 	if err != nil {
 		return err
 	}
-	if out.code != 0 {
-		return out.failed()
+	if out.Code != 0 {
+		return out.Failed(ErrToolFailed)
 	}
 	return nil
 }

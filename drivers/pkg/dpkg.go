@@ -43,19 +43,19 @@ func (b *Dpkg) other() bool { return b.root.Dir() != "/" }
 // package on hold); "rc" (removed, config files left) is not installed.
 func (b *Dpkg) Installed(ctx context.Context, name string) (bool, error) {
 	admindir := filepath.Join(b.root.Dir(), "var/lib/dpkg")
-	out, err := run(ctx, nil, "dpkg-query", "--admindir="+admindir, "-W", `--showformat=${db:Status-Abbrev}\n`, name)
+	out, err := drivers.RunTool(ctx, nil, "dpkg-query", "--admindir="+admindir, "-W", `--showformat=${db:Status-Abbrev}\n`, name)
 	if err != nil {
 		return false, err
 	}
-	switch out.code {
+	switch out.Code {
 	case 0:
 	case 1: // no package of that name is known
 		return false, nil
 	default:
-		return false, out.failed()
+		return false, out.Failed(ErrToolFailed)
 	}
 	// One line an architecture the package is known for.
-	for _, line := range strings.Split(out.stdout, "\n") {
+	for _, line := range strings.Split(out.Stdout, "\n") {
 		if len(line) >= 2 && line[1] == 'i' {
 			return true, nil
 		}
@@ -91,12 +91,12 @@ func (b *Dpkg) dpkg(ctx context.Context, args ...string) error {
 	if os.Geteuid() != 0 {
 		flags = append(flags, "--force-not-root")
 	}
-	out, err := run(ctx, nil, "dpkg", append(flags, args...)...)
+	out, err := drivers.RunTool(ctx, nil, "dpkg", append(flags, args...)...)
 	if err != nil {
 		return err
 	}
-	if out.code != 0 {
-		return out.failed()
+	if out.Code != 0 {
+		return out.Failed(ErrToolFailed)
 	}
 	return nil
 }
@@ -127,14 +127,14 @@ func (b *Dpkg) findDeb(ctx context.Context, name string) (string, error) {
 			continue
 		}
 		deb := filepath.Join(b.debDir, e.Name())
-		out, err := run(ctx, nil, "dpkg-deb", "--field", deb, "Package")
+		out, err := drivers.RunTool(ctx, nil, "dpkg-deb", "--field", deb, "Package")
 		if err != nil {
 			return "", err
 		}
-		if out.code != 0 {
-			return "", out.failed()
+		if out.Code != 0 {
+			return "", out.Failed(ErrToolFailed)
 		}
-		pkg := strings.TrimSpace(out.stdout)
+		pkg := strings.TrimSpace(out.Stdout)
 		names = append(names, pkg)
 		if pkg == name {
 			found = append(found, deb)
@@ -161,12 +161,12 @@ func (b *Dpkg) aptInstall(ctx context.Context, name string) error {
 		defer os.Remove(conf)
 		env = append(env, "APT_CONFIG="+conf)
 	}
-	out, err := run(ctx, env, "apt-get", args...)
+	out, err := drivers.RunTool(ctx, env, "apt-get", args...)
 	if err != nil {
 		return err
 	}
-	if out.code != 0 {
-		return out.failed()
+	if out.Code != 0 {
+		return out.Failed(ErrToolFailed)
 	}
 	return nil
 }

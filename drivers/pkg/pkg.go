@@ -104,7 +104,7 @@ func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observ
 	if err != nil {
 		return drivers.Observation{}, err
 	}
-	ctx, cancel := withTimeout(ctx, d.timeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
 	installed, err := d.backend.Installed(ctx, s.Name)
 	if err != nil {
@@ -134,7 +134,7 @@ func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, 
 	if err != nil {
 		return drivers.Unchanged, err
 	}
-	ctx, cancel := withTimeout(ctx, d.timeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
 	installed, err := d.backend.Installed(ctx, s.Name)
 	if err != nil {
@@ -175,7 +175,7 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 	if state(s) == drivers.Absent {
 		return nil
 	}
-	ctx, cancel := withTimeout(ctx, d.timeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
 	installed, err := d.backend.Installed(ctx, s.Name)
 	if err != nil {

@@ -141,7 +141,7 @@ func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observ
 	if err != nil {
 		return drivers.Observation{}, err
 	}
-	ctx, cancel := withTimeout(ctx, d.timeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
 	managed := d.managerRunning()
 	f, err := d.find(ctx, s, managed)
@@ -173,7 +173,7 @@ func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, 
 	if err != nil {
 		return drivers.Unchanged, err
 	}
-	ctx, cancel := withTimeout(ctx, d.timeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
 	managed := d.managerRunning()
 	f, err := d.find(ctx, s, managed)
@@ -259,7 +259,7 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := withTimeout(ctx, d.timeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
 	st, err := d.root.Lstat(d.path(s))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -410,44 +410,44 @@ func active(state string) bool { return state == "active" || state == "reloading
 // state runs a systemctl query (is-enabled, is-active), which says the
 // state on stdout and exits non-zero for most of them.
 func (d *Driver) state(ctx context.Context, args ...string) (string, error) {
-	out, err := run(ctx, "systemctl", args...)
+	out, err := drivers.RunTool(ctx, nil, "systemctl", args...)
 	if err != nil {
 		return "", err
 	}
-	state, _, _ := strings.Cut(strings.TrimSpace(out.stdout), "\n")
+	state, _, _ := strings.Cut(strings.TrimSpace(out.Stdout), "\n")
 	if state == "" {
-		return "", out.failed()
+		return "", out.Failed(ErrToolFailed)
 	}
 	return state, nil
 }
 
 // systemctl runs systemctl, which must succeed.
 func (d *Driver) systemctl(ctx context.Context, args ...string) error {
-	out, err := run(ctx, "systemctl", args...)
+	out, err := drivers.RunTool(ctx, nil, "systemctl", args...)
 	if err != nil {
 		return err
 	}
-	if out.code != 0 {
-		return out.failed()
+	if out.Code != 0 {
+		return out.Failed(ErrToolFailed)
 	}
 	return nil
 }
 
 // enable enables the unit and checks that it is then enabled.
 func (d *Driver) enable(ctx context.Context, s *drivers.UnitSpec) error {
-	out, err := run(ctx, "systemctl", "--root="+d.root.Dir(), "enable", "--", s.Name)
+	out, err := drivers.RunTool(ctx, nil, "systemctl", "--root="+d.root.Dir(), "enable", "--", s.Name)
 	if err != nil {
 		return fmt.Errorf("unit %s: %w", s.Name, err)
 	}
-	if out.code != 0 {
-		return fmt.Errorf("unit %s: %w", s.Name, out.failed())
+	if out.Code != 0 {
+		return fmt.Errorf("unit %s: %w", s.Name, out.Failed(ErrToolFailed))
 	}
 	state, err := d.state(ctx, "--root="+d.root.Dir(), "is-enabled", "--", s.Name)
 	if err != nil {
 		return fmt.Errorf("unit %s: %w", s.Name, err)
 	}
 	if !enabled(state) {
-		return fmt.Errorf("unit %s: %w: it is to be enabled, but systemctl enable leaves it %s: %s", s.Name, drivers.ErrInvalidSpec, state, out.message())
+		return fmt.Errorf("unit %s: %w: it is to be enabled, but systemctl enable leaves it %s: %s", s.Name, drivers.ErrInvalidSpec, state, out.Message())
 	}
 	return nil
 }
@@ -486,15 +486,15 @@ func (d *Driver) verify(ctx context.Context, s *drivers.UnitSpec) error {
 	if err := os.WriteFile(file, []byte(s.Content), 0o644); err != nil {
 		return fmt.Errorf("unit %s: verify: %w", s.Name, err)
 	}
-	out, err := run(ctx, "systemd-analyze", "verify", "--man=no", "--recursive-errors=no", "--", file)
+	out, err := drivers.RunTool(ctx, nil, "systemd-analyze", "verify", "--man=no", "--recursive-errors=no", "--", file)
 	if err != nil {
 		return fmt.Errorf("unit %s: verify: %w", s.Name, err)
 	}
-	if out.code != 0 {
-		out.cmdline = strings.ReplaceAll(out.cmdline, file, d.path(s))
-		out.stdout = strings.ReplaceAll(out.stdout, file, d.path(s))
-		out.stderr = strings.ReplaceAll(out.stderr, file, d.path(s))
-		return fmt.Errorf("unit %s: %w: systemd-analyze rejects it: %w", s.Name, drivers.ErrInvalidSpec, out.failed())
+	if out.Code != 0 {
+		out.Cmdline = strings.ReplaceAll(out.Cmdline, file, d.path(s))
+		out.Stdout = strings.ReplaceAll(out.Stdout, file, d.path(s))
+		out.Stderr = strings.ReplaceAll(out.Stderr, file, d.path(s))
+		return fmt.Errorf("unit %s: %w: systemd-analyze rejects it: %w", s.Name, drivers.ErrInvalidSpec, out.Failed(ErrToolFailed))
 	}
 	return nil
 }
