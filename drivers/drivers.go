@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 )
 
@@ -152,4 +153,22 @@ func SpecForRemoval(id string) (Spec, error) {
 		return &UnitSpec{Name: key}, nil
 	}
 	return nil, fmt.Errorf("%w: resource id %q names an unknown kind", ErrInvalidSpec, id)
+}
+
+// SpecAs checks what every driver call starts with: ctx has not ended, and
+// spec is a non-nil spec of the driver's own kind S. name names the driver
+// in errors ("file driver: ...").
+func SpecAs[S Spec](ctx context.Context, spec Spec, name string) (S, error) {
+	var zero S
+	if err := ctx.Err(); err != nil {
+		return zero, fmt.Errorf("%s driver: %w", name, err)
+	}
+	s, ok := spec.(S)
+	if !ok {
+		return zero, fmt.Errorf("%s driver: %w: got %T", name, ErrWrongKind, spec)
+	}
+	if v := reflect.ValueOf(s); v.Kind() == reflect.Pointer && v.IsNil() {
+		return zero, fmt.Errorf("%s driver: %w: nil spec", name, ErrInvalidSpec)
+	}
+	return s, nil
 }

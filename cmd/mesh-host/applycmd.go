@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
@@ -149,7 +150,7 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 // globalArgs repeats the global flags that change what a command does to
 // the machine, for a command forwarded to the service.
 func (e *env) globalArgs() []string {
-	return []string{"--root", e.cli.Root}
+	return []string{"--root", e.cli.Root, "--own-unit", e.cli.OwnUnit, "--parallel", strconv.Itoa(e.cli.Parallel)}
 }
 
 // shortDigest abbreviates a sha256 digest for a person.

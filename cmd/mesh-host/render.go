@@ -102,5 +102,6 @@ func clip(s string) string {
 	if len(s) <= maxValue {
 		return s
 	}
-	return s[:maxValue-3] + "..."
+	// Cut on a rune boundary: a name may be in any script.
+	return strings.ToValidUTF8(s[:maxValue-3], "") + "..."
 }

@@ -164,15 +164,9 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 
 // spec checks the context and the spec every call starts with.
 func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.DirectorySpec, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("directory driver: %w", err)
-	}
-	s, ok := spec.(*drivers.DirectorySpec)
-	if !ok {
-		return nil, fmt.Errorf("directory driver: %w: got %T", drivers.ErrWrongKind, spec)
-	}
-	if s == nil {
-		return nil, fmt.Errorf("directory driver: %w: nil spec", drivers.ErrInvalidSpec)
+	s, err := drivers.SpecAs[*drivers.DirectorySpec](ctx, spec, "directory")
+	if err != nil {
+		return nil, err
 	}
 	if err := drivers.CheckPath(s.Path); err != nil {
 		return nil, fmt.Errorf("directory %s: %w", s.Path, err)

@@ -126,15 +126,9 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 
 // spec checks the context and the spec every call starts with.
 func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.FileSpec, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("file driver: %w", err)
-	}
-	s, ok := spec.(*drivers.FileSpec)
-	if !ok {
-		return nil, fmt.Errorf("file driver: %w: got %T", drivers.ErrWrongKind, spec)
-	}
-	if s == nil {
-		return nil, fmt.Errorf("file driver: %w: nil spec", drivers.ErrInvalidSpec)
+	s, err := drivers.SpecAs[*drivers.FileSpec](ctx, spec, "file")
+	if err != nil {
+		return nil, err
 	}
 	if err := drivers.CheckPath(s.Path); err != nil {
 		return nil, fmt.Errorf("file %s: %w", s.Path, err)

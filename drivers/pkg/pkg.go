@@ -197,15 +197,9 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9+._@:-]*$`)
 
 // spec checks the context and the spec every call starts with.
 func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.PackageSpec, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("package driver: %w", err)
-	}
-	s, ok := spec.(*drivers.PackageSpec)
-	if !ok {
-		return nil, fmt.Errorf("package driver: %w: got %T", drivers.ErrWrongKind, spec)
-	}
-	if s == nil {
-		return nil, fmt.Errorf("package driver: %w: nil spec", drivers.ErrInvalidSpec)
+	s, err := drivers.SpecAs[*drivers.PackageSpec](ctx, spec, "package")
+	if err != nil {
+		return nil, err
 	}
 	if len(s.Name) > 255 || !validName.MatchString(s.Name) {
 		return nil, fmt.Errorf("package %q: %w: not a package name (letters, digits and +._@:- after a letter or digit)", s.Name, drivers.ErrInvalidSpec)

@@ -304,15 +304,9 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9:_.\\@-]+\.(service|socket|device
 // spec checks the context and the spec every call starts with, and that
 // systemctl is there to call.
 func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.UnitSpec, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("unit driver: %w", err)
-	}
-	s, ok := spec.(*drivers.UnitSpec)
-	if !ok {
-		return nil, fmt.Errorf("unit driver: %w: got %T", drivers.ErrWrongKind, spec)
-	}
-	if s == nil {
-		return nil, fmt.Errorf("unit driver: %w: nil spec", drivers.ErrInvalidSpec)
+	s, err := drivers.SpecAs[*drivers.UnitSpec](ctx, spec, "unit")
+	if err != nil {
+		return nil, err
 	}
 	if len(s.Name) > 255 || !validName.MatchString(s.Name) {
 		return nil, fmt.Errorf("unit %q: %w: not a unit name (name.service, name.timer, ...)", s.Name, drivers.ErrInvalidSpec)
