@@ -210,11 +210,12 @@ func checkSize(path string) error {
 // format, that head's record is there and decodes, and that the file is long
 // enough for every page bbolt says it uses.
 func (j *Journal) initAndCheck(db *bolt.DB) error {
-	if !j.opts.ReadOnly {
+	var fresh bool
+	_ = db.View(func(tx *bolt.Tx) error { fresh = tx.Bucket(bucketMeta) == nil; return nil })
+	// Only a new file is written here: a write transaction commits (two
+	// fsyncs) even when it changes nothing, and every command opens.
+	if fresh && !j.opts.ReadOnly {
 		err := db.Update(func(tx *bolt.Tx) error {
-			if tx.Bucket(bucketMeta) != nil {
-				return nil
-			}
 			for _, b := range allBuckets {
 				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 					return err
