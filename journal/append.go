@@ -67,11 +67,11 @@ func (j *Journal) appendTx(tx *bolt.Tx, out []event.Record) error {
 		if err := records.Put(event.Key(r.Seq), event.Encode(*r)); err != nil {
 			return err
 		}
-		if err := byKind.Put(indexKey(kindPrefix(r.Kind), r.Seq), nil); err != nil {
+		if err := byKind.Put(indexKey(epochPrefix(string(r.Kind), r.Seq), r.Seq), nil); err != nil {
 			return err
 		}
 		if r.Resource != "" {
-			if err := byRes.Put(indexKey(resourcePrefix(r.Resource, r.Seq), r.Seq), nil); err != nil {
+			if err := byRes.Put(indexKey(epochPrefix(r.Resource, r.Seq), r.Seq), nil); err != nil {
 				return err
 			}
 			if err := latest.Put([]byte(r.Resource), event.Key(r.Seq)); err != nil {

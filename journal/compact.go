@@ -202,11 +202,11 @@ func (j *Journal) dropThrough(seq uint64) (uint64, error) {
 				if err != nil {
 					return err
 				}
-				if err := byKind.Delete(indexKey(kindPrefix(r.Kind), s)); err != nil {
+				if err := byKind.Delete(indexKey(epochPrefix(string(r.Kind), s), s)); err != nil {
 					return err
 				}
 				if r.Resource != "" {
-					if err := byRes.Delete(indexKey(resourcePrefix(r.Resource, s), s)); err != nil {
+					if err := byRes.Delete(indexKey(epochPrefix(r.Resource, s), s)); err != nil {
 						return err
 					}
 					// A resource untouched for the whole window loses its

@@ -44,9 +44,9 @@ var (
 // Bucket and key names. Persisted: never rename.
 var (
 	bucketRecords    = []byte("records")     // seq → event.Encode(record)
-	bucketByResource = []byte("by-resource") // epoch resource \x00 seq → nil (see resourcePrefix)
+	bucketByResource = []byte("by-resource") // epoch resource \x00 seq → nil (see epochPrefix)
 	bucketLatest     = []byte("latest")      // resource → seq of its newest record
-	bucketByKind     = []byte("by-kind")     // kind \x00 seq → nil
+	bucketByKind     = []byte("by-kind")     // epoch kind \x00 seq → nil
 	bucketMeta       = []byte("meta")
 	bucketProjection = []byte("projection") // the Fold's keys, as of head
 	bucketSnapshot   = []byte("snapshot")   // the Fold's keys, as of snapshot-seq
@@ -325,23 +325,20 @@ func indexKey(prefix []byte, seq uint64) []byte {
 	return append(k, event.Key(seq)...)
 }
 
-// kindPrefix is the by-kind index's prefix for kind: records of one kind sort
-// together, and a new one lands at the end of its kind's run.
-func kindPrefix(kind event.Kind) []byte { return append([]byte(kind), 0) }
+// epochShift groups both indexes into epochs of 256 sequences: an entry's
+// key is its epoch, then the name (resource or kind), then its sequence.
+// Keyed by name alone, an append lands in the middle of the index, once
+// per name: a reconcile of a thousand resources would dirty a page per
+// resource once each had a page of history (4 MB written a reconcile), and
+// a quiet timer record splits the by-kind pages a large batch packed. By
+// epoch first, what one append adds lands together at the end.
+const epochShift = 8
 
-// resourceEpochShift groups the by-resource index into epochs of 4,096
-// sequences. Keyed by resource alone, a reconcile of a thousand resources
-// would dirty a page of the index per resource once each had a page of
-// history (4 MB written a reconcile); grouped by epoch first, one append's
-// entries land together in the newest epoch.
-const resourceEpochShift = 12
-
-// resourcePrefix is the by-resource index's prefix for resource in the
-// epoch that holds seq.
-func resourcePrefix(resource string, seq uint64) []byte {
-	p := make([]byte, 8, 8+len(resource)+1)
-	binary.BigEndian.PutUint64(p, seq>>resourceEpochShift)
-	p = append(p, resource...)
+// epochPrefix is an index's prefix for name in the epoch holding seq.
+func epochPrefix(name string, seq uint64) []byte {
+	p := make([]byte, 8, 8+len(name)+1)
+	binary.BigEndian.PutUint64(p, seq>>epochShift)
+	p = append(p, name...)
 	return append(p, 0)
 }
 

@@ -162,24 +162,25 @@ func (j *Journal) ScanBatches(from, to uint64, fn func([]event.Record) error) er
 
 // ScanKind calls fn, in order, for each record of kind k with seq ≥ from.
 func (j *Journal) ScanKind(k event.Kind, from uint64, fn func(event.Record) error) error {
-	prefix := kindPrefix(k)
-	return j.scanChunks(from, fn, func(tx *bolt.Tx, from uint64) ([]event.Record, error) {
-		batch, _, err := j.collect(tx, bucketByKind, prefix, from, nil)
-		return batch, err
-	})
+	return j.scanIndex(bucketByKind, string(k), from, fn)
 }
 
 // ScanResource calls fn, in order, for each record about resource with
 // seq ≥ from.
 func (j *Journal) ScanResource(resource string, from uint64, fn func(event.Record) error) error {
+	return j.scanIndex(bucketByResource, resource, from, fn)
+}
+
+// scanIndex walks an epoch-grouped index for name, epoch by epoch.
+func (j *Journal) scanIndex(bucket []byte, name string, from uint64, fn func(event.Record) error) error {
 	return j.scanChunks(from, fn, func(tx *bolt.Tx, from uint64) ([]event.Record, error) {
 		head := getSeq(tx.Bucket(bucketMeta), keyHead)
 		var batch []event.Record
-		for epoch := from >> resourceEpochShift; epoch <= head>>resourceEpochShift; epoch++ {
-			start := max(from, epoch<<resourceEpochShift)
+		for epoch := from >> epochShift; epoch <= head>>epochShift; epoch++ {
+			start := max(from, epoch<<epochShift)
 			var done bool
 			var err error
-			if batch, done, err = j.collect(tx, bucketByResource, resourcePrefix(resource, start), start, batch); err != nil || !done {
+			if batch, done, err = j.collect(tx, bucket, epochPrefix(name, start), start, batch); err != nil || !done {
 				return batch, err
 			}
 		}
