@@ -545,3 +545,22 @@ func isStagedName(n string) bool {
 	_, err := hex.DecodeString(n[i+len(".mesh-host-"):])
 	return err == nil
 }
+
+// FileType names what a stat mode says is there, as drivers report it in
+// an Observation: "file", "directory", "symlink", "fifo", "socket",
+// "device".
+func FileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	}
+	return "device"
+}

@@ -231,25 +231,9 @@ func (d *Driver) find(s *drivers.DirectorySpec) (*found, error) {
 		return nil, fmt.Errorf("directory %s: %w", s.Path, err)
 	}
 	return &found{
-		kind: kindOf(uint32(st.Mode)),
+		kind: drivers.FileType(uint32(st.Mode)),
 		mode: drivers.Mode(st.Mode & 0o7777),
 		uid:  int(st.Uid),
 		gid:  int(st.Gid),
 	}, nil
-}
-
-func kindOf(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFREG:
-		return "file"
-	case unix.S_IFLNK:
-		return "symlink"
-	case unix.S_IFIFO:
-		return "fifo"
-	case unix.S_IFSOCK:
-		return "socket"
-	}
-	return "device"
 }

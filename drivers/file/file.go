@@ -20,8 +20,6 @@ import (
 	"slices"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/mesh-host/mesh-host/drivers"
 )
 
@@ -209,7 +207,7 @@ func (d *Driver) find(s *drivers.FileSpec) (*found, error) {
 		return nil, fmt.Errorf("file %s: %w", s.Path, err)
 	}
 	if f == nil {
-		return &found{kind: kindOf(uint32(st.Mode))}, nil
+		return &found{kind: drivers.FileType(uint32(st.Mode))}, nil
 	}
 	defer f.Close()
 	h := sha256.New()
@@ -243,22 +241,6 @@ func observation(f *found, differs []string) drivers.Observation {
 func digest(b []byte) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-func kindOf(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return "file"
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFLNK:
-		return "symlink"
-	case unix.S_IFIFO:
-		return "fifo"
-	case unix.S_IFSOCK:
-		return "socket"
-	}
-	return "device"
 }
 
 // plan prepares what Apply does: nil when the file matches; a staged

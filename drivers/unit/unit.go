@@ -42,8 +42,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/mesh-host/mesh-host/drivers"
 )
 
@@ -268,7 +266,7 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 	if err != nil {
 		return fmt.Errorf("unit %s: %w", s.Name, err)
 	}
-	if kind := kindOf(uint32(st.Mode)); kind != "file" {
+	if kind := drivers.FileType(uint32(st.Mode)); kind != "file" {
 		return fmt.Errorf("remove unit %s: %w: a %s is at %s; the host removes only what it owns, so it is left in place", s.Name, ErrNotRegular, kind, d.path(s))
 	}
 	managed := d.managerRunning()
@@ -340,7 +338,7 @@ func (d *Driver) find(ctx context.Context, s *drivers.UnitSpec, managed bool) (*
 	if err != nil {
 		return nil, fmt.Errorf("unit %s: %w", s.Name, err)
 	}
-	if kind := kindOf(uint32(st.Mode)); kind != "file" {
+	if kind := drivers.FileType(uint32(st.Mode)); kind != "file" {
 		return &found{kind: kind}, nil
 	}
 	content, err := d.root.ReadFile(d.path(s))
@@ -491,20 +489,4 @@ func (d *Driver) verify(ctx context.Context, s *drivers.UnitSpec) error {
 		return fmt.Errorf("unit %s: %w: systemd-analyze rejects it: %w", s.Name, drivers.ErrInvalidSpec, out.Failed(ErrToolFailed))
 	}
 	return nil
-}
-
-func kindOf(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return "file"
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFLNK:
-		return "symlink"
-	case unix.S_IFIFO:
-		return "fifo"
-	case unix.S_IFSOCK:
-		return "socket"
-	}
-	return "device"
 }
