@@ -199,7 +199,7 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 	for _, spec := range req.Specs {
 		id := drivers.ID(spec)
 		declared[id] = true
-		steps = append(steps, &Step{ID: id, Spec: spec, Digest: drivers.SpecDigest(spec)})
+		steps = append(steps, &Step{ID: id, Spec: spec})
 	}
 	for id := range req.Owned {
 		if !declared[id] {
@@ -210,6 +210,7 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 		if s.Spec == nil {
 			return // removals need no observation: Remove of absent succeeds
 		}
+		s.Digest = drivers.SpecDigest(s.Spec)
 		d, err := rc.driver(s.ID)
 		if err == nil {
 			s.Observation, err = d.Observe(ctx, s.Spec)
