@@ -32,7 +32,7 @@ type Store = interface {
 //
 //	core            the State without Desired and Owned, as JSON
 //	desired         the Desired, as JSON (absent before the first declaration)
-//	owned/<id>      one Owned, as JSON
+//	owned/<id>      one Owned, in the binary form of owned.go
 const (
 	keyCore     = "core"
 	keyDesired  = "desired"
@@ -60,8 +60,8 @@ func Load(r Reader) (State, error) {
 		if !ok {
 			return nil
 		}
-		var o Owned
-		if err := json.Unmarshal(v, &o); err != nil {
+		o, err := decodeOwned(v)
+		if err != nil {
 			return fmt.Errorf("%w: owned %q: %w", ErrCorrupt, id, err)
 		}
 		if s.Owned == nil {
@@ -128,8 +128,8 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 		if v == nil {
 			continue
 		}
-		var o Owned
-		if err := json.Unmarshal(v, &o); err != nil {
+		o, err := decodeOwned(v)
+		if err != nil {
 			return fmt.Errorf("fold into the projection: %w: owned %q: %w", ErrCorrupt, id, err)
 		}
 		if s.Owned == nil {
@@ -148,11 +148,7 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 			}
 			continue
 		}
-		b, err := json.Marshal(o)
-		if err != nil {
-			return err
-		}
-		if err := st.Put(key, b); err != nil {
+		if err := st.Put(key, encodeOwned(o)); err != nil {
 			return err
 		}
 	}
