@@ -14,10 +14,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -169,6 +171,10 @@ func (j *Journal) open() (*bolt.DB, error) {
 			ErrLocked, j.path, j.opts.Timeout)
 	case errors.Is(err, ErrCorrupt):
 		return nil, err
+	case isSystemError(err):
+		// Permissions, a full disk, a directory in the way: the file may be
+		// fine, and moving it aside would be the wrong advice.
+		return nil, fmt.Errorf("open journal %s: %w", j.path, err)
 	case err != nil:
 		return nil, j.corrupt(err)
 	}
@@ -195,12 +201,18 @@ func checkSize(path string) error {
 	if err != nil {
 		return fmt.Errorf("stat journal: %w", err)
 	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("open journal %s: not a regular file (%s)", path, fi.Mode().Type())
+	}
 	if fi.Size() == 0 {
 		return nil // bbolt initialises an empty file; nothing was lost
 	}
 	page := int64(os.Getpagesize())
-	if fi.Size() < 4*page || fi.Size()%page != 0 {
+	switch {
+	case fi.Size()%page != 0:
 		return corruptErr(path, fmt.Errorf("file is %d bytes, not a whole number of %d-byte pages (truncated?)", fi.Size(), page))
+	case fi.Size() < 4*page:
+		return corruptErr(path, fmt.Errorf("file is %d bytes, shorter than the four pages every journal has (truncated?)", fi.Size()))
 	}
 	return nil
 }
@@ -354,4 +366,12 @@ func (j *Journal) changed() <-chan struct{} {
 	j.notifyMu.Lock()
 	defer j.notifyMu.Unlock()
 	return j.notify
+}
+
+// isSystemError reports whether err came from the operating system rather
+// than from reading the file's contents.
+func isSystemError(err error) bool {
+	var pe *fs.PathError
+	var errno syscall.Errno
+	return errors.As(err, &pe) || errors.As(err, &errno)
 }

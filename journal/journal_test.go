@@ -1111,3 +1111,16 @@ func TestCheck(t *testing.T) {
 		t.Errorf("damaged record: got %v, want ErrCorrupt naming %s", err, path)
 	}
 }
+
+// An error from the system (here a directory where the file should be) is
+// not damage: it is reported as it is, without the move-aside advice.
+func TestOpenSystemErrorIsNotCorrupt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err := journal.Open(path, journal.Options{})
+	if err == nil || errors.Is(err, journal.ErrCorrupt) || !strings.Contains(err.Error(), "open journal "+path) {
+		t.Errorf("got %v, want a plain open error naming %s", err, path)
+	}
+}
