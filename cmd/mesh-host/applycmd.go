@@ -139,7 +139,7 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 			return failed("ask the running service: %v", err)
 		}
 	}
-	j, err := journal.Open(e.cli.journalPath(), journal.Options{Fold: new(projector.Stored).Fold, Timeout: cliLockWait})
+	j, err := openJournal(e.cli.journalPath())
 	if err != nil {
 		return failed("%v", err)
 	}

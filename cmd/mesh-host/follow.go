@@ -114,7 +114,7 @@ func (e *env) followService(from uint64, fn func(event.Record) error) error {
 // scanFile opens the file just long enough to read what is new: holding it
 // would lock out the next `apply` or service start.
 func (e *env) scanFile(from uint64, fn func(event.Record) error) error {
-	j, err := journal.Open(e.cli.journalPath(), journal.Options{ReadOnly: true, Timeout: cliLockWait})
+	j, err := openJournalReadOnly(e.cli.journalPath())
 	if err != nil {
 		return err
 	}

@@ -25,9 +25,14 @@ type heldJournal struct {
 const cliLockWait = 3 * time.Second
 
 // openJournal opens the journal for writing, with the projection folded in
-// every append.
+// every append, waiting up to cliLockWait for another process to let go.
 func openJournal(path string) (*journal.Journal, error) {
-	return journal.Open(path, journal.Options{Fold: new(projector.Stored).Fold})
+	return journal.Open(path, journal.Options{Fold: new(projector.Stored).Fold, Timeout: cliLockWait})
+}
+
+// openJournalReadOnly opens the journal to read it, beside other readers.
+func openJournalReadOnly(path string) (*journal.Journal, error) {
+	return journal.Open(path, journal.Options{ReadOnly: true, Timeout: cliLockWait})
 }
 
 // silent is an exit code with nothing more to say: the service already
@@ -56,7 +61,7 @@ func (e *env) withJournal(fn func(j *journal.Journal) error) error {
 			return failed("ask the running service: %v", err)
 		}
 	}
-	j, err := journal.Open(e.cli.journalPath(), journal.Options{ReadOnly: true, Timeout: cliLockWait})
+	j, err := openJournalReadOnly(e.cli.journalPath())
 	if err != nil {
 		return failed("%w", err)
 	}
