@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/mesh-host/mesh-host/drivers"
 )
@@ -26,6 +27,9 @@ import (
 type Dpkg struct {
 	root   *drivers.Root
 	debDir string
+	// refreshed is set once apt-get update has run for a package apt
+	// could not locate: lists are fetched once per process, not per miss.
+	refreshed atomic.Bool
 }
 
 var _ Backend = (*Dpkg)(nil)
@@ -162,6 +166,18 @@ func (b *Dpkg) aptInstall(ctx context.Context, name string) error {
 		env = append(env, "APT_CONFIG="+conf)
 	}
 	out, err := drivers.RunTool(ctx, env, "apt-get", args...)
+	if err == nil && out.Code == 100 && strings.Contains(out.Message(), "Unable to locate package") && b.refreshed.CompareAndSwap(false, true) {
+		// No package lists yet (a fresh machine, a cleaned cache), or old
+		// ones: fetch them once, then try again.
+		upd, uerr := drivers.RunTool(ctx, env, "apt-get", "update")
+		switch {
+		case uerr != nil:
+			return uerr
+		case upd.Code != 0:
+			return upd.Failed(ErrToolFailed)
+		}
+		out, err = drivers.RunTool(ctx, env, "apt-get", args...)
+	}
 	if err != nil {
 		return err
 	}

@@ -254,6 +254,21 @@ func TestDpkgLockHeld(t *testing.T) {
 // lists are fetched with apt-get update.
 func aptRoot(t *testing.T, debs ...string) *drivers.Root {
 	t.Helper()
+	root := aptRootWithoutLists(t, debs...)
+	conf := filepath.Join(t.TempDir(), "apt.conf")
+	writeFile(t, conf, `Dir "`+root.Dir()+`/";`+"\n")
+	update := exec.Command("apt-get", "update")
+	update.Env = append(os.Environ(), "APT_CONFIG="+conf, "LC_ALL=C")
+	if out, err := update.CombinedOutput(); err != nil {
+		t.Fatalf("apt-get update in %s: %v\n%s", root.Dir(), err, out)
+	}
+	return root
+}
+
+// aptRootWithoutLists is aptRoot before its first apt-get update: a fresh
+// machine's state.
+func aptRootWithoutLists(t *testing.T, debs ...string) *drivers.Root {
+	t.Helper()
 	needTools(t, "apt-get")
 	root := dpkgRoot(t)
 	for _, d := range []string{"etc/apt/apt.conf.d", "etc/apt/preferences.d", "etc/apt/sources.list.d", "var/lib/apt/lists/partial", "var/cache/apt/archives/partial", "var/log/apt"} {
@@ -278,14 +293,6 @@ func aptRoot(t *testing.T, debs ...string) *drivers.Root {
 	}
 	writeFile(t, filepath.Join(repo, "Packages"), index.String())
 	writeFile(t, root.Host("/etc/apt/sources.list"), "deb [trusted=yes] file:"+repo+" ./\n")
-
-	conf := filepath.Join(t.TempDir(), "apt.conf")
-	writeFile(t, conf, `Dir "`+root.Dir()+`/";`+"\n")
-	update := exec.Command("apt-get", "update")
-	update.Env = append(os.Environ(), "APT_CONFIG="+conf, "LC_ALL=C")
-	if out, err := update.CombinedOutput(); err != nil {
-		t.Fatalf("apt-get update in %s: %v\n%s", root.Dir(), err, out)
-	}
 	return root
 }
 
@@ -365,4 +372,50 @@ func TestConformance(t *testing.T) {
 			Snapshot: func(t *testing.T) string { return driverstest.Tree(t, root.Dir()) },
 		}
 	})
+}
+
+// TestConcurrentApplies: a reconcile applies resources in parallel, and
+// dpkg takes one change at a time; the driver queues them rather than
+// fail on dpkg's lock.
+func TestConcurrentApplies(t *testing.T) {
+	needTools(t, "dpkg", "dpkg-query", "dpkg-deb")
+	debs := t.TempDir()
+	names := []string{"mesh-test-a", "mesh-test-b", "mesh-test-c", "mesh-test-d"}
+	for _, n := range names {
+		buildDeb(t, debs, n)
+	}
+	d := pkg.New(dpkgRoot(t), pkg.Options{DebDir: debs})
+	errs := make(chan error, len(names))
+	for _, n := range names {
+		go func() {
+			_, err := d.Apply(t.Context(), present(n))
+			errs <- err
+		}()
+	}
+	for range names {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent Apply: %v", err)
+		}
+	}
+	for _, n := range names {
+		if obs, err := d.Observe(t.Context(), present(n)); err != nil || !obs.InSync {
+			t.Errorf("%s after concurrent applies: %+v, %v; want installed", n, obs, err)
+		}
+	}
+}
+
+// TestAptFetchesListsOnce: on a machine that never ran apt-get update, a
+// package apt cannot locate makes the driver fetch the lists once and try
+// again.
+func TestAptFetchesListsOnce(t *testing.T) {
+	needTools(t, "dpkg", "dpkg-query", "dpkg-deb", "apt-get")
+	root := aptRootWithoutLists(t, buildDeb(t, t.TempDir(), "mesh-test-hello"))
+	d := pkg.New(root, pkg.Options{})
+	if got, err := d.Apply(t.Context(), present("mesh-test-hello")); err != nil || got != drivers.Created {
+		t.Fatalf("Apply on a root without package lists = %q, %v; want created", got, err)
+	}
+	// A name no source has still fails with apt's own words, lists or not.
+	if _, err := d.Apply(t.Context(), present("mesh-test-nowhere")); err == nil || !strings.Contains(err.Error(), "Unable to locate package mesh-test-nowhere") {
+		t.Errorf("Apply of an unknown package: got %v, want apt-get's message", err)
+	}
 }
