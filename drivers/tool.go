@@ -117,3 +117,21 @@ func RunTool(ctx context.Context, extraEnv []string, name string, args ...string
 func WithTimeout(ctx context.Context, d time.Duration, sentinel error) (context.Context, context.CancelFunc) {
 	return context.WithTimeoutCause(ctx, d, fmt.Errorf("%w after %s: %w", sentinel, d, context.DeadlineExceeded))
 }
+
+// Turn lets one caller through at a time and gives up when ctx ends: a
+// package manager holds a lock while it works, a service manager reloads
+// everything, and a reconcile applies resources in parallel.
+type Turn struct{ ch chan struct{} }
+
+// NewTurn returns a free Turn.
+func NewTurn() *Turn { return &Turn{ch: make(chan struct{}, 1)} }
+
+// Take waits for the turn; release gives it back.
+func (t *Turn) Take(ctx context.Context) (release func(), err error) {
+	select {
+	case t.ch <- struct{}{}:
+		return func() { <-t.ch }, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}

@@ -78,14 +78,14 @@ type Driver struct {
 	timeout time.Duration
 	// turn lets one change through at a time: a package manager holds a
 	// lock while it works, and a reconcile applies resources in parallel.
-	turn chan struct{}
+	turn *drivers.Turn
 }
 
 var _ drivers.Driver = (*Driver)(nil)
 
 // New returns the package driver for root.
 func New(root *drivers.Root, opts Options) *Driver {
-	d := &Driver{backend: opts.Backend, timeout: opts.Timeout, turn: make(chan struct{}, 1)}
+	d := &Driver{backend: opts.Backend, timeout: opts.Timeout, turn: drivers.NewTurn()}
 	switch {
 	case d.backend != nil:
 	case opts.DebDir != "":
@@ -137,7 +137,7 @@ func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, 
 	if err != nil {
 		return drivers.Unchanged, err
 	}
-	done, err := d.wait(ctx)
+	done, err := d.turn.Take(ctx)
 	if err != nil {
 		return drivers.Unchanged, fmt.Errorf("package %s: %w", s.Name, err)
 	}
@@ -183,7 +183,7 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 	if state(s) == drivers.Absent {
 		return nil
 	}
-	done, err := d.wait(ctx)
+	done, err := d.turn.Take(ctx)
 	if err != nil {
 		return fmt.Errorf("package %s: %w", s.Name, err)
 	}
@@ -201,17 +201,6 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 		return fmt.Errorf("remove package %s: %w", s.Name, err)
 	}
 	return nil
-}
-
-// wait takes this driver's turn to change packages, or gives up when ctx
-// ends; done gives the turn back.
-func (d *Driver) wait(ctx context.Context) (done func(), err error) {
-	select {
-	case d.turn <- struct{}{}:
-		return func() { <-d.turn }, nil
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
 }
 
 // validName is a package name every backend accepts as one name: no glob

@@ -84,6 +84,10 @@ type Driver struct {
 	root           *drivers.Root
 	timeout        time.Duration
 	managerRunning func() bool
+	// turn lets one change through at a time: systemctl enable and a
+	// manager's daemon-reload see every unit, and a reconcile applies
+	// resources in parallel.
+	turn *drivers.Turn
 }
 
 var (
@@ -93,7 +97,7 @@ var (
 
 // New returns the unit driver for root.
 func New(root *drivers.Root, opts Options) *Driver {
-	d := &Driver{root: root, timeout: opts.Timeout, managerRunning: opts.ManagerRunning}
+	d := &Driver{root: root, timeout: opts.Timeout, managerRunning: opts.ManagerRunning, turn: drivers.NewTurn()}
 	if d.timeout <= 0 {
 		d.timeout = DefaultTimeout
 	}
@@ -171,6 +175,11 @@ func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, 
 	if err != nil {
 		return drivers.Unchanged, err
 	}
+	done, err := d.turn.Take(ctx)
+	if err != nil {
+		return drivers.Unchanged, fmt.Errorf("unit %s: %w", s.Name, err)
+	}
+	defer done()
 	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
 	managed := d.managerRunning()
@@ -257,6 +266,11 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 	if err != nil {
 		return err
 	}
+	done, err := d.turn.Take(ctx)
+	if err != nil {
+		return fmt.Errorf("unit %s: %w", s.Name, err)
+	}
+	defer done()
 	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
 	st, err := d.root.Lstat(d.path(s))
