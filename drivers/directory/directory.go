@@ -95,7 +95,7 @@ func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, 
 	}
 	switch {
 	case f == nil:
-		created, err := d.root.Mkdir(s.Path, w.mode, w.uid, w.gid)
+		created, err := d.root.Mkdir(s.Path, w.Mode, w.UID, w.GID)
 		if errors.Is(err, fs.ErrNotExist) {
 			return drivers.Unchanged, fmt.Errorf("directory %s: %w: declare the directory %s (the host creates no parents): %w", s.Path, ErrNoParent, path.Dir(s.Path), err)
 		}
@@ -117,7 +117,7 @@ func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, 
 
 // chown sets the directory's mode and owner.
 func (d *Driver) chown(w wanted) (drivers.Action, error) {
-	if err := d.root.Chown(w.path, w.mode, w.uid, w.gid); err != nil {
+	if err := d.root.Chown(w.path, w.Mode, w.UID, w.GID); err != nil {
 		return drivers.Unchanged, fmt.Errorf("directory %s: set mode and owner: %w", w.path, err)
 	}
 	return drivers.Updated, d.sync(w.path)
@@ -179,37 +179,20 @@ func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.Director
 
 // wanted is a spec resolved against the root: owner names made ids.
 type wanted struct {
-	path     string
-	mode     drivers.Mode
-	uid, gid int
+	path string
+	drivers.Attrs
 }
 
 func (d *Driver) want(s *drivers.DirectorySpec) (wanted, error) {
-	uid, err := d.root.LookupUser(s.Owner)
+	a, err := d.root.Attrs(s.Mode, DefaultMode, s.Owner, s.Group)
 	if err != nil {
-		return wanted{}, fmt.Errorf("directory %s: owner: %w", s.Path, err)
+		return wanted{}, fmt.Errorf("directory %s: %w", s.Path, err)
 	}
-	gid, err := d.root.LookupGroup(s.Group)
-	if err != nil {
-		return wanted{}, fmt.Errorf("directory %s: group: %w", s.Path, err)
-	}
-	return wanted{path: s.Path, mode: drivers.ModeOr(s.Mode, DefaultMode), uid: uid, gid: gid}, nil
+	return wanted{path: s.Path, Attrs: a}, nil
 }
 
 // differs names each respect in which f does not match w.
-func (w wanted) differs(f *found) []string {
-	var out []string
-	if f.mode != w.mode {
-		out = append(out, "mode")
-	}
-	if f.uid != w.uid {
-		out = append(out, "owner")
-	}
-	if f.gid != w.gid {
-		out = append(out, "group")
-	}
-	return out
-}
+func (w wanted) differs(f *found) []string { return w.Attrs.Differs(f.mode, f.uid, f.gid) }
 
 // found is what is at a directory's path.
 type found struct {

@@ -139,28 +139,17 @@ func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.FileSpec
 
 // wanted is a spec resolved against the root: owner names made ids.
 type wanted struct {
-	path     string
-	content  []byte
-	mode     drivers.Mode
-	uid, gid int
+	path    string
+	content []byte
+	drivers.Attrs
 }
 
 func (d *Driver) want(s *drivers.FileSpec) (wanted, error) {
-	uid, err := d.root.LookupUser(s.Owner)
+	a, err := d.root.Attrs(s.Mode, DefaultMode, s.Owner, s.Group)
 	if err != nil {
-		return wanted{}, fmt.Errorf("file %s: owner: %w", s.Path, err)
+		return wanted{}, fmt.Errorf("file %s: %w", s.Path, err)
 	}
-	gid, err := d.root.LookupGroup(s.Group)
-	if err != nil {
-		return wanted{}, fmt.Errorf("file %s: group: %w", s.Path, err)
-	}
-	return wanted{
-		path:    s.Path,
-		content: []byte(s.Content),
-		mode:    drivers.ModeOr(s.Mode, DefaultMode),
-		uid:     uid,
-		gid:     gid,
-	}, nil
+	return wanted{path: s.Path, content: []byte(s.Content), Attrs: a}, nil
 }
 
 // differs names each respect in which f does not match w.
@@ -169,16 +158,7 @@ func (w wanted) differs(f *found) []string {
 	if f.digest != digest(w.content) {
 		out = append(out, "content")
 	}
-	if f.mode != w.mode {
-		out = append(out, "mode")
-	}
-	if f.uid != w.uid {
-		out = append(out, "owner")
-	}
-	if f.gid != w.gid {
-		out = append(out, "group")
-	}
-	return out
+	return append(out, w.Attrs.Differs(f.mode, f.uid, f.gid)...)
 }
 
 // found is what is at a file's path.
@@ -281,7 +261,7 @@ func (d *Driver) plan(ctx context.Context, spec drivers.Spec, durable bool) (*pe
 	if err := d.sweep(path.Dir(s.Path)); err != nil {
 		return nil, fmt.Errorf("file %s: %w", s.Path, err)
 	}
-	staged, err := d.root.StageFile(s.Path, w.content, drivers.WriteOptions{Mode: w.mode, UID: w.uid, GID: w.gid, Sync: durable})
+	staged, err := d.root.StageFile(s.Path, w.content, drivers.WriteOptions{Mode: w.Mode, UID: w.UID, GID: w.GID, Sync: durable})
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("file %s: %w: declare the directory %s (the host creates no parents): %w", s.Path, ErrNoParent, path.Dir(s.Path), err)
 	}
@@ -324,7 +304,7 @@ func (p *pending) commit() (drivers.Action, error) {
 		return p.action, nil
 	}
 	root := p.d.root
-	if err := root.Chown(p.w.path, p.w.mode, p.w.uid, p.w.gid); err != nil {
+	if err := root.Chown(p.w.path, p.w.Mode, p.w.UID, p.w.GID); err != nil {
 		return drivers.Unchanged, fmt.Errorf("file %s: set mode and owner: %w", p.w.path, err)
 	}
 	if p.durable {

@@ -20,33 +20,8 @@ import (
 	"github.com/mesh-host/mesh-host/drivers/file"
 )
 
-const (
-	passwd = "root:x:0:0:root:/root:/bin/sh\napp:x:1234:1234::/srv/app:/bin/false\n"
-	group  = "root:x:0:\nstaff:x:50:\napp:x:1234:\n"
-)
-
-// newRoot is a Root over a fresh directory holding etc/passwd and
-// etc/group (app is 1234, group staff 50) and the directories /etc and
-// /srv/app.
-func newRoot(t *testing.T) *drivers.Root {
-	t.Helper()
-	dir := t.TempDir()
-	for _, d := range []string{"etc", "srv/app"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for name, content := range map[string]string{"etc/passwd": passwd, "etc/group": group} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r, err := drivers.NewRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
+// newRoot is driverstest.NewRoot with the directories these tests use.
+func newRoot(t *testing.T) *drivers.Root { return driverstest.NewRoot(t, "srv/app") }
 
 func mode(m drivers.Mode) *drivers.Mode { return &m }
 
