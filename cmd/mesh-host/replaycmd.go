@@ -19,32 +19,11 @@ type replayCmd struct {
 	JSON   bool   `name:"json" help:"Print the state as JSON."`
 }
 
-// storedState loads the journal's stored projection and the head it folds
-// through.
-func storedState(j *journal.Journal) (projector.State, uint64, error) {
-	var s projector.State
-	var head uint64
-	err := j.Projection(func(v journal.View, h uint64) error {
-		var err error
-		s, err = projector.Load(v)
-		head = h
-		return err
-	})
-	return s, head, err
-}
-
 // replayFrom folds the journal from its start (the compaction snapshot, when
 // early records were compacted away) through untilSeq and untilTime (zero
 // means no limit).
 func replayFrom(j *journal.Journal, untilSeq uint64, untilTime time.Time) (projector.State, uint64, error) {
-	var s projector.State
-	var snapSeq uint64
-	err := j.Snapshot(func(v journal.View, seq uint64) error {
-		var err error
-		s, err = projector.Load(v)
-		snapSeq = seq
-		return err
-	})
+	s, snapSeq, err := loadState(j.Snapshot)
 	if err != nil {
 		return projector.State{}, 0, fmt.Errorf("compaction snapshot: %w", err)
 	}

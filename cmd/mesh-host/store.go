@@ -68,3 +68,23 @@ func (e *env) withJournal(fn func(j *journal.Journal) error) error {
 	defer j.Close()
 	return fn(j)
 }
+
+// storedState loads the journal's stored projection and the head it folds
+// through.
+func storedState(j *journal.Journal) (projector.State, uint64, error) {
+	return loadState(j.Projection)
+}
+
+// loadState loads the State a journal view holds (the projection, or the
+// compaction snapshot) and the sequence it folds through.
+func loadState(view func(func(journal.View, uint64) error) error) (projector.State, uint64, error) {
+	var s projector.State
+	var seq uint64
+	err := view(func(v journal.View, at uint64) error {
+		var err error
+		s, err = projector.Load(v)
+		seq = at
+		return err
+	})
+	return s, seq, err
+}
