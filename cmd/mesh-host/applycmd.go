@@ -52,21 +52,20 @@ func (c *applyCmd) Run(e *env) error {
 		if err := e.admissible(decl, s); err != nil {
 			return refuse(j, source, decl, err)
 		}
-		recv, err := appendDeclaration(j, decl, source)
+		specs := decl.Expanded()
+		recv, err := appendDeclaration(j, decl, specs, source)
 		if err != nil {
 			return failed("journal the declaration: %v", err)
 		}
-		s, _, err = storedState(j)
-		if err != nil {
-			return failed("%v", err)
-		}
+		// Accepting a declaration changes what is desired, not what is
+		// owned: s.Owned is still the owned set.
 		rc, err := e.reconciler(j)
 		if err != nil {
 			return failed("%v", err)
 		}
 		res, err := rc.Reconcile(e.ctx, agent.Request{
 			Trigger: event.TriggerManual, Cause: recv, Revision: decl.Revision,
-			Specs: decl.Expanded(), Owned: s.Owned, Repair: true,
+			Specs: specs, Owned: s.Owned, Repair: true,
 		})
 		if err != nil {
 			return failed("reconcile: %v", err)
@@ -104,13 +103,13 @@ func refuse(j *journal.Journal, source string, d *declaration.Declaration, reaso
 
 // appendDeclaration journals an accepted declaration, document and all, so
 // the host can reconcile from its journal alone while offline.
-func appendDeclaration(j *journal.Journal, d *declaration.Declaration, source string) (uint64, error) {
+func appendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []drivers.Spec, source string) (uint64, error) {
 	doc, err := d.MarshalJSON()
 	if err != nil {
 		return 0, err
 	}
 	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source, Document: doc}
-	for _, spec := range d.Expanded() {
+	for _, spec := range specs {
 		p.Resources = append(p.Resources, event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)})
 	}
 	recs, err := j.Append(event.New(event.DeclarationReceived, 0, "", p))

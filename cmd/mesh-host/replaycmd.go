@@ -71,7 +71,7 @@ func (c *replayCmd) Run(e *env) error {
 			return failed("replay %s: %v", j.Path(), err)
 		}
 		if !c.Verify {
-			return printState(e, c.JSON, s, nil)
+			return printState(e, c.JSON, false, s, nil)
 		}
 		want, head, err := storedState(j)
 		if err != nil {

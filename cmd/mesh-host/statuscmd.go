@@ -26,17 +26,14 @@ func (c *statusCmd) Run(e *env) error {
 		if err != nil {
 			return failed("%v", err)
 		}
-		return printStateOpts(e, c.JSON, c.Owned, s, &info)
+		return printState(e, c.JSON, c.Owned, s, &info)
 	})
 }
 
-func printState(e *env, asJSON bool, s projector.State, info *journal.Info) error {
-	return printStateOpts(e, asJSON, false, s, info)
-}
-
-// printStateOpts prints a State for a person, or as JSON with the journal's
-// info beside it.
-func printStateOpts(e *env, asJSON, allOwned bool, s projector.State, info *journal.Info) error {
+// printState prints a State for a person (the drifted and failed resources,
+// or with allOwned every owned one), or as JSON with the journal's info
+// beside it.
+func printState(e *env, asJSON, allOwned bool, s projector.State, info *journal.Info) error {
 	if asJSON {
 		out := struct {
 			Journal *journal.Info   `json:"journal,omitempty"`
