@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/journalview"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
@@ -33,7 +34,7 @@ func (c *journalCmd) Run(e *env) error {
 			fmt.Fprintf(e.stderr, "mesh-host: note: kind %q is not one this version knows; showing any records of it\n", k)
 		}
 	}
-	out := newRecordPrinter(e.stdout, c.JSON)
+	out := journalview.NewPrinter(e.stdout, c.JSON)
 	keep := func(r event.Record) bool {
 		return r.Seq >= from && !r.Time.Before(since) &&
 			(len(c.Kind) == 0 || slices.Contains(c.Kind, string(r.Kind))) &&
@@ -41,7 +42,7 @@ func (c *journalCmd) Run(e *env) error {
 	}
 	print := func(r event.Record) error {
 		if keep(r) {
-			return out.print(r)
+			return out.Print(r)
 		}
 		return nil
 	}
@@ -50,10 +51,10 @@ func (c *journalCmd) Run(e *env) error {
 			if err := print(r); err != nil {
 				return err
 			}
-			return out.flush()
+			return out.Flush()
 		})
 		if errors.Is(err, e.ctx.Err()) {
-			return out.flush()
+			return out.Flush()
 		}
 		return err
 	}
@@ -74,7 +75,7 @@ func (c *journalCmd) Run(e *env) error {
 		if err != nil {
 			return failed("%v", err)
 		}
-		return out.flush()
+		return out.Flush()
 	})
 }
 
@@ -93,25 +94,25 @@ func (c *journalCmd) why(e *env, j *journal.Journal) error {
 		return failed("%v", err)
 	}
 	for i, r := range chain {
-		if isOrigin(r.Kind) {
+		if journalview.IsOrigin(r.Kind) {
 			chain = chain[:i+1]
 			break
 		}
 	}
-	out := newRecordPrinter(e.stdout, c.JSON)
+	out := journalview.NewPrinter(e.stdout, c.JSON)
 	if !c.JSON {
 		fmt.Fprintf(e.stdout, "%s is as it is because of, newest first:\n", c.Why)
 	}
 	for _, r := range chain {
-		if err := out.print(r); err != nil {
+		if err := out.Print(r); err != nil {
 			return err
 		}
 	}
-	if err := out.flush(); err != nil {
+	if err := out.Flush(); err != nil {
 		return err
 	}
 	last := chain[len(chain)-1]
-	if !c.JSON && !isOrigin(last.Kind) {
+	if !c.JSON && !journalview.IsOrigin(last.Kind) {
 		if last.Cause == 0 {
 			fmt.Fprintf(e.stdout, "(#%d names no cause)\n", last.Seq)
 		} else {
@@ -119,12 +120,6 @@ func (c *journalCmd) why(e *env, j *journal.Journal) error {
 		}
 	}
 	return nil
-}
-
-// isOrigin reports whether a kind starts a cause chain: what the mesh asked
-// for, or what the host found changed behind its back.
-func isOrigin(k event.Kind) bool {
-	return k == event.DeclarationReceived || k == event.DeclarationRefused || k == event.DriftObserved
 }
 
 // parseSince reads --since: a sequence number, an RFC 3339 time, or a

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/journalview"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/projector"
 )
@@ -52,7 +53,7 @@ func printState(e *env, asJSON, allOwned bool, s projector.State, info *journal.
 		line("head", "#%d", s.Head)
 	}
 	if r := s.Running; r != nil {
-		line("running", "version %s, pid %d, since %s (#%d)", r.Version, r.PID, r.Since.Format(timeLayout), r.Seq)
+		line("running", "version %s, pid %d, since %s (#%d)", r.Version, r.PID, r.Since.Format(journalview.TimeLayout), r.Seq)
 	} else {
 		line("running", "no host start recorded")
 	}
@@ -69,7 +70,7 @@ func printState(e *env, asJSON, allOwned bool, s projector.State, info *journal.
 			quiet = ", quiet"
 		}
 		line("last reconcile", "#%d %s, revision %d: %s at %s; %d changed, %d unchanged, %d failed%s",
-			r.Seq, r.Trigger, r.Revision, r.Result, r.Completed.Format(timeLayout), r.Changed, r.Unchanged, r.Failed, quiet)
+			r.Seq, r.Trigger, r.Revision, r.Result, r.Completed.Format(journalview.TimeLayout), r.Changed, r.Unchanged, r.Failed, quiet)
 	} else {
 		line("last reconcile", "none")
 	}
@@ -90,9 +91,9 @@ func printState(e *env, asJSON, allOwned bool, s projector.State, info *journal.
 	slices.Sort(ids)
 	line("owned", "%d resources, %d drifted, %d failed", len(s.Owned), drifted, failedN)
 	if s.Link.Up {
-		line("link", "up to %s since %s", s.Link.Broker, s.Link.Since.Format(timeLayout))
+		line("link", "up to %s since %s", s.Link.Broker, s.Link.Since.Format(journalview.TimeLayout))
 	} else if !s.Link.Since.IsZero() {
-		line("link", "down since %s: %s", s.Link.Since.Format(timeLayout), orNone(s.Link.Reason))
+		line("link", "down since %s: %s", s.Link.Since.Format(journalview.TimeLayout), orNone(s.Link.Reason))
 	} else {
 		line("link", "never up")
 	}

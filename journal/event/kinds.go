@@ -23,6 +23,7 @@ const (
 	LinkUp              Kind = "link.up"
 	LinkDown            Kind = "link.down"
 	JournalCompacted    Kind = "journal.compacted"
+	LinkRefused         Kind = "link.refused"
 )
 
 // payloads maps each known kind to a constructor of its payload.
@@ -42,6 +43,7 @@ var payloads = map[Kind]func() any{
 	LinkUp:              func() any { return new(LinkPayload) },
 	LinkDown:            func() any { return new(LinkPayload) },
 	JournalCompacted:    func() any { return new(JournalCompactedPayload) },
+	LinkRefused:         func() any { return new(LinkRefusedPayload) },
 }
 
 // Known reports whether this binary knows kind k.
@@ -54,6 +56,7 @@ func Kinds() []Kind {
 		DeclarationReceived, DeclarationRefused, ReconcileStarted, ReconcileCompleted,
 		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
 		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
+		LinkRefused,
 	}
 }
 
@@ -187,6 +190,18 @@ type VersionRolledBackPayload struct {
 	From   string `json:"from"`
 	To     string `json:"to"`
 	Reason string `json:"reason"`
+}
+
+// LinkRefusedPayload records a message from the link that the host refused:
+// malformed, oversized, of an unknown protocol version or for another node.
+// A declaration that decodes but is refused is a declaration.refused
+// instead. Suppressed counts refusals not journaled one by one since the
+// previous link.refused, so a flood cannot fill the journal.
+type LinkRefusedPayload struct {
+	Subject    string `json:"subject"`
+	Reason     string `json:"reason"`
+	Bytes      int    `json:"bytes"`
+	Suppressed int    `json:"suppressed,omitempty"`
 }
 
 // LinkPayload records the link to the control plane coming up or going down.

@@ -1,4 +1,7 @@
-package main
+// Package journalview prints journal records for a person or a program: the
+// table and the JSON lines of `mesh-host journal`, and of `meshctl journal`,
+// which shows the same records from the control plane's events stream.
+package journalview
 
 import (
 	"bufio"
@@ -11,21 +14,24 @@ import (
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
-// recordPrinter prints records as a fixed-width table (so that a follower's
+// Printer prints records as a fixed-width table (so that a follower's
 // lines line up without buffering the whole output) or as JSON lines.
-type recordPrinter struct {
+type Printer struct {
 	w       *bufio.Writer
 	json    bool
 	started bool
 }
 
-func newRecordPrinter(w io.Writer, asJSON bool) *recordPrinter {
-	return &recordPrinter{w: bufio.NewWriter(w), json: asJSON}
+// NewPrinter prints to w: JSON lines when asJSON, else the table.
+func NewPrinter(w io.Writer, asJSON bool) *Printer {
+	return &Printer{w: bufio.NewWriter(w), json: asJSON}
 }
 
-const timeLayout = "2006-01-02T15:04:05Z07:00"
+// TimeLayout is how records and reports show a time.
+const TimeLayout = "2006-01-02T15:04:05Z07:00"
 
-func (p *recordPrinter) print(r event.Record) error {
+// Print prints one record (after the table's header, the first time).
+func (p *Printer) Print(r event.Record) error {
 	if p.json {
 		b, err := json.Marshal(r)
 		if err != nil {
@@ -49,11 +55,12 @@ func (p *recordPrinter) print(r event.Record) error {
 	if !event.Known(r.Kind) {
 		detail = "(kind unknown to this version) " + detail
 	}
-	_, err := fmt.Fprintf(p.w, "%7d  %-20s  %-20s  %6s  %-28s  %s\n", r.Seq, r.Time.UTC().Format(timeLayout), r.Kind, cause, res, detail)
+	_, err := fmt.Fprintf(p.w, "%7d  %-20s  %-20s  %6s  %-28s  %s\n", r.Seq, r.Time.UTC().Format(TimeLayout), r.Kind, cause, res, detail)
 	return err
 }
 
-func (p *recordPrinter) flush() error { return p.w.Flush() }
+// Flush writes what Print buffered.
+func (p *Printer) Flush() error { return p.w.Flush() }
 
 // maxValue bounds one value in the detail column.
 const maxValue = 72
@@ -104,4 +111,10 @@ func clip(s string) string {
 	}
 	// Cut on a rune boundary: a name may be in any script.
 	return strings.ToValidUTF8(s[:maxValue-3], "") + "..."
+}
+
+// IsOrigin reports whether a kind starts a cause chain: what the mesh asked
+// for, or what the host found changed behind its back.
+func IsOrigin(k event.Kind) bool {
+	return k == event.DeclarationReceived || k == event.DeclarationRefused || k == event.DriftObserved
 }

@@ -1,0 +1,255 @@
+package linkproto
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+// Size limits. A receiver refuses a larger message before decoding it. The
+// embedded broker's max_payload is MaxDeclarationSize, so anything the
+// broker accepts a node can at least refuse by name.
+const (
+	// MaxDeclarationSize bounds a Declaration or Welcome: the document
+	// carries every file's content.
+	MaxDeclarationSize = 8 << 20
+	// MaxReportSize bounds every other message.
+	MaxReportSize = 64 << 10
+	// MaxEventSize bounds one journal record as sent upward. A larger
+	// record (a declaration.received with a big document) is sent with its
+	// payload replaced by an Omitted note; the node's own journal keeps it
+	// whole.
+	MaxEventSize = 512 << 10
+)
+
+// Errors a receiver returns; each message names the field or limit.
+var (
+	// ErrMalformed is returned for a message that is not the JSON of its
+	// type, or lacks a required field.
+	ErrMalformed = errors.New("malformed message")
+	// ErrTooLarge is returned for a message over its size limit.
+	ErrTooLarge = errors.New("message too large")
+	// ErrVersion is returned for a message of protocol version 0 or newer
+	// than ProtocolVersion.
+	ErrVersion = errors.New("unsupported protocol version")
+	// ErrWrongNode is returned for a message about another mesh or node
+	// than the receiver expects.
+	ErrWrongNode = errors.New("message for another node")
+)
+
+// Declaration is a push: node's whole desired state, down on
+// DeclarationSubject as a request. The node replies with an Ack.
+type Declaration struct {
+	Protocol int    `json:"protocol"`
+	Mesh     string `json:"mesh"`
+	Node     string `json:"node"`
+	Revision uint64 `json:"revision"`
+	// Document is the declaration's JSON (package declaration's wire
+	// form); its own mesh, node and revision must equal the fields above.
+	Document json.RawMessage `json:"document"`
+}
+
+// Ack answers a Declaration. Accepted means journaled at Seq and to be
+// applied now (or, if a newer one arrives first, superseded: pushes
+// coalesce); a refused declaration is journaled too, with Reason.
+type Ack struct {
+	Protocol int    `json:"protocol"`
+	Node     string `json:"node"`
+	Revision uint64 `json:"revision"`
+	Accepted bool   `json:"accepted"`
+	Seq      uint64 `json:"seq,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// Hello is what a node says, as a request on HelloSubject, on every link up:
+// it asks for its latest declaration and how much of its journal the events
+// stream holds.
+type Hello struct {
+	Protocol int    `json:"protocol"`
+	Node     string `json:"node"`
+	Version  string `json:"version"`
+	// Revision is the latest revision the node accepted; 0 for none.
+	Revision uint64 `json:"revision"`
+	// Head is the node's journal head.
+	Head uint64 `json:"head"`
+}
+
+// Welcome answers a Hello.
+type Welcome struct {
+	Protocol int `json:"protocol"`
+	// Declaration is the node's stored desired state when its revision is
+	// newer than the Hello's; nil otherwise.
+	Declaration *Declaration `json:"declaration,omitempty"`
+	// EventsThrough is the highest journal sequence of the node the events
+	// stream holds; 0 for none.
+	EventsThrough uint64 `json:"events_through"`
+}
+
+// Heartbeat is a node's report, on HeartbeatSubject: on link up, after
+// every apply, and every Interval while idle.
+type Heartbeat struct {
+	Protocol int       `json:"protocol"`
+	Mesh     string    `json:"mesh"`
+	Node     string    `json:"node"`
+	Version  string    `json:"version"`
+	Sent     time.Time `json:"sent"`
+	// Interval is how often the node reports while idle: a node silent for
+	// three intervals is silent.
+	Interval Duration `json:"interval"`
+	// Desired is the revision of the latest accepted declaration, Applied
+	// that of the latest completed reconcile (converged or not).
+	Desired uint64 `json:"desired"`
+	Applied uint64 `json:"applied"`
+	// Result is the latest reconcile's result.
+	Result  event.Result `json:"result,omitempty"`
+	Owned   int          `json:"owned"`
+	Drifted int          `json:"drifted"`
+	Failed  int          `json:"failed"`
+	// LastReconcile is when the latest reconcile completed.
+	LastReconcile time.Time `json:"last_reconcile,omitzero"`
+	// Head is the journal head, Acked how much of it the events stream
+	// acknowledged.
+	Head   uint64   `json:"head"`
+	Acked  uint64   `json:"acked"`
+	Uptime Duration `json:"uptime"`
+}
+
+// HeartbeatOf fills the state part of a heartbeat from the host's State.
+func HeartbeatOf(s projector.State) Heartbeat {
+	h := Heartbeat{Protocol: ProtocolVersion, Head: s.Head, Owned: len(s.Owned)}
+	if s.Desired != nil {
+		h.Desired = s.Desired.Revision
+	}
+	if r := s.LastReconcile; r != nil {
+		h.Applied, h.Result, h.LastReconcile = r.Revision, r.Result, r.Completed
+	}
+	for _, o := range s.Owned {
+		if o.Drifted {
+			h.Drifted++
+		}
+		if o.LastOutcome == event.ActionFailed {
+			h.Failed++
+		}
+	}
+	return h
+}
+
+// Omitted replaces the payload of a record too large to send upward.
+type Omitted struct {
+	Omitted string `json:"omitted"`
+	Bytes   int    `json:"bytes"`
+}
+
+// EventBody encodes r as an events message body, within MaxEventSize.
+func EventBody(r event.Record) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) <= MaxEventSize {
+		return b, nil
+	}
+	n := len(r.Payload)
+	r.Payload, _ = json.Marshal(Omitted{Omitted: "payload too large to send; the node's journal holds it", Bytes: n})
+	return json.Marshal(r)
+}
+
+// Duration is a time.Duration that travels as a string ("1m0s") and reads
+// as one or as a number of nanoseconds.
+type Duration time.Duration
+
+// MarshalJSON writes d as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a duration string or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("a duration is a string like \"60s\" or a number of nanoseconds")
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// versioned is what every message starts with.
+type versioned interface{ version() int }
+
+func (m *Declaration) version() int { return m.Protocol }
+func (m *Ack) version() int         { return m.Protocol }
+func (m *Hello) version() int       { return m.Protocol }
+func (m *Welcome) version() int     { return m.Protocol }
+func (m *Heartbeat) version() int   { return m.Protocol }
+
+// Decode reads data as the message type of into, refusing it when it is
+// over limit bytes, not JSON of that type, or of a protocol version this
+// end does not speak. Unknown fields are ignored.
+func Decode(data []byte, limit int, into versioned) error {
+	if len(data) > limit {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(data), limit)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(into); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: data after the message", ErrMalformed)
+	}
+	switch v := into.version(); {
+	case v == 0:
+		return fmt.Errorf("%w: the message has no protocol field", ErrVersion)
+	case v > ProtocolVersion:
+		return fmt.Errorf("%w: protocol %d is newer than this end's %d", ErrVersion, v, ProtocolVersion)
+	}
+	return nil
+}
+
+// DecodeDeclaration reads a push for mesh/node: it must name them, carry a
+// revision and a document. The document itself is checked by the node
+// with package declaration.
+func DecodeDeclaration(data []byte, mesh, node string) (*Declaration, error) {
+	var d Declaration
+	if err := Decode(data, MaxDeclarationSize, &d); err != nil {
+		return nil, err
+	}
+	if err := d.For(mesh, node); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// For checks that d is node's, complete enough to journal.
+func (d *Declaration) For(mesh, node string) error {
+	switch {
+	case d.Mesh != mesh || d.Node != node:
+		return fmt.Errorf("%w: the declaration is for %s/%s, this is %s/%s", ErrWrongNode, d.Mesh, d.Node, mesh, node)
+	case d.Revision == 0:
+		return fmt.Errorf("%w: revision: must be at least 1", ErrMalformed)
+	case len(d.Document) == 0 || bytes.Equal(d.Document, []byte("null")):
+		return fmt.Errorf("%w: document: required", ErrMalformed)
+	}
+	return nil
+}
+
+// Marshal encodes a message. The types here always encode; an error is a
+// bug and panics.
+func Marshal(m any) []byte {
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic("linkproto: message does not encode: " + err.Error())
+	}
+	return b
+}

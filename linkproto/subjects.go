@@ -1,0 +1,173 @@
+// Package linkproto is the wire protocol between a host (mesh-host) and the
+// control plane (meshctl): every subject, every message type and the
+// protocol version. Both ends import it; nothing else defines a subject.
+//
+// The shape of the link, in one paragraph: a node speaks core NATS only, on
+// subjects scoped to itself: it subscribes under mesh.MESH.down.NODE and
+// publishes under mesh.MESH.up.NODE, and its credentials allow nothing else.
+// The control plane keeps the durable state in JetStream (desired state per
+// node in a KV bucket, every node's journal in the events stream, the last
+// heartbeat of each node in the heartbeats stream). A node never calls the
+// JetStream API: its events reach the stream because the stream captures
+// its up.NODE.events subject, and the stream's acknowledgement comes back to
+// the node's own inbox. docs/link.md shows the protocol with the stock nats
+// CLI.
+package linkproto
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// ProtocolVersion is the version of the messages below. A receiver refuses a
+// message of a newer version than its own, and of version 0 (a message that
+// does not say). Unknown fields are ignored, so adding an optional field does
+// not need a new version; changing what a field means does.
+//
+// History:
+//   - 1 (2026-11-29): declaration push and ack, hello and welcome, heartbeat,
+//     journal events.
+const ProtocolVersion = 1
+
+// Subjects. MESH and NODE are names (see ValidName); the functions below
+// fill them in. Nothing else in the mesh builds a subject.
+const (
+	// subjectRoot starts every subject of the mesh.
+	subjectRoot = "mesh"
+	// downToken and upToken say the direction: down is control → node
+	// (the node may only subscribe there), up is node → control (the node
+	// may only publish there).
+	downToken = "down"
+	upToken   = "up"
+
+	// declarationToken: mesh.MESH.down.NODE.declaration carries a
+	// Declaration push as a request; the node replies with an Ack.
+	declarationToken = "declaration"
+	// inboxToken: mesh.MESH.down.NODE.inbox is the node's inbox prefix:
+	// the replies to its requests (Welcome, JetStream acknowledgements).
+	inboxToken = "inbox"
+	// helloToken: mesh.MESH.up.NODE.hello is a Hello request, answered by
+	// any control service with a Welcome.
+	helloToken = "hello"
+	// heartbeatToken: mesh.MESH.up.NODE.heartbeat carries Heartbeats; the
+	// heartbeats stream keeps the last one of each node.
+	heartbeatToken = "heartbeat"
+	// eventsToken: mesh.MESH.up.NODE.events carries journal records, one
+	// per message, captured by the events stream and deduplicated by the
+	// message id MsgID(mesh, node, seq).
+	eventsToken = "events"
+)
+
+// JetStream names, used by the control plane only: nodes never see them.
+const (
+	// EventsStream holds every node's journal, exactly once per record.
+	EventsStream = "MESH_EVENTS"
+	// HeartbeatsStream keeps the latest heartbeat of every node.
+	HeartbeatsStream = "MESH_HEARTBEATS"
+	// DesiredBucket is the KV bucket of desired state: key MESH.NODE, value
+	// the declaration's JSON document.
+	DesiredBucket = "MESH_DESIRED"
+	// ControlQueue is the queue group control services answer hellos in,
+	// so several may serve one mesh and each hello is answered once.
+	ControlQueue = "meshctl"
+)
+
+// Message headers.
+const (
+	// HeaderMsgID is JetStream's deduplication header.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderSeq carries a journal record's sequence on an events message,
+	// so the control plane reads it without decoding the body.
+	HeaderSeq = "Mesh-Seq"
+)
+
+// Errors returned by this package.
+var (
+	// ErrInvalidName is returned for a mesh or node name that cannot be a
+	// subject token.
+	ErrInvalidName = errors.New("invalid name")
+)
+
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidName reports whether s can name a mesh or a node: lower-case letters,
+// digits, '-' and '_', starting with a letter or digit, at most 63 bytes.
+// Such a name is one subject token with no wildcard, so a node's
+// permissions cannot be widened by its name.
+func ValidName(s string) error {
+	if !namePattern.MatchString(s) {
+		return fmt.Errorf("%w %q: use lower-case letters, digits, '-' and '_', starting with a letter or digit, at most 63 characters", ErrInvalidName, s)
+	}
+	return nil
+}
+
+func subject(mesh, dir, node, token string) string {
+	return strings.Join([]string{subjectRoot, mesh, dir, node, token}, ".")
+}
+
+// DeclarationSubject is where the control plane pushes node's declaration.
+func DeclarationSubject(mesh, node string) string {
+	return subject(mesh, downToken, node, declarationToken)
+}
+
+// InboxPrefix is node's inbox: the node subscribes to InboxPrefix+".>".
+func InboxPrefix(mesh, node string) string {
+	return subject(mesh, downToken, node, inboxToken)
+}
+
+// HelloSubject is where node says it is up and asks for its declaration.
+func HelloSubject(mesh, node string) string { return subject(mesh, upToken, node, helloToken) }
+
+// HeartbeatSubject is where node reports.
+func HeartbeatSubject(mesh, node string) string {
+	return subject(mesh, upToken, node, heartbeatToken)
+}
+
+// EventsSubject is where node publishes its journal.
+func EventsSubject(mesh, node string) string { return subject(mesh, upToken, node, eventsToken) }
+
+// NodeSubscribe is everything node may subscribe to.
+func NodeSubscribe(mesh, node string) string { return subject(mesh, downToken, node, ">") }
+
+// NodePublish is everything node may publish to.
+func NodePublish(mesh, node string) string { return subject(mesh, upToken, node, ">") }
+
+// AllHellos, AllHeartbeats and AllEvents match the subject of every node of
+// mesh: what the control service listens on and the streams capture.
+func AllHellos(mesh string) string     { return subject(mesh, upToken, "*", helloToken) }
+func AllHeartbeats(mesh string) string { return subject(mesh, upToken, "*", heartbeatToken) }
+func AllEvents(mesh string) string     { return subject(mesh, upToken, "*", eventsToken) }
+
+// AnyMeshHeartbeats and AnyMeshEvents are the streams' subjects: one stream
+// serves every mesh on the broker.
+const (
+	AnyMeshHeartbeats = subjectRoot + ".*." + upToken + ".*." + heartbeatToken
+	AnyMeshEvents     = subjectRoot + ".*." + upToken + ".*." + eventsToken
+)
+
+// NodeOf returns the mesh and node an up or down subject is about.
+func NodeOf(subj string) (mesh, node string, err error) {
+	parts := strings.Split(subj, ".")
+	if len(parts) < 5 || parts[0] != subjectRoot || (parts[2] != upToken && parts[2] != downToken) {
+		return "", "", fmt.Errorf("%q is not a mesh subject", subj)
+	}
+	if err := ValidName(parts[1]); err != nil {
+		return "", "", err
+	}
+	if err := ValidName(parts[3]); err != nil {
+		return "", "", err
+	}
+	return parts[1], parts[3], nil
+}
+
+// DesiredKey is node's key in the DesiredBucket.
+func DesiredKey(mesh, node string) string { return mesh + "." + node }
+
+// MsgID is the deduplication id of node's journal record seq: the events
+// stream stores each record once however often it is sent.
+func MsgID(mesh, node string, seq uint64) string {
+	return mesh + "." + node + "." + strconv.FormatUint(seq, 10)
+}
