@@ -1,0 +1,219 @@
+package linkproto_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+func TestSubjectsStayUnderTheNodesOwnPermissions(t *testing.T) {
+	const mesh, node = "home", "web-1"
+	down := []string{linkproto.DeclarationSubject(mesh, node), linkproto.InboxPrefix(mesh, node) + ".x"}
+	up := []string{linkproto.HelloSubject(mesh, node), linkproto.HeartbeatSubject(mesh, node), linkproto.EventsSubject(mesh, node)}
+	for _, s := range down {
+		if !matches(linkproto.NodeSubscribe(mesh, node), s) {
+			t.Errorf("%s is outside the node's subscribe permission %s", s, linkproto.NodeSubscribe(mesh, node))
+		}
+		if matches(linkproto.NodePublish(mesh, node), s) {
+			t.Errorf("the node may publish on its own down subject %s", s)
+		}
+	}
+	for _, s := range up {
+		if !matches(linkproto.NodePublish(mesh, node), s) {
+			t.Errorf("%s is outside the node's publish permission %s", s, linkproto.NodePublish(mesh, node))
+		}
+		if matches(linkproto.NodeSubscribe(mesh, node), s) {
+			t.Errorf("the node may subscribe to its own up subject %s", s)
+		}
+	}
+	// Another node's subjects are outside both.
+	for _, s := range []string{linkproto.DeclarationSubject(mesh, "web-2"), linkproto.EventsSubject(mesh, "web-2"), linkproto.DeclarationSubject("other", node)} {
+		if matches(linkproto.NodeSubscribe(mesh, node), s) || matches(linkproto.NodePublish(mesh, node), s) {
+			t.Errorf("node %s's permissions cover %s", node, s)
+		}
+	}
+	if !matches(linkproto.AnyMeshEvents, linkproto.EventsSubject(mesh, node)) || !matches(linkproto.AllEvents(mesh), linkproto.EventsSubject(mesh, node)) {
+		t.Error("the events stream does not capture a node's events subject")
+	}
+	if !matches(linkproto.AnyMeshHeartbeats, linkproto.HeartbeatSubject(mesh, node)) || !matches(linkproto.AllHeartbeats(mesh), linkproto.HeartbeatSubject(mesh, node)) {
+		t.Error("the heartbeats stream does not capture a node's heartbeat subject")
+	}
+	if !matches(linkproto.AllHellos(mesh), linkproto.HelloSubject(mesh, node)) {
+		t.Error("the control service does not hear a node's hello")
+	}
+	m, n, err := linkproto.NodeOf(linkproto.HeartbeatSubject(mesh, node))
+	if err != nil || m != mesh || n != node {
+		t.Errorf("NodeOf = %q, %q, %v", m, n, err)
+	}
+	for _, bad := range []string{"mesh.home.up", "x.home.up.n.hello", "mesh.home.sideways.n.hello", "mesh.Home.up.n.hello", "mesh.home.up.*.hello"} {
+		if _, _, err := linkproto.NodeOf(bad); err == nil {
+			t.Errorf("NodeOf(%q) accepted it", bad)
+		}
+	}
+}
+
+// matches is NATS subject matching: * one token, > the rest.
+func matches(pattern, subject string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, tok := range p {
+		if tok == ">" {
+			return len(s) > i
+		}
+		if i >= len(s) || (tok != "*" && tok != s[i]) {
+			return false
+		}
+	}
+	return len(p) == len(s)
+}
+
+func TestNamesCannotWidenPermissions(t *testing.T) {
+	for _, ok := range []string{"a", "web-1", "db_2", "0", strings.Repeat("a", 63)} {
+		if err := linkproto.ValidName(ok); err != nil {
+			t.Errorf("ValidName(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "*", ">", "a.b", "a b", "Web", "-a", "_a", "a*", strings.Repeat("a", 64), "é"} {
+		if err := linkproto.ValidName(bad); !errors.Is(err, linkproto.ErrInvalidName) {
+			t.Errorf("ValidName(%q) = %v, want ErrInvalidName", bad, err)
+		}
+	}
+}
+
+func TestDecodeRefusesWhatItCannotTrust(t *testing.T) {
+	good := `{"protocol":1,"mesh":"home","node":"n","revision":3,"document":{"mesh":"home","node":"n","revision":3,"resources":[]}}`
+	d, err := linkproto.DecodeDeclaration([]byte(good), "home", "n")
+	if err != nil || d.Revision != 3 {
+		t.Fatalf("DecodeDeclaration(good) = %+v, %v", d, err)
+	}
+	withExtra := strings.Replace(good, `"protocol":1`, `"protocol":1,"added_later":{"x":1}`, 1)
+	if _, err := linkproto.DecodeDeclaration([]byte(withExtra), "home", "n"); err != nil {
+		t.Errorf("an unknown field is refused: %v", err)
+	}
+	for _, c := range []struct {
+		name, data string
+		want       error
+		msg        string
+	}{
+		{"not json", "hello", linkproto.ErrMalformed, "malformed message: invalid character 'h'"},
+		{"empty", "", linkproto.ErrMalformed, "malformed message: EOF"},
+		{"two values", good + good, linkproto.ErrMalformed, "data after the message"},
+		{"wrong type", `{"protocol":"1"}`, linkproto.ErrMalformed, "cannot unmarshal string"},
+		{"no protocol", strings.Replace(good, `"protocol":1,`, ``, 1), linkproto.ErrVersion, "the message has no protocol field"},
+		{"newer protocol", strings.Replace(good, `"protocol":1`, `"protocol":99`, 1), linkproto.ErrVersion, "protocol 99 is newer than this end's 1"},
+		{"other node", strings.Replace(good, `"node":"n"`, `"node":"m"`, 1), linkproto.ErrWrongNode, "the declaration is for home/m, this is home/n"},
+		{"other mesh", strings.Replace(good, `"mesh":"home"`, `"mesh":"work"`, 1), linkproto.ErrWrongNode, "for work/n"},
+		{"no revision", strings.Replace(good, `"revision":3,"document"`, `"document"`, 1), linkproto.ErrMalformed, "revision: must be at least 1"},
+		{"no document", `{"protocol":1,"mesh":"home","node":"n","revision":3}`, linkproto.ErrMalformed, "document: required"},
+		{"null document", `{"protocol":1,"mesh":"home","node":"n","revision":3,"document":null}`, linkproto.ErrMalformed, "document: required"},
+		{"oversized", `{"protocol":1,"pad":"` + strings.Repeat("x", linkproto.MaxDeclarationSize) + `"}`, linkproto.ErrTooLarge, "the limit is 8388608"},
+	} {
+		_, err := linkproto.DecodeDeclaration([]byte(c.data), "home", "n")
+		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: err = %v, want %v containing %q", c.name, err, c.want, c.msg)
+		}
+	}
+	var h linkproto.Heartbeat
+	if err := linkproto.Decode([]byte(`{"protocol":1,"pad":"`+strings.Repeat("x", linkproto.MaxReportSize)+`"}`), linkproto.MaxReportSize, &h); !errors.Is(err, linkproto.ErrTooLarge) {
+		t.Errorf("an oversized heartbeat: %v", err)
+	}
+}
+
+func TestHeartbeatSumsUpTheState(t *testing.T) {
+	done := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	s := projector.State{
+		Head:          40,
+		Desired:       &projector.Desired{Revision: 7},
+		LastReconcile: &projector.Reconcile{Revision: 6, Result: event.ResultFailed, Completed: done},
+		Owned: map[string]projector.Owned{
+			"file:/a": {LastOutcome: event.ActionCreate},
+			"file:/b": {LastOutcome: event.ActionUpdate, Drifted: true},
+			"file:/c": {LastOutcome: event.ActionFailed},
+		},
+	}
+	h := linkproto.HeartbeatOf(s)
+	want := linkproto.Heartbeat{Protocol: 1, Head: 40, Desired: 7, Applied: 6, Result: event.ResultFailed, LastReconcile: done, Owned: 3, Drifted: 1, Failed: 1}
+	if h != want {
+		t.Errorf("HeartbeatOf = %+v\nwant %+v", h, want)
+	}
+	h.Interval, h.Uptime = linkproto.Duration(time.Minute), linkproto.Duration(90*time.Second)
+	var back linkproto.Heartbeat
+	if err := linkproto.Decode(linkproto.Marshal(h), linkproto.MaxReportSize, &back); err != nil || back != h {
+		t.Errorf("heartbeat round trip = %+v, %v", back, err)
+	}
+	if !strings.Contains(string(linkproto.Marshal(h)), `"interval":"1m0s"`) {
+		t.Errorf("durations travel as strings: %s", linkproto.Marshal(h))
+	}
+}
+
+func TestEventBodyOmitsOnlyWhatIsTooLarge(t *testing.T) {
+	small := event.New(event.LinkUp, 3, "", event.LinkPayload{Broker: "nats://a"})
+	small.Seq = 9
+	b, err := linkproto.EventBody(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got event.Record
+	if err := json.Unmarshal(b, &got); err != nil || got.Seq != 9 || string(got.Payload) != string(small.Payload) {
+		t.Errorf("small record = %+v, %v", got, err)
+	}
+	big := event.New(event.DeclarationReceived, 0, "", event.DeclarationReceivedPayload{Revision: 2, Document: make([]byte, linkproto.MaxEventSize)})
+	big.Seq = 10
+	b, err = linkproto.EventBody(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > linkproto.MaxEventSize {
+		t.Errorf("body of %d bytes is over the limit", len(b))
+	}
+	if err := json.Unmarshal(b, &got); err != nil || got.Seq != 10 || got.Kind != event.DeclarationReceived || !strings.Contains(string(got.Payload), `"omitted"`) {
+		t.Errorf("big record = %s, %v", b, err)
+	}
+}
+
+func TestTokenRoundTripAndRefusals(t *testing.T) {
+	creds := "-----BEGIN NATS USER JWT-----\nx\n------END NATS USER JWT------\n-----BEGIN USER NKEY SEED-----\ny\n------END USER NKEY SEED------\n"
+	tok := linkproto.Token{Protocol: 1, Mesh: "home", Node: "web-1", URLs: []string{"nats://127.0.0.1:4222"}, Creds: creds}
+	got, err := linkproto.ParseToken(" " + tok.Encode() + "\n")
+	if err != nil || got.Node != "web-1" || got.Creds != creds || got.URLs[0] != tok.URLs[0] {
+		t.Fatalf("ParseToken = %+v, %v", got, err)
+	}
+	enc := func(f func(*linkproto.Token)) string {
+		c := tok
+		c.URLs = append([]string(nil), tok.URLs...)
+		f(&c)
+		return c.Encode()
+	}
+	for _, c := range []struct{ name, token, msg string }{
+		{"no prefix", "abc", `does not start with "meshtoken1."`},
+		{"cut short", tok.Encode()[:30] + "!", "was it cut short?"},
+		{"newer", enc(func(t *linkproto.Token) { t.Protocol = 2 }), "protocol 2; this host speaks 1"},
+		{"no urls", enc(func(t *linkproto.Token) { t.URLs = nil }), "urls: no broker address"},
+		{"bad url", enc(func(t *linkproto.Token) { t.URLs = []string{"http://x"} }), `"http://x" is not a broker address`},
+		{"bad creds", enc(func(t *linkproto.Token) { t.Creds = "secret" }), "creds: not a NATS credentials file"},
+		{"bad node", enc(func(t *linkproto.Token) { t.Node = "a.>" }), "node: invalid name"},
+	} {
+		_, err := linkproto.ParseToken(c.token)
+		if !errors.Is(err, linkproto.ErrBadToken) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: err = %v, want ErrBadToken containing %q", c.name, err, c.msg)
+		}
+	}
+}
+
+func TestMsgIDIsUniquePerNodeAndSeq(t *testing.T) {
+	seen := map[string]bool{}
+	for _, node := range []string{"a", "a-1", "a1"} {
+		for _, seq := range []uint64{1, 11, 111} {
+			id := linkproto.MsgID("home", node, seq)
+			if seen[id] {
+				t.Errorf("MsgID %q repeats", id)
+			}
+			seen[id] = true
+		}
+	}
+}
