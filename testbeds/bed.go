@@ -1,0 +1,450 @@
+// Package testbeds runs whole meshes for end-to-end tests and the demo: a
+// real `meshctl serve` process on its embedded broker, and real `mesh-host
+// serve` processes, each managing a root prefix of its own, with the faults
+// the link must survive (a broker restarted, a host killed) one call away.
+//
+// Everything here drives the built binaries, as an operator would: the beds
+// prove the programs, not the packages.
+package testbeds
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// TB is what a bed needs of a test or benchmark (testing.TB has it all), so
+// that this package does not import testing.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+	Failed() bool
+}
+
+// Binaries are the two programs a bed runs.
+type Binaries struct {
+	MeshHost string
+	Meshctl  string
+}
+
+// Build compiles both programs into dir, stripped and static as they ship.
+func Build(dir string) (Binaries, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return Binaries{}, err
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=bed", "-o", dir+string(os.PathSeparator), "./cmd/mesh-host", "./cmd/meshctl")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Binaries{}, fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return Binaries{MeshHost: filepath.Join(dir, "mesh-host"), Meshctl: filepath.Join(dir, "meshctl")}, nil
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("find the module: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Bed is one mesh: a control service and the hosts added to it.
+type Bed struct {
+	tb   TB
+	bins Binaries
+	// Dir holds everything of the bed: the control's data, each host's
+	// root and state, and the processes' logs.
+	Dir     string
+	Control *Control
+	hosts   []*Host
+}
+
+// New starts a control service on a port of its own and returns the bed.
+// Every process is stopped when the test ends; their logs are printed if
+// it failed.
+func New(tb TB, bins Binaries) *Bed {
+	tb.Helper()
+	b := &Bed{tb: tb, bins: bins, Dir: tb.TempDir()}
+	b.Control = &Control{bed: b, DataDir: filepath.Join(b.Dir, "control"), Listen: freeAddr(tb)}
+	tb.Cleanup(b.cleanup)
+	b.Control.Start()
+	return b
+}
+
+func (b *Bed) cleanup() {
+	for _, h := range b.hosts {
+		h.proc.kill()
+	}
+	b.Control.proc.kill()
+	if b.tb.Failed() {
+		for _, p := range append([]*process{&b.Control.proc}, hostProcs(b.hosts)...) {
+			if log, err := os.ReadFile(p.logPath); err == nil && len(log) > 0 {
+				b.tb.Logf("---- log of %s ----\n%s", p.name, tail(log, 8000))
+			}
+		}
+	}
+}
+
+func hostProcs(hs []*Host) []*process {
+	out := make([]*process, len(hs))
+	for i, h := range hs {
+		out[i] = &h.proc
+	}
+	return out
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// freeAddr finds a loopback port nobody listens on. The control service
+// keeps it across restarts, so hosts reconnect to the same URL.
+func freeAddr(tb TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Result is what a command printed and how it exited.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+}
+
+func run(bin string, args ...string) Result {
+	cmd := exec.Command(bin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := Result{Stdout: out.String(), Stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.Code = ee.ExitCode()
+	case err != nil:
+		r.Code, r.Stderr = -1, r.Stderr+err.Error()
+	}
+	return r
+}
+
+// Meshctl runs an operator command against the bed's control service.
+func (b *Bed) Meshctl(args ...string) Result {
+	return run(b.bins.Meshctl, append([]string{"--data", b.Control.DataDir}, args...)...)
+}
+
+// MustMeshctl runs an operator command and fails the test unless it exits 0.
+func (b *Bed) MustMeshctl(args ...string) string {
+	b.tb.Helper()
+	r := b.Meshctl(args...)
+	if r.Code != 0 {
+		b.tb.Fatalf("meshctl %s: %s", strings.Join(args, " "), r)
+	}
+	return r.Stdout
+}
+
+// URL is the broker's client URL.
+func (b *Bed) URL() string { return "nats://" + b.Control.Listen }
+
+// CredsFile is the control user's credentials: a test that speaks NATS
+// directly uses them, as the stock nats CLI would.
+func (b *Bed) CredsFile() string { return filepath.Join(b.Control.DataDir, "control.creds") }
+
+// Control is the bed's `meshctl serve` process.
+type Control struct {
+	bed     *Bed
+	DataDir string
+	Listen  string
+	proc    process
+}
+
+// Start starts `meshctl serve` and waits until it answers `meshctl nodes`.
+func (c *Control) Start(extra ...string) {
+	c.bed.tb.Helper()
+	args := append([]string{"--data", c.DataDir, "serve", "--listen", c.Listen}, extra...)
+	c.proc.start(c.bed.tb, "meshctl", c.bed.bins.Meshctl, filepath.Join(c.bed.Dir, "meshctl.log"), args)
+	Eventually(c.bed.tb, 30*time.Second, "the control service answers", func() error {
+		if !c.proc.running() {
+			return Fatal(fmt.Errorf("meshctl serve exited: %s", c.proc.exit()))
+		}
+		if r := c.bed.Meshctl("nodes"); r.Code != 0 {
+			return errors.New(r.String())
+		}
+		return nil
+	})
+}
+
+// Stop ends the control service with SIGTERM and waits for it.
+func (c *Control) Stop() { c.proc.stop(c.bed.tb, 30*time.Second) }
+
+// Restart stops and starts the control service and its broker, on the same
+// port and data: what a broker restart looks like to the hosts.
+func (c *Control) Restart() {
+	c.bed.tb.Helper()
+	c.Stop()
+	c.Start()
+}
+
+// Host is one node of the bed: a root prefix, a state directory, and its
+// `mesh-host serve` process when started.
+type Host struct {
+	bed      *Bed
+	Name     string
+	Root     string
+	StateDir string
+	proc     process
+}
+
+// AddHost enrols a node (meshctl enrol, then mesh-host enrol with the
+// token) with an empty root of its own. It is not started.
+func (b *Bed) AddHost(name string) *Host {
+	b.tb.Helper()
+	h := &Host{bed: b, Name: name, Root: filepath.Join(b.Dir, name, "root"), StateDir: filepath.Join(b.Dir, name, "state")}
+	if err := os.MkdirAll(filepath.Join(h.Root, "etc"), 0o755); err != nil {
+		b.tb.Fatalf("%v", err)
+	}
+	token := strings.TrimSpace(b.MustMeshctl("enrol", name))
+	cmd := exec.Command(b.bins.MeshHost, "--state-dir", h.StateDir, "enrol", "-")
+	cmd.Stdin = strings.NewReader(token + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.tb.Fatalf("mesh-host enrol %s: %v\n%s", name, err, out)
+	}
+	b.hosts = append(b.hosts, h)
+	return h
+}
+
+// Start starts `mesh-host serve` with extra serve flags and waits until its
+// socket answers.
+func (h *Host) Start(extra ...string) {
+	h.bed.tb.Helper()
+	args := append(h.global(), "serve")
+	args = append(args, extra...)
+	h.proc.start(h.bed.tb, "mesh-host "+h.Name, h.bed.bins.MeshHost, filepath.Join(h.bed.Dir, h.Name+".log"), args)
+	Eventually(h.bed.tb, 30*time.Second, h.Name+" serves", func() error {
+		if !h.proc.running() {
+			return Fatal(fmt.Errorf("mesh-host serve exited: %s", h.proc.exit()))
+		}
+		if _, err := os.Stat(filepath.Join(h.StateDir, "control.sock")); err != nil {
+			return err
+		}
+		if r := h.Run("status"); r.Code != 0 {
+			return errors.New(r.String())
+		}
+		return nil
+	})
+}
+
+// Stop sends SIGTERM and waits; it returns the exit code.
+func (h *Host) Stop() int { return h.proc.stop(h.bed.tb, 90*time.Second) }
+
+// Kill ends the host with SIGKILL: no chance to finish anything.
+func (h *Host) Kill() { h.proc.kill() }
+
+// Running reports whether the serve process is alive.
+func (h *Host) Running() bool { return h.proc.running() }
+
+// PID is the serve process's id.
+func (h *Host) PID() int { return h.proc.pid() }
+
+func (h *Host) global() []string {
+	return []string{"--root", h.Root, "--state-dir", h.StateDir}
+}
+
+// Run runs a mesh-host command for this host (through its service when it
+// runs, as a person would).
+func (h *Host) Run(args ...string) Result {
+	return run(h.bed.bins.MeshHost, append(h.global(), args...)...)
+}
+
+// Records is the host's whole journal, as `mesh-host journal --json` shows
+// it.
+func (h *Host) Records() []event.Record {
+	h.bed.tb.Helper()
+	r := h.Run("journal", "--json")
+	if r.Code != 0 {
+		h.bed.tb.Fatalf("mesh-host journal: %s", r)
+	}
+	recs, err := DecodeRecords(r.Stdout)
+	if err != nil {
+		h.bed.tb.Fatalf("mesh-host journal --json: %v", err)
+	}
+	return recs
+}
+
+// DecodeRecords reads JSON lines of records.
+func DecodeRecords(s string) ([]event.Record, error) {
+	var out []event.Record
+	dec := json.NewDecoder(strings.NewReader(s))
+	for dec.More() {
+		var r event.Record
+		if err := dec.Decode(&r); err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// process is one child of the bed.
+type process struct {
+	mu      sync.Mutex
+	name    string
+	logPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	state   *os.ProcessState
+}
+
+func (p *process) start(tb TB, name, bin, logPath string, args []string) {
+	tb.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.done != nil {
+		select {
+		case <-p.done:
+		default:
+			tb.Fatalf("%s is already running", name)
+		}
+	}
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	fmt.Fprintf(log, "==== %s %s\n", bin, strings.Join(args, " "))
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		tb.Fatalf("start %s: %v", name, err)
+	}
+	p.name, p.logPath, p.cmd, p.done, p.state = name, logPath, cmd, make(chan struct{}), nil
+	done := p.done
+	go func() {
+		_ = cmd.Wait()
+		log.Close()
+		p.mu.Lock()
+		p.state = cmd.ProcessState
+		p.mu.Unlock()
+		close(done)
+	}()
+}
+
+func (p *process) running() bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *process) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+func (p *process) exit() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == nil {
+		return "running"
+	}
+	return p.state.String()
+}
+
+// stop sends SIGTERM and waits up to limit; it returns the exit code.
+func (p *process) stop(tb TB, limit time.Duration) int {
+	tb.Helper()
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return 0
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(limit):
+		_ = cmd.Process.Kill()
+		<-done
+		tb.Fatalf("%s did not stop within %s of SIGTERM", p.name, limit)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state.ExitCode()
+}
+
+func (p *process) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
+// fatal marks a condition that can never become true: Eventually stops.
+type fatal struct{ error }
+
+// Fatal wraps err so Eventually gives up at once.
+func Fatal(err error) error { return fatal{err} }
+
+// Eventually polls cond until it returns nil, failing the test after
+// timeout with the last error. A Fatal error fails it at once.
+func Eventually(tb TB, timeout time.Duration, what string, cond func() error) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	wait := 5 * time.Millisecond
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		var f fatal
+		if errors.As(err, &f) {
+			tb.Fatalf("%s: %v", what, f.error)
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(wait)
+		wait = min(wait*2, 200*time.Millisecond)
+	}
+}
