@@ -305,6 +305,13 @@ func TestSIGTERMFinishesTheApplyInFlight(t *testing.T) {
 		files[fmt.Sprintf("/etc/app/f%03d.conf", i)] = fmt.Sprintf("file %d\n", i)
 	}
 	b.MustMeshctl("declare", "web-1", b.Declare("web-1", 1, files), "--wait", "0")
+	testbeds.Eventually(t, 20*time.Second, "the apply starts", func() error {
+		r := h.Run("journal", "--kind", string(event.ReconcileStarted), "--json")
+		if !strings.Contains(r.Stdout, `"revision":1`) {
+			return fmt.Errorf("no reconcile.started yet: %s", r)
+		}
+		return nil
+	})
 	if code := h.Stop(); code != 0 {
 		t.Fatalf("mesh-host serve exited %d on SIGTERM", code)
 	}
