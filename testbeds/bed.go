@@ -448,3 +448,6 @@ func Eventually(tb TB, timeout time.Duration, what string, cond func() error) {
 		wait = min(wait*2, 200*time.Millisecond)
 	}
 }
+
+// PID is the control service's process id.
+func (c *Control) PID() int { return c.proc.pid() }

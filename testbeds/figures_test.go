@@ -1,0 +1,264 @@
+package testbeds_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/testbeds"
+)
+
+// The issue's figures, as benchmarks over real processes. Run them with
+//
+//	go test ./testbeds -run '^$' -bench . -benchtime 200x
+//
+// (200 pushes per size; the idle and load figures ignore b.N and measure a
+// fixed window). CPU and memory come from /proc, for the measured process
+// only.
+
+// BenchmarkPushToApplied: from storing a declaration (what meshctl declare
+// does first) until the node's heartbeat says it is applied, over loopback,
+// for a 1-file and a 100-file declaration whose every file changes.
+func BenchmarkPushToApplied(b *testing.B) {
+	for _, files := range []int{1, 100} {
+		b.Run(fmt.Sprintf("files=%d", files), func(b *testing.B) {
+			bed := testbeds.New(b, bins)
+			h := bed.AddHost("web-1")
+			h.Start()
+			nc, kv := controlConn(b, bed)
+			beats := make(chan linkproto.Heartbeat, 64)
+			sub, err := nc.Subscribe(linkproto.HeartbeatSubject(testbeds.Mesh, "web-1"), func(m *nats.Msg) {
+				var hb linkproto.Heartbeat
+				if linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb) == nil {
+					beats <- hb
+				}
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+
+			// Revision 1 creates the directories; every measured push
+			// rewrites every file.
+			push(b, nc, kv, beats, 1, files)
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				lat = append(lat, push(b, nc, kv, beats, uint64(i+2), files))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// push declares revision rev of files files and returns how long until the
+// node reported it applied.
+func push(b *testing.B, nc *nats.Conn, kv jetstream.KeyValue, beats <-chan linkproto.Heartbeat, rev uint64, files int) time.Duration {
+	b.Helper()
+	type fileSpec struct {
+		Path    string `json:"path"`
+		Content string `json:"content"`
+	}
+	res := []map[string]any{{"directory": map[string]string{"path": "/etc/app"}}}
+	for i := range files {
+		res = append(res, map[string]any{"file": fileSpec{Path: fmt.Sprintf("/etc/app/f%03d.conf", i), Content: fmt.Sprintf("revision %d file %d\n", rev, i)}})
+	}
+	doc, _ := json.Marshal(map[string]any{"mesh": testbeds.Mesh, "node": "web-1", "revision": rev, "resources": res})
+	msg := linkproto.Marshal(linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: testbeds.Mesh, Node: "web-1", Revision: rev, Document: doc})
+
+	start := time.Now()
+	if _, err := kv.Put(context.Background(), linkproto.DesiredKey(testbeds.Mesh, "web-1"), doc); err != nil {
+		b.Fatal(err)
+	}
+	reply, err := nc.Request(linkproto.DeclarationSubject(testbeds.Mesh, "web-1"), msg, 10*time.Second)
+	if err != nil {
+		b.Fatalf("push %d: %v", rev, err)
+	}
+	var ack linkproto.Ack
+	if err := json.Unmarshal(reply.Data, &ack); err != nil || !ack.Accepted {
+		b.Fatalf("push %d: ack %s", rev, reply.Data)
+	}
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case hb := <-beats:
+			if hb.Applied >= rev {
+				if hb.Failed > 0 {
+					b.Fatalf("revision %d: %d failed", rev, hb.Failed)
+				}
+				return time.Since(start)
+			}
+		case <-timeout:
+			b.Fatalf("revision %d: no heartbeat says it is applied", rev)
+		}
+	}
+}
+
+func controlConn(b *testing.B, bed *testbeds.Bed) (*nats.Conn, jetstream.KeyValue) {
+	b.Helper()
+	nc, err := nats.Connect(bed.URL(), nats.UserCredentials(bed.CredsFile()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), linkproto.DesiredBucket)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return nc, kv
+}
+
+// BenchmarkIdleHost: an enrolled host with a declaration applied, linked and
+// doing nothing, over 60 s: its CPU share and resident memory.
+func BenchmarkIdleHost(b *testing.B) {
+	bed := testbeds.New(b, bins)
+	h := bed.AddHost("web-1")
+	h.Start()
+	bed.MustMeshctl("declare", "web-1", bed.Declare("web-1", 1, testbeds.Files{"/etc/motd": "idle\n"}))
+	time.Sleep(5 * time.Second) // let start-up work and the first heartbeats pass
+	b.ResetTimer()
+	cpu, rss := measure(b, h.PID(), idleWindow(), nil)
+	b.ReportMetric(cpu, "cpu-%")
+	b.ReportMetric(rss, "rss-MB")
+	b.ReportMetric(0, "ns/op")
+}
+
+func idleWindow() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("MESH_IDLE_WINDOW")); err == nil {
+		return d
+	}
+	return 60 * time.Second
+}
+
+// BenchmarkHeartbeats1000Nodes: 1,000 enrolled nodes, each on its own
+// connection with its own credentials, send heartbeats once a second (60
+// times the real rate) into one meshctl serve for 30 s: its CPU share and
+// resident memory.
+func BenchmarkHeartbeats1000Nodes(b *testing.B) {
+	const nodes, every, window = 1000, time.Second, 30 * time.Second
+	bed := testbeds.New(b, bins)
+	dir := b.TempDir()
+	conns := make([]*nats.Conn, nodes)
+	var wg sync.WaitGroup
+	errs := make(chan error, nodes)
+	sem := make(chan struct{}, 16)
+	for i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			name := fmt.Sprintf("sim-%04d", i)
+			r := bed.Meshctl("enrol", name)
+			tok, err := linkproto.ParseToken(r.Stdout)
+			if err != nil {
+				errs <- fmt.Errorf("enrol %s: %v (%s)", name, err, r)
+				return
+			}
+			creds := filepath.Join(dir, name+".creds")
+			if err := os.WriteFile(creds, []byte(tok.Creds), 0o600); err != nil {
+				errs <- err
+				return
+			}
+			nc, err := nats.Connect(bed.URL(), nats.UserCredentials(creds), nats.CustomInboxPrefix(linkproto.InboxPrefix(testbeds.Mesh, name)))
+			if err != nil {
+				errs <- fmt.Errorf("connect %s: %v", name, err)
+				return
+			}
+			conns[i] = nc
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i, nc := range conns {
+		name := fmt.Sprintf("sim-%04d", i)
+		go func() {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			// Spread the nodes over the second, as real ones would be.
+			time.Sleep(time.Duration(i) * every / nodes)
+			for {
+				hb := linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion, Mesh: testbeds.Mesh, Node: name, Version: "sim", Sent: time.Now().UTC(), Interval: linkproto.Duration(every), Applied: 1, Desired: 1, Owned: 20}
+				_ = nc.Publish(linkproto.HeartbeatSubject(testbeds.Mesh, name), linkproto.Marshal(hb))
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+	}
+	time.Sleep(3 * time.Second) // every node has sent at least twice
+	b.ResetTimer()
+	cpu, rss := measure(b, bed.Control.PID(), window, nil)
+	b.ReportMetric(cpu, "cpu-%")
+	b.ReportMetric(rss, "rss-MB")
+	b.ReportMetric(float64(nodes)/every.Seconds(), "heartbeats/s")
+	b.ReportMetric(0, "ns/op")
+	r := bed.Meshctl("nodes")
+	if r.Code != 0 {
+		b.Fatalf("meshctl nodes: %s", r)
+	}
+}
+
+// BenchmarkHostBinary reports the size of the host binary as shipped
+// (static, stripped).
+func BenchmarkHostBinary(b *testing.B) {
+	fi, err := os.Stat(bins.MeshHost)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(fi.Size())/1e6, "MB")
+	b.ReportMetric(0, "ns/op")
+}
+
+// measure samples pid's CPU time and resident memory over window: the CPU
+// share of one core, and the largest RSS seen, in MB.
+func measure(b *testing.B, pid int, window time.Duration, _ func()) (cpuPercent, rssMB float64) {
+	b.Helper()
+	t0, err := testbeds.CPUTime(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	var peak int64
+	for time.Since(start) < window {
+		if rss, err := testbeds.RSS(pid); err == nil && rss > peak {
+			peak = rss
+		}
+		time.Sleep(time.Second)
+	}
+	t1, err := testbeds.CPUTime(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return 100 * (t1 - t0).Seconds() / time.Since(start).Seconds(), float64(peak) / 1e6
+}
