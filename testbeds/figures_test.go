@@ -135,7 +135,7 @@ func BenchmarkIdleHost(b *testing.B) {
 	bed.MustMeshctl("declare", "web-1", bed.Declare("web-1", 1, testbeds.Files{"/etc/motd": "idle\n"}))
 	time.Sleep(5 * time.Second) // let start-up work and the first heartbeats pass
 	b.ResetTimer()
-	cpu, rss := measure(b, h.PID(), idleWindow(), nil)
+	cpu, rss := measure(b, h.PID(), idleWindow())
 	b.ReportMetric(cpu, "cpu-%")
 	b.ReportMetric(rss, "rss-MB")
 	b.ReportMetric(0, "ns/op")
@@ -218,7 +218,7 @@ func BenchmarkHeartbeats1000Nodes(b *testing.B) {
 	}
 	time.Sleep(3 * time.Second) // every node has sent at least twice
 	b.ResetTimer()
-	cpu, rss := measure(b, bed.Control.PID(), window, nil)
+	cpu, rss := measure(b, bed.Control.PID(), window)
 	b.ReportMetric(cpu, "cpu-%")
 	b.ReportMetric(rss, "rss-MB")
 	b.ReportMetric(float64(nodes)/every.Seconds(), "heartbeats/s")
@@ -242,7 +242,7 @@ func BenchmarkHostBinary(b *testing.B) {
 
 // measure samples pid's CPU time and resident memory over window: the CPU
 // share of one core, and the largest RSS seen, in MB.
-func measure(b *testing.B, pid int, window time.Duration, _ func()) (cpuPercent, rssMB float64) {
+func measure(b *testing.B, pid int, window time.Duration) (cpuPercent, rssMB float64) {
 	b.Helper()
 	t0, err := testbeds.CPUTime(pid)
 	if err != nil {
