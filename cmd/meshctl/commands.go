@@ -1,0 +1,144 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+type initCmd struct {
+	Mesh string `name:"mesh" placeholder:"NAME" help:"The mesh's name (default \"home\" for a new authority)."`
+}
+
+func (c *initCmd) Run(e *env) error {
+	a, created, err := control.Init(e.cli.Data, c.Mesh)
+	if err != nil {
+		return err
+	}
+	if created {
+		fmt.Fprintf(e.stdout, "created the authority of mesh %s in %s\n", a.Mesh, a.Dir)
+	} else {
+		fmt.Fprintf(e.stdout, "%s already holds the authority of mesh %s; reusing it\n", a.Dir, a.Mesh)
+	}
+	return nil
+}
+
+type enrolCmd struct {
+	Node string   `arg:"" name:"NODE" help:"The node's name."`
+	URL  []string `name:"url" placeholder:"URL" help:"Broker address the node connects to (repeatable; default: those control.json records)."`
+}
+
+func (c *enrolCmd) Run(e *env) error {
+	a, err := e.authority()
+	if err != nil {
+		return err
+	}
+	t, err := a.Enrol(c.Node, c.URL)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, t.Encode())
+	fmt.Fprintf(e.stderr, "meshctl: the token holds %s's credentials: it is a secret; give it to `mesh-host enrol` on that node only\n", c.Node)
+	return nil
+}
+
+type natsConfigCmd struct{}
+
+func (natsConfigCmd) Run(e *env) error {
+	a, err := e.authority()
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(e.stdout, a.NATSConfig())
+	return nil
+}
+
+type declareCmd struct {
+	Node    string        `arg:"" name:"NODE" help:"The node the declaration is for."`
+	File    string        `arg:"" name:"FILE" type:"path" help:"The declaration: YAML, or JSON if it ends in .json."`
+	Wait    time.Duration `name:"wait" default:"30s" help:"How long to wait for the node to report the apply (0: do not wait)."`
+	OwnUnit string        `name:"own-unit" default:"mesh-host.service" help:"The hosts' own unit, which no declaration may name."`
+}
+
+func (c *declareCmd) Run(e *env) error {
+	data, err := os.ReadFile(c.File)
+	if errors.Is(err, fs.ErrNotExist) {
+		return refused("%v", err)
+	}
+	if err != nil {
+		return failed("%v", err)
+	}
+	var d *declaration.Declaration
+	if strings.EqualFold(filepath.Ext(c.File), ".json") {
+		d, err = declaration.ParseJSON(c.File, data)
+	} else {
+		d, err = declaration.ParseYAML(c.File, data)
+	}
+	if err == nil {
+		// The node refuses it by name too; refusing here keeps it out of
+		// the stored desired state.
+		err = d.Refuse(c.OwnUnit)
+	}
+	if err != nil {
+		return refused("%v", err)
+	}
+	if err := linkproto.ValidName(c.Node); err != nil {
+		return refused("%v", err)
+	}
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return cl.Declare(e.ctx, e.stdout, c.Node, d, control.DeclareOptions{Wait: c.Wait})
+}
+
+type nodesCmd struct {
+	JSON bool `name:"json" help:"Print JSON lines, one node each."`
+}
+
+func (c *nodesCmd) Run(e *env) error {
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	nodes, err := cl.Nodes(e.ctx)
+	if err != nil {
+		return err
+	}
+	return control.PrintNodes(e.stdout, nodes, e.now(), c.JSON)
+}
+
+type journalCmd struct {
+	Node  string `arg:"" name:"NODE" help:"The node whose journal to show."`
+	Why   string `name:"why" placeholder:"ID" help:"Why is this resource as it is: walk the causes back from its latest record to the declaration or drift behind it."`
+	JSON  bool   `name:"json" help:"Print JSON lines, one record each."`
+	Since uint64 `name:"since" placeholder:"SEQ" help:"Start at this journal sequence number."`
+}
+
+func (c *journalCmd) Run(e *env) error {
+	if c.Why != "" && c.Since != 0 {
+		return refused("--why takes no other filter")
+	}
+	if err := linkproto.ValidName(c.Node); err != nil {
+		return refused("%v", err)
+	}
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if c.Why != "" {
+		return cl.PrintWhy(e.ctx, e.stdout, c.Node, c.Why, c.JSON)
+	}
+	return cl.PrintJournal(e.ctx, e.stdout, c.Node, control.JournalOptions{From: c.Since, JSON: c.JSON})
+}

@@ -1,0 +1,385 @@
+package control
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// DefaultMesh is the mesh an authority is created for when none is named.
+const DefaultMesh = "home"
+
+// Files of the data directory. The operator and account seeds are kept,
+// though serving needs only the JWTs and the signing key, so that the
+// account can be re-signed (new limits, revocations) without a new
+// operator, which every node and server trusts by its key.
+const (
+	operatorSeedFile = "operator.nk"
+	operatorJWTFile  = "operator.jwt"
+	systemSeedFile   = "system.nk"
+	systemJWTFile    = "system.jwt"
+	accountSeedFile  = "mesh.nk"
+	accountJWTFile   = "mesh.jwt"
+	signingSeedFile  = "mesh-signing.nk"
+	controlCredsFile = "control.creds"
+	configFile       = "control.json"
+	jetstreamDir     = "jetstream"
+)
+
+// Config is DIR/control.json: which mesh the authority serves, and where
+// its broker listens (written by serve; read by enrol and the operator
+// commands when no address is given).
+type Config struct {
+	Mesh string   `json:"mesh"`
+	URLs []string `json:"urls,omitempty"`
+}
+
+// Authority is the signing side of a mesh's security: the operator every
+// server trusts, the system account, the mesh account and its signing key,
+// and the control user's credentials. It lives in a directory only its
+// owner can read.
+type Authority struct {
+	// Dir is the data directory.
+	Dir string
+	// Mesh is the mesh it serves.
+	Mesh string
+
+	operatorJWT string
+	operator    *jwt.OperatorClaims
+	systemPub   string
+	systemJWT   string
+	accountPub  string
+	accountJWT  string
+	signer      nkeys.KeyPair
+}
+
+// Init returns the authority in dir, creating it for mesh (DefaultMesh
+// when empty) if dir holds none; created says which. An existing authority
+// for another mesh than a non-empty mesh is ErrMeshMismatch: its keys are
+// what every node and server already trusts, so it is never replaced.
+func Init(dir, mesh string) (a *Authority, created bool, err error) {
+	a, err = Open(dir)
+	switch {
+	case err == nil:
+		if mesh != "" && mesh != a.Mesh {
+			return nil, false, fmt.Errorf("%w: %s holds the authority of mesh %q, not %q", ErrMeshMismatch, dir, a.Mesh, mesh)
+		}
+		return a, false, nil
+	case !errors.Is(err, ErrNoAuthority):
+		return nil, false, err
+	}
+	if mesh == "" {
+		mesh = DefaultMesh
+	}
+	if err := linkproto.ValidName(mesh); err != nil {
+		return nil, false, fmt.Errorf("mesh: %w", err)
+	}
+	if err := create(dir, mesh); err != nil {
+		return nil, false, fmt.Errorf("create the authority in %s: %w", dir, err)
+	}
+	a, err = Open(dir)
+	return a, err == nil, err
+}
+
+// create writes a new authority into dir. The operator JWT is written last:
+// its presence is what Open takes for a complete authority.
+func create(dir, mesh string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	// MkdirAll leaves an existing directory's mode alone; the keys must
+	// not be readable by anyone else.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	operator, err := nkeys.CreateOperator()
+	if err != nil {
+		return err
+	}
+	system, err := nkeys.CreateAccount()
+	if err != nil {
+		return err
+	}
+	account, err := nkeys.CreateAccount()
+	if err != nil {
+		return err
+	}
+	signer, err := nkeys.CreateAccount()
+	if err != nil {
+		return err
+	}
+	operatorPub, _ := operator.PublicKey()
+	systemPub, _ := system.PublicKey()
+	accountPub, _ := account.PublicKey()
+	signerPub, _ := signer.PublicKey()
+
+	oc := jwt.NewOperatorClaims(operatorPub)
+	oc.Name = "meshctl-" + mesh
+	oc.SystemAccount = systemPub
+	operatorJWT, err := oc.Encode(operator)
+	if err != nil {
+		return fmt.Errorf("sign the operator: %w", err)
+	}
+
+	sc := jwt.NewAccountClaims(systemPub)
+	sc.Name = "SYS"
+	systemJWT, err := sc.Encode(operator)
+	if err != nil {
+		return fmt.Errorf("sign the system account: %w", err)
+	}
+
+	ac := jwt.NewAccountClaims(accountPub)
+	ac.Name = mesh
+	// In operator mode an account has JetStream only if its limits say so.
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{DiskStorage: -1, MemoryStorage: -1, Streams: -1, Consumer: -1}
+	ac.SigningKeys.Add(signerPub)
+	accountJWT, err := ac.Encode(operator)
+	if err != nil {
+		return fmt.Errorf("sign the mesh account: %w", err)
+	}
+
+	controlCreds, err := userCreds(signer, accountPub, "meshctl-control", nil)
+	if err != nil {
+		return fmt.Errorf("sign the control user: %w", err)
+	}
+
+	seed := func(kp nkeys.KeyPair) []byte { s, _ := kp.Seed(); return append(s, '\n') }
+	files := []struct {
+		name string
+		data []byte
+	}{
+		{operatorSeedFile, seed(operator)},
+		{systemSeedFile, seed(system)},
+		{systemJWTFile, []byte(systemJWT + "\n")},
+		{accountSeedFile, seed(account)},
+		{accountJWTFile, []byte(accountJWT + "\n")},
+		{signingSeedFile, seed(signer)},
+		{controlCredsFile, controlCreds},
+	}
+	for _, f := range files {
+		if err := writeFile(filepath.Join(dir, f.name), f.data); err != nil {
+			return err
+		}
+	}
+	if err := writeConfig(dir, Config{Mesh: mesh}); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, operatorJWTFile), []byte(operatorJWT+"\n"))
+}
+
+// Open reads the authority in dir: ErrNoAuthority if there is none.
+func Open(dir string) (*Authority, error) {
+	read := func(name string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	operatorJWT, err := read(operatorJWTFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s has no %s (run `meshctl init`)", ErrNoAuthority, dir, operatorJWTFile)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	a := &Authority{Dir: dir, Mesh: cfg.Mesh, operatorJWT: operatorJWT}
+	if a.operator, err = jwt.DecodeOperatorClaims(operatorJWT); err != nil {
+		return nil, fmt.Errorf("%s: %w", operatorJWTFile, err)
+	}
+	if a.systemJWT, err = read(systemJWTFile); err != nil {
+		return nil, err
+	}
+	sc, err := jwt.DecodeAccountClaims(a.systemJWT)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", systemJWTFile, err)
+	}
+	a.systemPub = sc.Subject
+	if a.accountJWT, err = read(accountJWTFile); err != nil {
+		return nil, err
+	}
+	ac, err := jwt.DecodeAccountClaims(a.accountJWT)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", accountJWTFile, err)
+	}
+	a.accountPub = ac.Subject
+	seed, err := read(signingSeedFile)
+	if err != nil {
+		return nil, err
+	}
+	if a.signer, err = nkeys.FromSeed([]byte(seed)); err != nil {
+		return nil, fmt.Errorf("%s: %w", signingSeedFile, err)
+	}
+	if pub, _ := a.signer.PublicKey(); !ac.SigningKeys.Contains(pub) {
+		return nil, fmt.Errorf("%s is not a signing key of the mesh account in %s", signingSeedFile, accountJWTFile)
+	}
+	if _, err := os.Stat(a.ControlCreds()); err != nil {
+		return nil, err
+	}
+	if err := linkproto.ValidName(a.Mesh); err != nil {
+		return nil, fmt.Errorf("%s: mesh: %w", configFile, err)
+	}
+	return a, nil
+}
+
+// ControlCreds is the path of the control user's credentials file: full
+// permissions in the mesh account.
+func (a *Authority) ControlCreds() string { return filepath.Join(a.Dir, controlCredsFile) }
+
+// StoreDir is where the embedded broker keeps JetStream's files.
+func (a *Authority) StoreDir() string { return filepath.Join(a.Dir, jetstreamDir) }
+
+// NodeCreds signs credentials for node: it may publish only under its own
+// up subjects, subscribe only under its own down subjects, and answer each
+// request it receives once within a minute (its Ack to a push). Nothing
+// else: no JetStream API, no KV, no other node's subjects.
+func (a *Authority) NodeCreds(node string) ([]byte, error) {
+	if err := linkproto.ValidName(node); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	perms := &jwt.Permissions{
+		Pub:  jwt.Permission{Allow: jwt.StringList{linkproto.NodePublish(a.Mesh, node)}},
+		Sub:  jwt.Permission{Allow: jwt.StringList{linkproto.NodeSubscribe(a.Mesh, node)}},
+		Resp: &jwt.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
+	}
+	return userCreds(a.signer, a.accountPub, node, perms)
+}
+
+// Enrol returns node's enrolment token: its credentials and where to
+// connect, urls or, when none are given, those control.json records. The
+// token is a secret. Enrolling a node again issues new credentials; the
+// old ones stay valid (there is no revocation yet).
+func (a *Authority) Enrol(node string, urls []string) (linkproto.Token, error) {
+	creds, err := a.NodeCreds(node)
+	if err != nil {
+		return linkproto.Token{}, err
+	}
+	if len(urls) == 0 {
+		cfg, err := ReadConfig(a.Dir)
+		if err != nil {
+			return linkproto.Token{}, err
+		}
+		urls = cfg.URLs
+	}
+	if len(urls) == 0 {
+		return linkproto.Token{}, fmt.Errorf("%w: run `meshctl serve` once (it records where it listens) or give --url", ErrNoBroker)
+	}
+	return linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: a.Mesh, Node: node, URLs: urls, Creds: string(creds)}, nil
+}
+
+// userCreds signs a user of the mesh account with signer and returns its
+// credentials file. perms nil means no restriction.
+func userCreds(signer nkeys.KeyPair, accountPub, name string, perms *jwt.Permissions) ([]byte, error) {
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, err
+	}
+	pub, _ := user.PublicKey()
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = name
+	uc.IssuerAccount = accountPub
+	if perms != nil {
+		uc.Permissions = *perms
+	}
+	token, err := uc.Encode(signer)
+	if err != nil {
+		return nil, err
+	}
+	seed, err := user.Seed()
+	if err != nil {
+		return nil, err
+	}
+	return jwt.FormatUserConfig(token, seed)
+}
+
+// NATSConfig is a configuration snippet for an existing NATS server (or
+// every server of a cluster) to include, so that it trusts this authority:
+// the operator, the system account, both accounts preloaded into a memory
+// resolver, and the payload limit declarations need. The server must also
+// enable JetStream itself.
+func (a *Authority) NATSConfig() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# meshctl: the authority of mesh %q (operator mode).\n", a.Mesh)
+	b.WriteString("# Include it in the server's configuration; enable JetStream there too.\n")
+	fmt.Fprintf(&b, "operator: %q\n", a.operatorJWT)
+	fmt.Fprintf(&b, "system_account: %q\n", a.systemPub)
+	b.WriteString("resolver: MEMORY\n")
+	b.WriteString("resolver_preload: {\n")
+	fmt.Fprintf(&b, "  %s: %q\n", a.systemPub, a.systemJWT)
+	fmt.Fprintf(&b, "  %s: %q\n", a.accountPub, a.accountJWT)
+	b.WriteString("}\n")
+	fmt.Fprintf(&b, "max_payload: %d\n", linkproto.MaxDeclarationSize)
+	return b.String()
+}
+
+// ReadConfig reads DIR/control.json.
+func ReadConfig(dir string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(filepath.Join(dir, configFile))
+	if err != nil {
+		return c, err
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("%s: %w", filepath.Join(dir, configFile), err)
+	}
+	return c, nil
+}
+
+// SetURLs records where the broker listens, for enrol and the operator
+// commands.
+func (a *Authority) SetURLs(urls []string) error {
+	return writeConfig(a.Dir, Config{Mesh: a.Mesh, URLs: urls})
+}
+
+// URLs returns the broker addresses control.json records.
+func (a *Authority) URLs() ([]string, error) {
+	c, err := ReadConfig(a.Dir)
+	return c.URLs, err
+}
+
+func writeConfig(dir string, c Config) error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, configFile), append(b, '\n'))
+}
+
+// writeFile replaces name with data atomically, readable by its owner only.
+func writeFile(name string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), name)
+}

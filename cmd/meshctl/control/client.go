@@ -1,0 +1,82 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// Dial connects to urls (or, when none, the addresses control.json
+// records) as the control user, for one operator command: it fails at once
+// when the broker is not there rather than waiting for it.
+func Dial(a *Authority, urls []string) (*nats.Conn, error) {
+	if len(urls) == 0 {
+		var err error
+		if urls, err = a.URLs(); err != nil {
+			return nil, err
+		}
+	}
+	if len(urls) == 0 {
+		return nil, fmt.Errorf("%w: give --nats, or start `meshctl serve` (it records where it listens)", ErrNoBroker)
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","),
+		nats.UserCredentials(a.ControlCreds()),
+		nats.Name("meshctl"),
+		nats.Timeout(dialTimeout),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", strings.Join(urls, ","), err)
+	}
+	return nc, nil
+}
+
+// Client runs the operator's operations on one mesh over a control-user
+// connection.
+type Client struct {
+	Conn *nats.Conn
+	Mesh string
+	// Now is the clock heartbeats' ages are measured by.
+	Now func() time.Time
+	js  jetstream.JetStream
+}
+
+// NewClient returns a client of mesh over nc.
+func NewClient(nc *nats.Conn, mesh string) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Conn: nc, Mesh: mesh, Now: time.Now, js: js}, nil
+}
+
+// notServed turns a missing stream or bucket into advice: they are created
+// by the control service.
+func notServed(what string, err error) error {
+	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("%s does not exist yet: start `meshctl serve` once against this broker: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func (c *Client) desired(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := c.js.KeyValue(ctx, linkproto.DesiredBucket)
+	if err != nil {
+		return nil, notServed("the desired-state bucket "+linkproto.DesiredBucket, err)
+	}
+	return kv, nil
+}
+
+func (c *Client) stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	s, err := c.js.Stream(ctx, name)
+	if err != nil {
+		return nil, notServed("the stream "+name, err)
+	}
+	return s, nil
+}

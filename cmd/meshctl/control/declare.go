@@ -1,0 +1,193 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// DeclareOptions says how long Declare waits for the node.
+type DeclareOptions struct {
+	// PushTimeout bounds the wait for the node's Ack; zero means 3 s.
+	// Past it the node counts as offline.
+	PushTimeout time.Duration
+	// Wait bounds the wait for a heartbeat reporting the apply; zero does
+	// not wait.
+	Wait time.Duration
+}
+
+// welcomeRoom is what a Welcome adds around its Declaration: a stored
+// declaration must still fit the broker's payload limit inside one.
+const welcomeRoom = 1 << 10
+
+// Declare stores d as node's desired state and pushes it to the node,
+// writing what happens to out. It refuses (ErrRefused) a declaration for
+// another mesh or node, one older than the stored one, and one that reuses
+// the stored revision with other content. A node that does not answer is
+// offline, which is normal: it gets the declaration with its next hello.
+func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *declaration.Declaration, opt DeclareOptions) error {
+	if err := linkproto.ValidName(node); err != nil {
+		return fmt.Errorf("%w: node: %w", ErrRefused, err)
+	}
+	switch {
+	case d.Mesh != c.Mesh:
+		return fmt.Errorf("%w: it is for mesh %q; this control plane serves mesh %q", ErrRefused, d.Mesh, c.Mesh)
+	case d.Node != node:
+		return fmt.Errorf("%w: it is for node %q, not %q", ErrRefused, d.Node, node)
+	}
+	doc, err := d.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	push := linkproto.Marshal(linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: c.Mesh, Node: node, Revision: d.Revision, Document: doc})
+	if len(push) > linkproto.MaxDeclarationSize-welcomeRoom {
+		return fmt.Errorf("%w: it is %d bytes; a declaration travels in one message of at most %d", ErrRefused, len(push), linkproto.MaxDeclarationSize-welcomeRoom)
+	}
+	if err := c.store(ctx, node, d, doc); err != nil {
+		return err
+	}
+
+	// Listen for the node's report before pushing, so a quick apply's
+	// heartbeat is not missed.
+	heartbeats, err := c.Conn.SubscribeSync(linkproto.HeartbeatSubject(c.Mesh, node))
+	if err != nil {
+		return err
+	}
+	defer heartbeats.Unsubscribe()
+	if err := c.Conn.Flush(); err != nil {
+		return err
+	}
+
+	timeout := opt.PushTimeout
+	if timeout == 0 {
+		timeout = 3 * time.Second
+	}
+	reply, err := c.Conn.Request(linkproto.DeclarationSubject(c.Mesh, node), push, timeout)
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
+		fmt.Fprintf(out, "%s is offline: it will get revision %d when it reconnects\n", node, d.Revision)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("push revision %d to %s: %w", d.Revision, node, err)
+	}
+	var ack linkproto.Ack
+	if err := linkproto.Decode(reply.Data, linkproto.MaxReportSize, &ack); err != nil {
+		return fmt.Errorf("%s answered the push with something other than an ack: %w", node, err)
+	}
+	if ack.Node != node || ack.Revision != d.Revision {
+		return fmt.Errorf("%s answered the push of revision %d with an ack of %s's revision %d", node, d.Revision, ack.Node, ack.Revision)
+	}
+	if !ack.Accepted {
+		return fmt.Errorf("%w: %s refused revision %d: %s", ErrRefused, node, d.Revision, ack.Reason)
+	}
+	fmt.Fprintf(out, "%s accepted revision %d (journal #%d)\n", node, d.Revision, ack.Seq)
+	if opt.Wait <= 0 {
+		return nil
+	}
+	hb, err := c.waitApplied(ctx, heartbeats, node, d.Revision, opt.Wait)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s applied revision %d: %s; owned %d, drifted %d, failed %d\n", node, hb.Applied, hb.Result, hb.Owned, hb.Drifted, hb.Failed)
+	if hb.Result == event.ResultFailed || hb.Failed > 0 {
+		return fmt.Errorf("%w: %s reports %d failed resources (see `meshctl journal %s`)", ErrApplyFailed, node, hb.Failed, node)
+	}
+	return nil
+}
+
+// store puts doc into the desired-state bucket unless it is already there,
+// refusing to go back a revision or to reuse one. The write is conditional
+// on the entry read, so two operators declaring at once cannot both win.
+func (c *Client) store(ctx context.Context, node string, d *declaration.Declaration, doc []byte) error {
+	kv, err := c.desired(ctx)
+	if err != nil {
+		return err
+	}
+	key := linkproto.DesiredKey(c.Mesh, node)
+	entry, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		_, err = kv.Create(ctx, key, doc)
+	case err != nil:
+		return fmt.Errorf("read the desired state of %s: %w", node, err)
+	default:
+		stored, err := declaration.DecodeStored(entry.Value())
+		if err != nil {
+			return fmt.Errorf("the stored desired state of %s does not decode: %w", node, err)
+		}
+		switch {
+		case d.Revision < stored.Revision:
+			return fmt.Errorf("%w: %s is at revision %d; revision %d is older", ErrRefused, node, stored.Revision, d.Revision)
+		case d.Revision == stored.Revision && d.Digest() != stored.Digest():
+			return fmt.Errorf("%w: revision %d of %s is already stored with other content: bump the revision", ErrRefused, d.Revision, node)
+		case d.Revision == stored.Revision:
+			// The same declaration again: push it again, store nothing.
+			return nil
+		}
+		_, err = kv.Update(ctx, key, doc, entry.Revision())
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return fmt.Errorf("%w: %s was declared by someone else meanwhile; look, then declare again", ErrRefused, node)
+	}
+	if err != nil {
+		return fmt.Errorf("store the desired state of %s: %w", node, err)
+	}
+	return nil
+}
+
+// waitApplied waits for node's heartbeat reporting revision or a later one
+// applied: the latest one stored, if it already does, or one arriving on
+// sub.
+func (c *Client) waitApplied(ctx context.Context, sub *nats.Subscription, node string, revision uint64, wait time.Duration) (*linkproto.Heartbeat, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if hb, err := c.lastHeartbeat(ctx, node); err == nil && hb != nil && hb.Applied >= revision {
+		return hb, nil
+	}
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w: %s did not report applying revision %d within %v", ErrNotApplied, node, revision, wait)
+		}
+		if err != nil {
+			return nil, err
+		}
+		var hb linkproto.Heartbeat
+		if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb); err != nil {
+			continue
+		}
+		if hb.Applied >= revision {
+			return &hb, nil
+		}
+	}
+}
+
+// lastHeartbeat is node's latest heartbeat in the heartbeats stream; nil
+// for none.
+func (c *Client) lastHeartbeat(ctx context.Context, node string) (*linkproto.Heartbeat, error) {
+	s, err := c.stream(ctx, linkproto.HeartbeatsStream)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.GetLastMsgForSubject(ctx, linkproto.HeartbeatSubject(c.Mesh, node))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var hb linkproto.Heartbeat
+	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb); err != nil {
+		return nil, err
+	}
+	return &hb, nil
+}

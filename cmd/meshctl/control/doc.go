@@ -1,0 +1,45 @@
+// Package control is the control plane of a mesh: the authority that signs
+// every credential (operator, accounts, the control user, one user per
+// node), the embedded NATS broker, the control service that answers the
+// nodes' hellos, and the operations an operator runs (declare, nodes,
+// journal).
+//
+// Everything durable lives in JetStream (the desired state of each node in
+// a KV bucket, every node's journal and last heartbeat in streams) or in
+// the authority's data directory. A Service keeps nothing in memory that
+// another needs, so several may serve one mesh against one cluster.
+//
+// It is not the wire protocol (package linkproto owns every subject and
+// message) and not the command line (package main reads the flags and
+// decides defaults; this package is told).
+package control
+
+import "errors"
+
+// Errors returned by this package. Package main turns the refusals into
+// exit code 2 and the rest into 1.
+var (
+	// ErrNoAuthority is returned when the data directory holds no
+	// authority: `meshctl init` (or `serve`) has not run there.
+	ErrNoAuthority = errors.New("no authority in the data directory")
+	// ErrMeshMismatch is returned when an existing authority is asked to
+	// be created again for another mesh.
+	ErrMeshMismatch = errors.New("the authority serves another mesh")
+	// ErrNoBroker is returned when no broker address is known: neither
+	// given nor recorded by a running `meshctl serve`.
+	ErrNoBroker = errors.New("no broker address")
+	// ErrRefused is returned for a declaration the control plane or the
+	// node refuses: wrong mesh or node, an older revision, a reused
+	// revision, too large, or the node's own refusal.
+	ErrRefused = errors.New("declaration refused")
+	// ErrNotApplied is returned by Declare when the node accepted a
+	// declaration but did not report applying it in time, or reported a
+	// failed apply.
+	ErrNotApplied = errors.New("declaration not applied")
+	// ErrApplyFailed is returned by Declare when the node reports that
+	// applying the declaration failed.
+	ErrApplyFailed = errors.New("apply failed")
+	// ErrNoRecord is returned when the events stream holds no record that
+	// a question needs.
+	ErrNoRecord = errors.New("no such record")
+)

@@ -1,0 +1,173 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/cmd/internal/journalview"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// fetchBatch is how many records one fetch of the events stream asks for.
+const fetchBatch = 512
+
+// Records calls fn with each of node's records the events stream holds,
+// oldest first, from journal sequence from on. It reads what was there
+// when it started and returns; it works whether or not the node is
+// online. Messages that are not records are skipped and counted in the
+// error returned at the end.
+func (c *Client) Records(ctx context.Context, node string, from uint64, fn func(event.Record) error) error {
+	if err := linkproto.ValidName(node); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	events, err := c.stream(ctx, linkproto.EventsStream)
+	if err != nil {
+		return err
+	}
+	subject := linkproto.EventsSubject(c.Mesh, node)
+	last, err := events.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("the events of %s: %w", node, err)
+	}
+	cons, err := events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		// Read once and dropped: the server may forget it soon.
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("read the events of %s: %w", node, err)
+	}
+	var bad int
+	for {
+		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(dialTimeout))
+		if err != nil {
+			return fmt.Errorf("read the events of %s: %w", node, err)
+		}
+		n, done := 0, false
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			done = md.Sequence.Stream >= last.Sequence
+			var r event.Record
+			if err := json.Unmarshal(m.Data(), &r); err != nil {
+				bad++
+				continue
+			}
+			if r.Seq >= from {
+				if err := fn(r); err != nil {
+					return err
+				}
+			}
+			if done {
+				break
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return fmt.Errorf("read the events of %s: %w", node, err)
+		}
+		// An empty batch: the last message went (its age ran out) while
+		// reading; there is no more.
+		if done || n == 0 {
+			break
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d messages of %s's events are not journal records", bad, node)
+	}
+	return nil
+}
+
+// JournalOptions says which records PrintJournal shows, and how.
+type JournalOptions struct {
+	// From is the first journal sequence to show.
+	From uint64
+	// JSON prints JSON lines instead of the table.
+	JSON bool
+}
+
+// PrintJournal prints node's records from the events stream with the same
+// printer as `mesh-host journal`.
+func (c *Client) PrintJournal(ctx context.Context, w io.Writer, node string, opt JournalOptions) error {
+	out := journalview.NewPrinter(w, opt.JSON)
+	err := c.Records(ctx, node, opt.From, out.Print)
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// Why returns the cause chain behind the latest record of node about
+// resource, newest first, down to the first record of a kind that starts a
+// chain (journalview.IsOrigin), or as far as the events stream holds it.
+func (c *Client) Why(ctx context.Context, node, resource string) ([]event.Record, error) {
+	bySeq := map[uint64]event.Record{}
+	var latest uint64
+	err := c.Records(ctx, node, 1, func(r event.Record) error {
+		bySeq[r.Seq] = r
+		if r.Resource == resource && r.Seq > latest {
+			latest = r.Seq
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if latest == 0 {
+		return nil, fmt.Errorf("%w: no record of %s names resource %q", ErrNoRecord, node, resource)
+	}
+	var chain []event.Record
+	for seq := latest; seq != 0; {
+		r, ok := bySeq[seq]
+		if !ok {
+			break
+		}
+		chain = append(chain, r)
+		if journalview.IsOrigin(r.Kind) || r.Cause >= r.Seq {
+			break
+		}
+		seq = r.Cause
+	}
+	return chain, nil
+}
+
+// PrintWhy prints Why's chain as `mesh-host journal --why` does.
+func (c *Client) PrintWhy(ctx context.Context, w io.Writer, node, resource string, asJSON bool) error {
+	chain, err := c.Why(ctx, node, resource)
+	if err != nil {
+		return err
+	}
+	out := journalview.NewPrinter(w, asJSON)
+	if !asJSON {
+		fmt.Fprintf(w, "%s is as it is because of, newest first:\n", resource)
+	}
+	for _, r := range chain {
+		if err := out.Print(r); err != nil {
+			return err
+		}
+	}
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	last := chain[len(chain)-1]
+	if !asJSON && !journalview.IsOrigin(last.Kind) {
+		if last.Cause == 0 {
+			fmt.Fprintf(w, "(#%d names no cause)\n", last.Seq)
+		} else {
+			fmt.Fprintf(w, "(#%d was caused by #%d, which the events stream does not hold)\n", last.Seq, last.Cause)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,187 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// States of a node, as `meshctl nodes` shows them.
+const (
+	// StateOK: heard recently, and applied what is stored for it.
+	StateOK = "ok"
+	// StateSilent: no heartbeat for three of its own intervals.
+	StateSilent = "silent"
+	// StateNeverHeard: desired state is stored, but it never reported.
+	StateNeverHeard = "never heard"
+	// StateBehind: heard recently, but has not applied the stored revision.
+	StateBehind = "behind"
+	// StateUnreadable: its last heartbeat does not decode.
+	StateUnreadable = "unreadable"
+)
+
+// silentAfter is how many of its own heartbeat intervals a node may miss
+// before it counts as silent: one late heartbeat is not silence.
+const silentAfter = 3
+
+// defaultInterval stands in for a heartbeat's interval when it gives none.
+const defaultInterval = time.Minute
+
+// NodeStatus is one node as the control plane sees it.
+type NodeStatus struct {
+	Node  string `json:"node"`
+	State string `json:"state"`
+	// Desired is the revision stored for it; 0 for none.
+	Desired uint64 `json:"desired"`
+	// Heartbeat is its latest; nil if it never reported.
+	Heartbeat *linkproto.Heartbeat `json:"heartbeat,omitempty"`
+	// Problem says why a heartbeat is unreadable.
+	Problem string `json:"problem,omitempty"`
+}
+
+// Nodes returns every node of the mesh that has reported or has desired
+// state, sorted by name.
+func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
+	byName := map[string]*NodeStatus{}
+	get := func(node string) *NodeStatus {
+		s, ok := byName[node]
+		if !ok {
+			s = &NodeStatus{Node: node}
+			byName[node] = s
+		}
+		return s
+	}
+
+	heartbeats, err := c.stream(ctx, linkproto.HeartbeatsStream)
+	if err != nil {
+		return nil, err
+	}
+	info, err := heartbeats.Info(ctx, jetstream.WithSubjectFilter(linkproto.AllHeartbeats(c.Mesh)))
+	if err != nil {
+		return nil, fmt.Errorf("list the heartbeats: %w", err)
+	}
+	for subject := range info.State.Subjects {
+		_, node, err := linkproto.NodeOf(subject)
+		if err != nil {
+			continue
+		}
+		m, err := heartbeats.GetLastMsgForSubject(ctx, subject)
+		if err != nil {
+			return nil, fmt.Errorf("the heartbeat of %s: %w", node, err)
+		}
+		s := get(node)
+		var hb linkproto.Heartbeat
+		if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb); err != nil {
+			s.Problem = err.Error()
+			continue
+		}
+		s.Heartbeat = &hb
+	}
+
+	kv, err := c.desired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchFiltered(ctx, []string{linkproto.DesiredKey(c.Mesh, "*")}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("list the desired state: %w", err)
+	}
+	defer w.Stop()
+	for e := range w.Updates() {
+		if e == nil {
+			// The watcher's marker: every stored value has been seen.
+			break
+		}
+		node, ok := strings.CutPrefix(e.Key(), c.Mesh+".")
+		if !ok {
+			continue
+		}
+		d, err := storedDeclaration(e.Value(), c.Mesh, node)
+		if err != nil {
+			return nil, err
+		}
+		get(node).Desired = d.Revision
+	}
+
+	now := c.Now()
+	out := make([]NodeStatus, 0, len(byName))
+	for _, s := range byName {
+		s.State = stateOf(*s, now)
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.Node, b.Node) })
+	return out, nil
+}
+
+func stateOf(s NodeStatus, now time.Time) string {
+	hb := s.Heartbeat
+	switch {
+	case s.Problem != "":
+		return StateUnreadable
+	case hb == nil:
+		return StateNeverHeard
+	}
+	interval := time.Duration(hb.Interval)
+	if interval <= 0 {
+		interval = defaultInterval
+	}
+	switch {
+	case now.Sub(hb.Sent) > silentAfter*interval:
+		return StateSilent
+	case hb.Applied < s.Desired:
+		return StateBehind
+	}
+	return StateOK
+}
+
+// PrintNodes prints nodes as a table, or as JSON lines (one NodeStatus
+// each) when asJSON. Ages are measured from now.
+func PrintNodes(w io.Writer, nodes []NodeStatus, now time.Time, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, n := range nodes {
+			if err := enc.Encode(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tVERSION\tDESIRED\tAPPLIED\tDRIFTED\tFAILED\tLAST HEARD\tSTATE")
+	for _, n := range nodes {
+		desired := "-"
+		if n.Desired != 0 {
+			desired = fmt.Sprint(n.Desired)
+		}
+		version, applied, drifted, failed, heard := "-", "-", "-", "-", "-"
+		if hb := n.Heartbeat; hb != nil {
+			if hb.Version != "" {
+				version = hb.Version
+			}
+			applied = fmt.Sprint(hb.Applied)
+			drifted = fmt.Sprint(hb.Drifted)
+			failed = fmt.Sprint(hb.Failed)
+			heard = age(now.Sub(hb.Sent))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, version, desired, applied, drifted, failed, heard, n.State)
+	}
+	return tw.Flush()
+}
+
+// age shows how long ago something was, to the second.
+func age(d time.Duration) string {
+	if d < 0 {
+		// The node's clock is ahead of this one.
+		return "just now"
+	}
+	return d.Round(time.Second).String() + " ago"
+}

@@ -1,0 +1,270 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// Service is the control service of one mesh: it keeps the streams and the
+// desired-state bucket in place and answers every node's Hello with a
+// Welcome. It holds nothing another Service needs: any number may run
+// against one cluster, and the hello queue group answers each hello once.
+type Service struct {
+	// Conn is a connection as the control user.
+	Conn *nats.Conn
+	// Mesh is the mesh whose hellos it answers.
+	Mesh string
+	// Log receives what the service does and the malformed hellos it
+	// drops.
+	Log *slog.Logger
+	// EventsMaxAge is how long the events stream keeps a record; zero
+	// keeps every record. Every service of a cluster should agree: the
+	// last to start sets it.
+	EventsMaxAge time.Duration
+	// RetryEvery is how long to wait after failing to set up the streams
+	// (the broker not reachable yet) before trying again; zero means 2 s.
+	RetryEvery time.Duration
+}
+
+// dialTimeout bounds one connection attempt and each JetStream call the
+// service makes for a hello.
+const dialTimeout = 5 * time.Second
+
+// DialService connects to urls as the control user for a long-running
+// service: it keeps trying until the broker is there, and reconnects
+// forever.
+func DialService(a *Authority, urls []string, log *slog.Logger) (*nats.Conn, error) {
+	if len(urls) == 0 {
+		return nil, fmt.Errorf("%w to connect to", ErrNoBroker)
+	}
+	return nats.Connect(strings.Join(urls, ","),
+		nats.UserCredentials(a.ControlCreds()),
+		nats.Name("meshctl serve"),
+		nats.Timeout(dialTimeout),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ConnectHandler(func(nc *nats.Conn) { log.Info("connected to the broker", "url", nc.ConnectedUrlRedacted()) }),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			// Closing the connection on the way out disconnects it too.
+			if !nc.IsClosed() {
+				log.Warn("disconnected from the broker", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to the broker", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Error("broker error", "err", err) }),
+	)
+}
+
+// Ensure creates or updates the events and heartbeats streams and the
+// desired-state bucket. It is idempotent and safe to run from several
+// services at once.
+func (s *Service) Ensure(ctx context.Context) error {
+	js, err := jetstream.New(s.Conn)
+	if err != nil {
+		return err
+	}
+	_, _, err = s.ensure(ctx, js)
+	return err
+}
+
+func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, jetstream.KeyValue, error) {
+	events, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        linkproto.EventsStream,
+		Description: "every node's journal, each record once",
+		Subjects:    []string{linkproto.AnyMeshEvents},
+		Storage:     jetstream.FileStorage,
+		// A node resends what it has not seen acknowledged; within this
+		// window the stream drops the copies by message id. Past it, the
+		// node has long since recorded the acknowledgement.
+		Duplicates: 10 * time.Minute,
+		MaxAge:     s.EventsMaxAge,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              linkproto.HeartbeatsStream,
+		Description:       "the latest heartbeat of every node",
+		Subjects:          []string{linkproto.AnyMeshHeartbeats},
+		Storage:           jetstream.FileStorage,
+		MaxMsgsPerSubject: 1,
+	}); err != nil {
+		return nil, nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
+	}
+	desired, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      linkproto.DesiredBucket,
+		Description: "the desired state of every node",
+		History:     16,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("desired-state bucket %s: %w", linkproto.DesiredBucket, err)
+	}
+	return events, desired, nil
+}
+
+// Run sets up the streams (trying again until the broker answers), then
+// answers hellos until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	js, err := jetstream.New(s.Conn)
+	if err != nil {
+		return err
+	}
+	retry := s.RetryEvery
+	if retry == 0 {
+		retry = 2 * time.Second
+	}
+	var events jetstream.Stream
+	var desired jetstream.KeyValue
+	for {
+		ectx, cancel := context.WithTimeout(ctx, dialTimeout)
+		events, desired, err = s.ensure(ectx, js)
+		cancel()
+		if err == nil {
+			break
+		}
+		s.Log.Warn("cannot set up the streams yet; trying again", "err", err, "in", retry)
+		t := time.NewTimer(retry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+	sub, err := s.Conn.QueueSubscribe(linkproto.AllHellos(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
+		s.hello(ctx, events, desired, m)
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to hellos: %w", err)
+	}
+	defer sub.Unsubscribe()
+	s.Log.Info("answering hellos", "mesh", s.Mesh, "subject", linkproto.AllHellos(s.Mesh))
+	<-ctx.Done()
+	return nil
+}
+
+// hello answers one Hello. A hello that is not one is logged and left
+// unanswered: the node times out and says hello again, and nothing a node
+// sends can stop the service.
+func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired jetstream.KeyValue, m *nats.Msg) {
+	mesh, node, err := linkproto.NodeOf(m.Subject)
+	if err != nil || mesh != s.Mesh {
+		s.Log.Warn("hello on an unexpected subject", "subject", m.Subject, "err", err)
+		return
+	}
+	var h linkproto.Hello
+	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &h); err != nil {
+		s.Log.Warn("malformed hello", "node", node, "err", err)
+		return
+	}
+	if h.Node != node {
+		s.Log.Warn("malformed hello", "node", node, "err", fmt.Sprintf("it names node %q", h.Node))
+		return
+	}
+	if m.Reply == "" {
+		s.Log.Warn("malformed hello", "node", node, "err", "no reply subject")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	w, err := welcome(ctx, events, desired, mesh, node, h.Revision)
+	if err != nil {
+		// Unanswered, the node says hello again.
+		s.Log.Error("cannot answer a hello", "node", node, "err", err)
+		return
+	}
+	if err := m.Respond(linkproto.Marshal(w)); err != nil {
+		s.Log.Error("cannot answer a hello", "node", node, "err", err)
+		return
+	}
+	revision := uint64(0)
+	if w.Declaration != nil {
+		revision = w.Declaration.Revision
+	}
+	s.Log.Debug("hello answered", "node", node, "version", h.Version, "events_through", w.EventsThrough, "declaration", revision)
+}
+
+// welcome is the answer to node's hello: how much of its journal the events
+// stream holds, and its stored declaration if newer than accepted.
+func welcome(ctx context.Context, events jetstream.Stream, desired jetstream.KeyValue, mesh, node string, accepted uint64) (linkproto.Welcome, error) {
+	w := linkproto.Welcome{Protocol: linkproto.ProtocolVersion}
+	through, err := eventsThrough(ctx, events, mesh, node)
+	if err != nil {
+		return w, err
+	}
+	w.EventsThrough = through
+	stored, err := storedDesired(ctx, desired, mesh, node)
+	if err != nil {
+		return w, err
+	}
+	if stored != nil && stored.Revision > accepted {
+		w.Declaration = stored
+	}
+	return w, nil
+}
+
+// eventsThrough is the journal sequence of node's last record in the
+// events stream; 0 for none.
+func eventsThrough(ctx context.Context, events jetstream.Stream, mesh, node string) (uint64, error) {
+	m, err := events.GetLastMsgForSubject(ctx, linkproto.EventsSubject(mesh, node))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("the last event of %s: %w", node, err)
+	}
+	if seq, err := strconv.ParseUint(m.Header.Get(linkproto.HeaderSeq), 10, 64); err == nil {
+		return seq, nil
+	}
+	// A message without the header: the record itself says.
+	var r event.Record
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return 0, fmt.Errorf("the last event of %s (stream sequence %d) has no %s header and is not a record: %w", node, m.Sequence, linkproto.HeaderSeq, err)
+	}
+	return r.Seq, nil
+}
+
+// storedHead is the part of a stored declaration document the control
+// plane reads without parsing the whole.
+type storedHead struct {
+	Mesh     string `json:"mesh"`
+	Node     string `json:"node"`
+	Revision uint64 `json:"revision"`
+}
+
+// storedDesired returns node's stored declaration as a push; nil for none.
+func storedDesired(ctx context.Context, desired jetstream.KeyValue, mesh, node string) (*linkproto.Declaration, error) {
+	e, err := desired.Get(ctx, linkproto.DesiredKey(mesh, node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the desired state of %s: %w", node, err)
+	}
+	return storedDeclaration(e.Value(), mesh, node)
+}
+
+func storedDeclaration(doc []byte, mesh, node string) (*linkproto.Declaration, error) {
+	var h storedHead
+	if err := json.Unmarshal(doc, &h); err != nil {
+		return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
+	}
+	d := &linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: mesh, Node: node, Revision: h.Revision, Document: doc}
+	if err := d.For(h.Mesh, h.Node); err != nil {
+		return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
+	}
+	return d, nil
+}

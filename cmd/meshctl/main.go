@@ -1,0 +1,176 @@
+// Command meshctl is the control plane's end of a mesh: the control service
+// (with an embedded NATS broker when no cluster is given) and the
+// operator's commands: create the authority, enrol nodes, declare what a
+// node should be, and see what nodes report. This package is the kong
+// grammar and the wiring; the work is in package control.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/nats-io/nats.go"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// version is the running binary's version, set at link time
+// (-ldflags "-X main.version=...").
+var version = "dev"
+
+func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// Exit codes shared by the commands.
+const (
+	exitOK      = 0
+	exitFailed  = 1 // the command ran and failed, or found a failure
+	exitRefused = 2 // bad usage, or input refused
+)
+
+// cli is the grammar. Global flags say where the authority lives and which
+// broker to talk to.
+type cli struct {
+	Data string   `name:"data" env:"MESHCTL_DATA" default:"/var/lib/meshctl" type:"path" help:"Directory of the authority: keys, credentials and control.json."`
+	NATS []string `name:"nats" env:"MESHCTL_NATS" placeholder:"URL" help:"Broker address(es) (default: those control.json records). serve: use this broker instead of embedding one."`
+
+	Init       initCmd       `cmd:"" help:"Create the authority of a mesh in the data directory (once; later runs reuse it)."`
+	Enrol      enrolCmd      `cmd:"" help:"Print an enrolment token for a node: its credentials and where to connect. The token is a secret."`
+	Serve      serveCmd      `cmd:"" help:"Run the control service (and, without --nats, an embedded broker)."`
+	NATSConfig natsConfigCmd `cmd:"" name:"nats-config" help:"Print the configuration an existing NATS server includes to trust this authority."`
+	Declare    declareCmd    `cmd:"" help:"Store a node's declaration and push it to the node."`
+	Nodes      nodesCmd      `cmd:"" help:"Show every node: what it reports and what is declared for it."`
+	JournalCmd journalCmd    `cmd:"" name:"journal" help:"Show a node's journal as the events stream holds it."`
+	Version    versionCmd    `cmd:"" help:"Print this binary's version."`
+}
+
+// env is what every command is handed.
+type env struct {
+	ctx            context.Context
+	stdout, stderr io.Writer
+	now            func() time.Time
+	cli            *cli
+}
+
+// exitError carries a command's exit code through kong.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func failed(format string, a ...any) error {
+	return &exitError{code: exitFailed, err: fmt.Errorf(format, a...)}
+}
+
+func refused(format string, a ...any) error {
+	return &exitError{code: exitRefused, err: fmt.Errorf(format, a...)}
+}
+
+// classify gives err the exit code its kind calls for: input the mesh
+// refuses is 2, anything else that went wrong is 1.
+func classify(err error) error {
+	var ee *exitError
+	switch {
+	case err == nil, errors.As(err, &ee):
+		return err
+	case errors.Is(err, control.ErrRefused), errors.Is(err, control.ErrMeshMismatch),
+		errors.Is(err, linkproto.ErrInvalidName), errors.Is(err, declaration.ErrInvalid):
+		return &exitError{code: exitRefused, err: err}
+	}
+	return &exitError{code: exitFailed, err: err}
+}
+
+// kongExit is panicked by kong's exit hook (after --help) and recovered.
+type kongExit int
+
+// Main runs the meshctl command line and returns its exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return runCLI(ctx, args, stdout, stderr)
+}
+
+// runCLI parses and runs args until ctx ends (serve) or the command is done.
+func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+	var c cli
+	defer func() {
+		if p := recover(); p != nil {
+			k, ok := p.(kongExit)
+			if !ok {
+				panic(p)
+			}
+			code = int(k)
+		}
+	}()
+	parser, err := kong.New(&c,
+		kong.Name("meshctl"),
+		kong.Description("The control plane of a mesh: stores what each node should be, pushes it, shows what each node reports, and enrols nodes."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { panic(kongExit(code)) }),
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "meshctl: %v\n", err)
+		return exitRefused
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "meshctl: %v\n", err)
+		return exitRefused
+	}
+	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, now: time.Now, cli: &c}
+	if err := classify(kctx.Run(e)); err != nil {
+		ee := err.(*exitError)
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintf(stderr, "meshctl: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	return exitOK
+}
+
+// authority opens the data directory's authority.
+func (e *env) authority() (*control.Authority, error) {
+	a, err := control.Open(e.cli.Data)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// client connects to the broker as the control user. The caller closes the
+// connection.
+func (e *env) client() (*control.Client, *nats.Conn, error) {
+	a, err := e.authority()
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := control.Dial(a, e.cli.NATS)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := control.NewClient(nc, a.Mesh)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	c.Now = e.now
+	return c, nc, nil
+}
+
+type versionCmd struct{}
+
+func (versionCmd) Run(e *env) error {
+	fmt.Fprintln(e.stdout, version)
+	return nil
+}
