@@ -186,6 +186,31 @@ func (r *Root) Look(p string) (io.ReadCloser, unix.Stat_t, error) {
 	if err := CheckPath(p); err != nil {
 		return nil, st, err
 	}
+	// The common case first, a regular file, in four system calls: stat
+	// (which may resolve a symlinked parent, but opens nothing), then the
+	// open that refuses every symlink, then fstat of what was opened.
+	if err := unix.Fstatat(r.fd, p[1:], &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		fd, err := openBeneath(r.fd, p[1:], unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK)
+		if err == nil {
+			if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+				// Swapped for something else between the two looks:
+				// describe what is there now, the slow way.
+				unix.Close(fd)
+				return r.lookSlow(p)
+			}
+			return &fdReader{fd: fd, left: st.Size}, st, nil
+		}
+		if !errors.Is(err, errNoOpenat2) {
+			return nil, st, r.pathErr("open", p, err)
+		}
+	}
+	return r.lookSlow(p)
+}
+
+// lookSlow is Look for what is not a regular file, and where there is no
+// openat2: it never opens anything but a regular file for reading.
+func (r *Root) lookSlow(p string) (io.ReadCloser, unix.Stat_t, error) {
+	var st unix.Stat_t
 	// O_PATH|O_NOFOLLOW opens even a symlink at p, as itself.
 	pfd, err := openBeneath(r.fd, p[1:], oPath|unix.O_NOFOLLOW)
 	if errors.Is(err, errNoOpenat2) {
@@ -223,15 +248,28 @@ func (r *Root) Look(p string) (io.ReadCloser, unix.Stat_t, error) {
 		}
 		return nil, st, &os.PathError{Op: "open", Path: r.Host(p), Err: err}
 	}
-	return &fdReader{fd: fd}, st2, nil
+	return &fdReader{fd: fd, left: st2.Size}, st2, nil
 }
 
 // fdReader reads a regular file by its descriptor: os.NewFile would spend
 // two more system calls (fcntl, and an attempt to register it for polling)
 // on each of the thousands of files a check reads.
-type fdReader struct{ fd int }
+//
+// It reads the size the file had when it was opened and stops there,
+// saving the read that would only say "end of file": a write racing the
+// read is seen by the next look.
+type fdReader struct {
+	fd   int
+	left int64
+}
 
 func (f *fdReader) Read(p []byte) (int, error) {
+	if f.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > f.left {
+		p = p[:f.left]
+	}
 	for {
 		n, err := unix.Read(f.fd, p)
 		switch {
@@ -242,6 +280,7 @@ func (f *fdReader) Read(p []byte) (int, error) {
 		case n == 0 && len(p) > 0:
 			return 0, io.EOF
 		}
+		f.left -= int64(n)
 		return n, nil
 	}
 }
