@@ -1,0 +1,227 @@
+// Command demo brings up a single-machine mesh for a person to try: it
+// builds both programs, starts the control service on its embedded broker,
+// enrols one host that manages a sandbox root, starts it, pushes the
+// example declaration, and says what to run next. Both services keep
+// running in the background until `demo down`.
+//
+//	go run ./testbeds/demo            # up, in ./sandbox
+//	go run ./testbeds/demo down       # stop both services
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mesh-host/mesh-host/testbeds"
+)
+
+const (
+	mesh = "demo"    // as examples/sandbox.yaml says
+	node = "sandbox" // as examples/sandbox.yaml says
+)
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Main runs the demo command and returns its exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	dir := fl.String("dir", "sandbox", "Directory of everything the demo makes.")
+	listen := fl.String("listen", "127.0.0.1:4222", "Where the embedded broker listens.")
+	decl := fl.String("declaration", "examples/sandbox.yaml", "The declaration to push.")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	d := &demo{dir: *dir, listen: *listen, out: stdout}
+	var err error
+	switch cmd := fl.Arg(0); cmd {
+	case "", "up":
+		err = d.up(*decl)
+	case "down":
+		err = d.down()
+	default:
+		err = fmt.Errorf("unknown command %q: up or down", cmd)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "demo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type demo struct {
+	dir    string
+	listen string
+	out    io.Writer
+	bins   testbeds.Binaries
+}
+
+func (d *demo) path(p ...string) string { return filepath.Join(append([]string{d.dir}, p...)...) }
+
+func (d *demo) up(decl string) error {
+	if err := d.down(); err != nil {
+		return err
+	}
+	for _, p := range []string{"bin", "logs", "root/etc", "control"} {
+		if err := os.MkdirAll(d.path(p), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(d.path("control"), 0o700); err != nil {
+		return err
+	}
+	fmt.Fprintln(d.out, "building mesh-host and meshctl...")
+	bin, err := filepath.Abs(d.path("bin"))
+	if err != nil {
+		return err
+	}
+	if d.bins, err = testbeds.Build(bin); err != nil {
+		return err
+	}
+	if l, err := net.Listen("tcp", d.listen); err != nil {
+		return fmt.Errorf("the broker cannot listen on %s (%v): pass --listen HOST:PORT", d.listen, err)
+	} else {
+		l.Close()
+	}
+
+	if _, err := os.Stat(d.path("control", "control.json")); err != nil {
+		if _, err := d.meshctl("init", "--mesh", mesh); err != nil {
+			return err
+		}
+	}
+	if err := d.background("meshctl", d.bins.Meshctl, "--data", d.path("control"), "serve", "--listen", d.listen); err != nil {
+		return err
+	}
+	if err := wait(30*time.Second, func() error { _, err := d.meshctl("nodes"); return err }); err != nil {
+		return fmt.Errorf("the control service did not come up (see %s): %v", d.path("logs", "meshctl.log"), err)
+	}
+	token, err := d.meshctl("enrol", node)
+	if err != nil {
+		return err
+	}
+	enrol := exec.Command(d.bins.MeshHost, "--state-dir", d.path("state"), "enrol", "--force", "-")
+	enrol.Stdin = strings.NewReader(token)
+	if out, err := enrol.CombinedOutput(); err != nil {
+		return fmt.Errorf("mesh-host enrol: %v\n%s", err, out)
+	}
+	if err := d.background("mesh-host", d.bins.MeshHost, "--root", d.path("root"), "--state-dir", d.path("state"), "serve"); err != nil {
+		return err
+	}
+	if err := wait(30*time.Second, func() error {
+		return exec.Command(d.bins.MeshHost, "--state-dir", d.path("state"), "status").Run()
+	}); err != nil {
+		return fmt.Errorf("mesh-host did not come up (see %s): %v", d.path("logs", "mesh-host.log"), err)
+	}
+	out, err := d.meshctl("declare", node, decl)
+	fmt.Fprint(d.out, out)
+	if err != nil {
+		return err
+	}
+	mc := fmt.Sprintf("%s --data %s", d.path("bin", "meshctl"), d.path("control"))
+	mh := fmt.Sprintf("%s --root %s --state-dir %s", d.path("bin", "mesh-host"), d.path("root"), d.path("state"))
+	fmt.Fprintf(d.out, `
+The mesh is up: meshctl serve on an embedded broker at nats://%s, and one
+host, %q, holding %s in the state %s declares.
+Logs are in %s. Try:
+
+  %s nodes
+  %s journal %s --why file:/etc/motd
+  %s journal
+  %s status
+
+Change a file under %s by hand, then run "%s check" (or wait for the
+drift timer), and look at the journal again. Edit %s, raise its revision,
+and push it with "%s declare %s %s".
+
+Stop both services with: go run ./testbeds/demo down
+`, d.listen, node, d.path("root"), decl, d.path("logs"), mc, mc, node, mh, mh, d.path("root"), mh, decl, mc, node, decl)
+	return nil
+}
+
+// meshctl runs an operator command and returns its output.
+func (d *demo) meshctl(args ...string) (string, error) {
+	cmd := exec.Command(d.bins.Meshctl, append([]string{"--data", d.path("control")}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("meshctl %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String(), nil
+}
+
+// background starts a service in its own session, so it outlives the demo
+// command, with its output in logs/NAME.log and its pid in NAME.pid.
+func (d *demo) background(name, bin string, args ...string) error {
+	log, err := os.OpenFile(d.path("logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	pid := cmd.Process.Pid
+	_ = cmd.Process.Release()
+	return os.WriteFile(d.path(name+".pid"), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+}
+
+// down stops what an earlier up started: the host first, so it does not
+// spend its last moments reconnecting.
+func (d *demo) down() error {
+	for _, name := range []string{"mesh-host", "meshctl"} {
+		b, err := os.ReadFile(d.path(name + ".pid"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return fmt.Errorf("%s: %v", d.path(name+".pid"), err)
+		}
+		if syscall.Kill(pid, syscall.SIGTERM) == nil {
+			fmt.Fprintf(d.out, "stopping %s (pid %d)\n", name, pid)
+			if err := wait(90*time.Second, func() error {
+				if syscall.Kill(pid, 0) == nil {
+					return fmt.Errorf("%s (pid %d) still runs", name, pid)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		if err := os.Remove(d.path(name + ".pid")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wait polls cond until it succeeds or timeout passes.
+func wait(timeout time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
