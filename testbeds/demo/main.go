@@ -196,7 +196,9 @@ func (d *demo) down() error {
 		if err != nil {
 			return fmt.Errorf("%s: %v", d.path(name+".pid"), err)
 		}
-		if syscall.Kill(pid, syscall.SIGTERM) == nil {
+		// A stale pid file may name a process that is no longer ours.
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.Contains(cmdline, []byte(name)) && syscall.Kill(pid, syscall.SIGTERM) == nil {
 			fmt.Fprintf(d.out, "stopping %s (pid %d)\n", name, pid)
 			if err := wait(90*time.Second, func() error {
 				if syscall.Kill(pid, 0) == nil {
