@@ -1,0 +1,365 @@
+// Package link is the host's end of its link to the control plane: one
+// outbound NATS connection, scoped to the node's own subjects (package
+// linkproto names them all).
+//
+// Down, it takes pushed declarations and hands them to the host, which
+// journals them as accepted or refused; messages that are not a
+// declaration for this node are refused here and journaled as link.refused.
+// Up, it says hello on every link up (and hands the host the declaration
+// the control plane holds, if newer), publishes the journal to the events
+// stream exactly once (JetStream deduplicates by message id; the node never
+// calls the JetStream API), and sends heartbeats.
+//
+// It is not the reconciler and decides nothing about a declaration; and it
+// keeps nothing the journal does not: offline is normal, and what the
+// control plane missed is sent from the journal when the link returns. It
+// never embeds a NATS server.
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+// Errors returned by this package.
+var (
+	// ErrConfig is returned by New for a Config it cannot run with.
+	ErrConfig = errors.New("invalid link configuration")
+)
+
+// Defaults of Config, and the link's fixed timings.
+const (
+	DefaultHeartbeatInterval = 60 * time.Second
+	DefaultHelloTimeout      = 5 * time.Second
+	DefaultReconnectMin      = 250 * time.Millisecond
+	DefaultReconnectMax      = 30 * time.Second
+
+	// A dead connection is noticed after pingInterval × (maxPingsOut+1),
+	// about 20 s, even when no write fails.
+	pingInterval = 5 * time.Second
+	maxPingsOut  = 3
+	// maxInFlight bounds the events published and not yet acknowledged.
+	maxInFlight = 256
+	// ackTimeout fails a publish whose acknowledgement never comes, so the
+	// publisher starts over from the acknowledged mark.
+	ackTimeout = 30 * time.Second
+	// markEvery and markAfter batch MarkAcked, an fsync'd write: at most
+	// every markEvery, or at once after markAfter acknowledgements.
+	markEvery = 100 * time.Millisecond
+	markAfter = 1000
+	// refusalsPerMinute bounds the link.refused records journaled; the rest
+	// are counted in the next one's Suppressed.
+	refusalsPerMinute = 10
+	// maxReason bounds a reason sent in an Ack or journaled as link.refused.
+	maxReason = 4 << 10
+	// drainTimeout bounds the wait, at shutdown, for a declaration being
+	// handled to be answered.
+	drainTimeout = 5 * time.Second
+)
+
+// Config says which node the link speaks for and where the broker is.
+type Config struct {
+	Mesh, Node string
+	// URLs are the broker's addresses (nats://host:4222, tls://…).
+	URLs []string
+	// CredsFile is the node's NATS credentials file; empty for none (a
+	// test broker without authentication).
+	CredsFile string
+	// Version is the running host's version, for hellos and heartbeats.
+	Version string
+	// HeartbeatInterval is how often the host reports while idle;
+	// DefaultHeartbeatInterval when 0.
+	HeartbeatInterval time.Duration
+	// HelloTimeout is how long one hello waits for a welcome;
+	// DefaultHelloTimeout when 0.
+	HelloTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the reconnect delay, which
+	// doubles from min to max with ±20 % jitter; defaults when 0.
+	ReconnectMin, ReconnectMax time.Duration
+	Log                        *slog.Logger
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Host is what the link needs of the host.
+type Host interface {
+	// Accept journals d as accepted (to be applied now) or refused, and
+	// answers with the Ack to send. trigger is TriggerPushed for a push,
+	// TriggerReconnect for the declaration of a welcome. It must not wait
+	// for an apply in flight.
+	Accept(ctx context.Context, d *linkproto.Declaration, trigger event.Trigger) linkproto.Ack
+	// State is the host's current projection.
+	State() (projector.State, error)
+}
+
+// Journal is the host's journal as the link uses it: it records the link's
+// own events and is the only source of the events sent upward.
+type Journal interface {
+	Append(recs ...event.Record) ([]event.Record, error)
+	Info() (journal.Info, error)
+	Follow(ctx context.Context, from uint64, fn func(event.Record) error) error
+	MarkAcked(seq uint64) error
+}
+
+var _ Journal = (*journal.Journal)(nil)
+
+// Link is the host's link. Make one with New; Run it once.
+type Link struct {
+	cfg     Config
+	host    Host
+	j       Journal
+	log     *slog.Logger
+	started time.Time
+
+	// reconciled is poked by Reconciled: a heartbeat is due.
+	reconciled chan struct{}
+	// acked is the highest sequence the events stream acknowledged, over
+	// a contiguous run of the journal; marked is how much of it is
+	// persisted with MarkAcked.
+	acked, marked atomic.Uint64
+
+	refusals refusalLimiter
+}
+
+// New checks cfg and returns a link that is not yet running.
+func New(cfg Config, host Host, j Journal) (*Link, error) {
+	if err := linkproto.ValidName(cfg.Mesh); err != nil {
+		return nil, fmt.Errorf("%w: mesh: %v", ErrConfig, err)
+	}
+	if err := linkproto.ValidName(cfg.Node); err != nil {
+		return nil, fmt.Errorf("%w: node: %v", ErrConfig, err)
+	}
+	if len(cfg.URLs) == 0 {
+		return nil, fmt.Errorf("%w: no broker address", ErrConfig)
+	}
+	if host == nil || j == nil {
+		return nil, fmt.Errorf("%w: a host and a journal are required", ErrConfig)
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = DefaultHelloTimeout
+	}
+	if cfg.ReconnectMin <= 0 {
+		cfg.ReconnectMin = DefaultReconnectMin
+	}
+	if cfg.ReconnectMax < cfg.ReconnectMin {
+		cfg.ReconnectMax = max(DefaultReconnectMax, cfg.ReconnectMin)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("mesh", cfg.Mesh, "node", cfg.Node)
+	return &Link{cfg: cfg, host: host, j: j, log: log, reconciled: make(chan struct{}, 1)}, nil
+}
+
+// Reconciled tells the link that a reconcile completed: a heartbeat goes
+// out now if the link is up. It never blocks.
+func (l *Link) Reconciled() {
+	select {
+	case l.reconciled <- struct{}{}:
+	default:
+	}
+}
+
+// Acked is the highest journal sequence the events stream acknowledged.
+func (l *Link) Acked() uint64 { return l.acked.Load() }
+
+// Run connects and serves the link until ctx ends, then returns nil. Being
+// offline is not an error: it keeps reconnecting, with a capped, jittered
+// exponential delay, for as long as it runs.
+func (l *Link) Run(ctx context.Context) error {
+	info, err := l.j.Info()
+	if err != nil {
+		return fmt.Errorf("link: read the journal: %w", err)
+	}
+	l.acked.Store(info.Acked)
+	l.marked.Store(info.Acked)
+	l.started = l.cfg.Now()
+
+	st := newConnState()
+	opts := []nats.Option{
+		nats.Name("mesh-host " + l.cfg.Mesh + "/" + l.cfg.Node),
+		nats.CustomInboxPrefix(linkproto.InboxPrefix(l.cfg.Mesh, l.cfg.Node)),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		// Credentials refused twice must not end the link for good: the
+		// operator may fix them on the broker's side.
+		nats.IgnoreAuthErrorAbort(),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration {
+			return backoff(attempts-1, l.cfg.ReconnectMin, l.cfg.ReconnectMax)
+		}),
+		nats.PingInterval(pingInterval),
+		nats.MaxPingsOutstanding(maxPingsOut),
+		// Nothing is buffered while down: what matters is resent from the
+		// journal, and a stale heartbeat or ack is worse than none.
+		nats.ReconnectBufSize(-1),
+		nats.DrainTimeout(drainTimeout),
+		nats.ConnectHandler(st.connected),
+		nats.ReconnectHandler(st.connected),
+		nats.DisconnectErrHandler(st.disconnected),
+		nats.ClosedHandler(st.closed),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			l.log.Warn("link error", "subject", subj, "err", err)
+		}),
+	}
+	if l.cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(l.cfg.CredsFile))
+	}
+	nc, err := nats.Connect(strings.Join(l.cfg.URLs, ","), opts...)
+	if err != nil {
+		return fmt.Errorf("link: connect to %s: %w", strings.Join(l.cfg.URLs, ", "), err)
+	}
+	defer nc.Close()
+	if _, err := nc.Subscribe(linkproto.DeclarationSubject(l.cfg.Mesh, l.cfg.Node), func(m *nats.Msg) {
+		l.onDeclaration(ctx, m)
+	}); err != nil {
+		return fmt.Errorf("link: subscribe: %w", err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxInFlight), jetstream.WithPublishAsyncTimeout(ackTimeout))
+	if err != nil {
+		return fmt.Errorf("link: %w", err)
+	}
+
+	var (
+		sess    *session // running while the link is up
+		sessGen uint64   // the connection generation sess serves
+		broker  string   // the broker sess is connected to
+		everUp  bool
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			if sess != nil {
+				sess.stop()
+				l.journalLink(event.LinkDown, broker, "the host is stopping")
+			}
+			l.drain(nc, st)
+			return nil
+		case <-st.changed:
+		}
+		gen, up, reason := st.snapshot()
+		if sess != nil && (!up || gen != sessGen) {
+			// Down, or down and up again since: the session's in-flight
+			// publishes are void either way.
+			sess.stop()
+			sess = nil
+			l.journalLink(event.LinkDown, broker, reason)
+			l.log.Info("link down", "broker", broker, "reason", reason)
+		}
+		if sess == nil && up {
+			sessGen, broker = gen, nc.ConnectedUrlRedacted()
+			why := "connected"
+			if everUp {
+				why = "reconnected"
+			}
+			everUp = true
+			l.journalLink(event.LinkUp, broker, why)
+			l.log.Info("link up", "broker", broker)
+			sess = l.startSession(ctx, nc, js)
+		}
+	}
+}
+
+// drain lets a declaration being handled be answered, then closes nc.
+func (l *Link) drain(nc *nats.Conn, st *connState) {
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return
+	}
+	t := time.NewTimer(drainTimeout + time.Second)
+	defer t.Stop()
+	select {
+	case <-st.done:
+	case <-t.C:
+		nc.Close()
+	}
+}
+
+func (l *Link) journalLink(k event.Kind, broker, reason string) {
+	if _, err := l.j.Append(event.New(k, 0, "", event.LinkPayload{Broker: broker, Reason: reason})); err != nil {
+		l.log.Error("journal "+string(k), "err", err)
+	}
+}
+
+// connState collects what the connection's callbacks report, for Run's
+// loop, which they wake through changed.
+type connState struct {
+	changed chan struct{}
+	done    chan struct{}
+	once    sync.Once
+
+	mu     sync.Mutex
+	gen    uint64 // counts connects and reconnects
+	reason string // why the connection last went down
+	up     bool
+}
+
+func newConnState() *connState {
+	return &connState{changed: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (s *connState) poke() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (s *connState) connected(*nats.Conn) {
+	s.mu.Lock()
+	s.gen++
+	s.up = true
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *connState) disconnected(_ *nats.Conn, err error) {
+	s.mu.Lock()
+	s.up = false
+	s.reason = "disconnected"
+	if err != nil {
+		s.reason = err.Error()
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *connState) closed(*nats.Conn) {
+	s.mu.Lock()
+	s.up = false
+	s.mu.Unlock()
+	s.once.Do(func() { close(s.done) })
+	s.poke()
+}
+
+// snapshot says how many times the link came up, whether it is up, and
+// why it last went down.
+func (s *connState) snapshot() (gen uint64, up bool, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen, s.up, s.reason
+}

@@ -1,0 +1,685 @@
+package link
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+const (
+	testMesh = "lab"
+	testNode = "web-1"
+	// wait bounds every poll of these tests.
+	wait = 20 * time.Second
+)
+
+// runServer starts a JetStream broker on port (-1 for any) keeping its
+// store in dir, and stops it at cleanup.
+func runServer(t *testing.T, dir string, port int) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir,
+		NoLog: true, NoSigs: true, MaxPayload: 16 << 20,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(wait) {
+		t.Fatal("the broker did not start")
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+func serverPort(t *testing.T, s *server.Server) int {
+	t.Helper()
+	return s.Addr().(*net.TCPAddr).Port
+}
+
+func openJournal(t *testing.T, path string) *journal.Journal {
+	t.Helper()
+	j, err := journal.Open(path, journal.Options{Fold: new(projector.Stored).Fold, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
+}
+
+// testHost accepts any newer revision and journals it, as the real host
+// does in short.
+type testHost struct {
+	j  *journal.Journal
+	mu sync.Mutex
+	// triggers records the trigger of every Accept.
+	triggers []event.Trigger
+}
+
+func (h *testHost) Accept(_ context.Context, d *linkproto.Declaration, trigger event.Trigger) linkproto.Ack {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.triggers = append(h.triggers, trigger)
+	s, err := h.State()
+	if err != nil {
+		return linkproto.Ack{Reason: err.Error()}
+	}
+	if s.Desired != nil && d.Revision <= s.Desired.Revision {
+		reason := fmt.Sprintf("revision %d is not newer than %d", d.Revision, s.Desired.Revision)
+		h.j.Append(event.New(event.DeclarationRefused, 0, "", event.DeclarationRefusedPayload{Revision: d.Revision, Source: "push", Reason: reason}))
+		return linkproto.Ack{Reason: reason}
+	}
+	recs, err := h.j.Append(event.New(event.DeclarationReceived, 0, "", event.DeclarationReceivedPayload{
+		Revision: d.Revision, Digest: "sha256:test", Source: "push", Document: d.Document,
+	}))
+	if err != nil {
+		return linkproto.Ack{Reason: err.Error()}
+	}
+	return linkproto.Ack{Accepted: true, Seq: recs[0].Seq}
+}
+
+func (h *testHost) State() (projector.State, error) {
+	var s projector.State
+	err := h.j.Projection(func(v journal.View, _ uint64) error {
+		var err error
+		s, err = projector.Load(v)
+		return err
+	})
+	return s, err
+}
+
+func (h *testHost) accepted() []event.Trigger {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]event.Trigger(nil), h.triggers...)
+}
+
+type bed struct {
+	t    *testing.T
+	srv  *server.Server
+	dir  string // the broker's store
+	j    *journal.Journal
+	host *testHost
+	link *Link
+	stop func() // stops the link and waits for it; idempotent
+	nc   *nats.Conn // a client of the control plane's side
+}
+
+// newBed starts a broker, a journal and (unless configure says otherwise
+// before it starts) a link; configure may change the config.
+func newBed(t *testing.T, configure func(*bed, *Config)) *bed {
+	t.Helper()
+	b := &bed{t: t, dir: t.TempDir()}
+	b.srv = runServer(t, b.dir, -1)
+	b.j = openJournal(t, t.TempDir()+"/journal.db")
+	b.host = &testHost{j: b.j}
+	b.nc = b.connect()
+	cfg := Config{
+		Mesh: testMesh, Node: testNode, URLs: []string{b.srv.ClientURL()}, Version: "v-test",
+		HeartbeatInterval: time.Hour, HelloTimeout: 200 * time.Millisecond,
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	if configure != nil {
+		configure(b, &cfg)
+	}
+	b.start(cfg)
+	return b
+}
+
+func (b *bed) connect() *nats.Conn {
+	b.t.Helper()
+	nc, err := nats.Connect(b.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(nc.Close)
+	return nc
+}
+
+func (b *bed) start(cfg Config) {
+	b.t.Helper()
+	l, err := New(cfg, b.host, b.j)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.link = l
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	var once sync.Once
+	b.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					b.t.Errorf("Run: %v", err)
+				}
+			case <-time.After(wait):
+				b.t.Error("Run did not return after its context ended")
+			}
+		})
+	}
+	b.t.Cleanup(b.stop)
+}
+
+// testWriter sends the link's log to the test's.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// records returns the journal's records of kind k (all when empty).
+func (b *bed) records(k event.Kind) []event.Record {
+	b.t.Helper()
+	var out []event.Record
+	if err := b.j.Scan(1, 0, func(r event.Record) error {
+		if k == "" || r.Kind == k {
+			out = append(out, r)
+		}
+		return nil
+	}); err != nil {
+		b.t.Fatal(err)
+	}
+	return out
+}
+
+func (b *bed) waitUp() {
+	b.t.Helper()
+	eventually(b.t, "link.up journaled", func() bool { return len(b.records(event.LinkUp)) > 0 })
+}
+
+// push sends data as a declaration push and returns the Ack. It retries
+// while the link's subscription is not yet known to the broker.
+func (b *bed) push(data []byte) linkproto.Ack {
+	b.t.Helper()
+	var m *nats.Msg
+	eventually(b.t, "an answer to a push", func() bool {
+		var err error
+		m, err = b.nc.Request(linkproto.DeclarationSubject(testMesh, testNode), data, 5*time.Second)
+		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
+			b.t.Fatalf("push: %v", err)
+		}
+		return err == nil
+	})
+	var ack linkproto.Ack
+	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &ack); err != nil {
+		b.t.Fatalf("ack: %v: %s", err, m.Data)
+	}
+	return ack
+}
+
+func declaration(rev uint64) linkproto.Declaration {
+	doc := fmt.Sprintf(`{"mesh":%q,"node":%q,"revision":%d,"resources":[]}`, testMesh, testNode, rev)
+	return linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: testMesh, Node: testNode, Revision: rev, Document: json.RawMessage(doc)}
+}
+
+func TestPushAccepted(t *testing.T) {
+	b := newBed(t, nil)
+	b.waitUp()
+	ack := b.push(linkproto.Marshal(declaration(4)))
+	if !ack.Accepted || ack.Seq == 0 || ack.Revision != 4 || ack.Node != testNode || ack.Protocol != linkproto.ProtocolVersion {
+		t.Fatalf("got %+v, want accepted revision 4 with a seq", ack)
+	}
+	r, ok, err := b.j.Get(ack.Seq)
+	if err != nil || !ok || r.Kind != event.DeclarationReceived {
+		t.Fatalf("record %d: got %v %v %v, want declaration.received", ack.Seq, r.Kind, ok, err)
+	}
+	if got := b.host.accepted(); len(got) != 1 || got[0] != event.TriggerPushed {
+		t.Errorf("got triggers %v, want [pushed]", got)
+	}
+	// The host's refusal travels back as it is.
+	ack = b.push(linkproto.Marshal(declaration(3)))
+	if ack.Accepted || !strings.Contains(ack.Reason, "not newer") {
+		t.Errorf("got %+v, want refused as not newer", ack)
+	}
+}
+
+func TestBadMessagesRefused(t *testing.T) {
+	b := newBed(t, nil)
+	b.waitUp()
+	garbage := make([]byte, 1<<20)
+	rand.Read(garbage)
+	with := func(f func(*linkproto.Declaration)) []byte {
+		d := declaration(7)
+		f(&d)
+		return linkproto.Marshal(d)
+	}
+	corpus := []struct {
+		name, data, reason string
+	}{
+		{"not JSON", "this is not json", "malformed"},
+		{"oversized", `{"protocol":1,"document":"` + strings.Repeat("x", linkproto.MaxDeclarationSize) + `"}`, "too large"},
+		{"protocol 0", string(with(func(d *linkproto.Declaration) { d.Protocol = 0 })), "no protocol field"},
+		{"protocol 99", string(with(func(d *linkproto.Declaration) { d.Protocol = 99 })), "protocol 99 is newer"},
+		{"wrong node", string(with(func(d *linkproto.Declaration) { d.Node = "web-2" })), "another node"},
+		{"wrong mesh", string(with(func(d *linkproto.Declaration) { d.Mesh = "prod" })), "another node"},
+		{"no revision", string(with(func(d *linkproto.Declaration) { d.Revision = 0 })), "revision"},
+		{"no document", string(with(func(d *linkproto.Declaration) { d.Document = nil })), "document"},
+		{"huge garbage", string(garbage), "malformed"},
+		{"JSON of another type", `[1,2,3]`, "malformed"},
+	}
+	for _, c := range corpus {
+		ack := b.push([]byte(c.data))
+		if ack.Accepted || !strings.Contains(ack.Reason, c.reason) || ack.Node != testNode {
+			t.Errorf("%s: got %+v, want refused: %s", c.name, ack, c.reason)
+		}
+		if len(ack.Reason) > maxReason+len("…") {
+			t.Errorf("%s: the reason is %d bytes", c.name, len(ack.Reason))
+		}
+	}
+	refused := b.records(event.LinkRefused)
+	if len(refused) != len(corpus) {
+		t.Fatalf("got %d link.refused records, want %d", len(refused), len(corpus))
+	}
+	for i, r := range refused {
+		var p event.LinkRefusedPayload
+		if err := json.Unmarshal(r.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Subject != linkproto.DeclarationSubject(testMesh, testNode) || p.Bytes != len(corpus[i].data) || !strings.Contains(p.Reason, corpus[i].reason) {
+			t.Errorf("%s: got %+v", corpus[i].name, p)
+		}
+	}
+	if len(b.host.accepted()) != 0 {
+		t.Errorf("the host was handed %v", b.host.accepted())
+	}
+	// The link works on.
+	if ack := b.push(linkproto.Marshal(declaration(8))); !ack.Accepted {
+		t.Fatalf("after the corpus: got %+v, want accepted", ack)
+	}
+}
+
+func TestRefusalsRateLimited(t *testing.T) {
+	var now atomic.Pointer[time.Time]
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	now.Store(&start)
+	b := newBed(t, func(_ *bed, c *Config) { c.Now = func() time.Time { return *now.Load() } })
+	b.waitUp()
+	for range 25 {
+		if ack := b.push([]byte("nope")); ack.Accepted {
+			t.Fatal("accepted garbage")
+		}
+	}
+	if got := len(b.records(event.LinkRefused)); got != refusalsPerMinute {
+		t.Fatalf("got %d link.refused records in a minute, want %d", got, refusalsPerMinute)
+	}
+	later := start.Add(time.Minute)
+	now.Store(&later)
+	b.push([]byte("nope"))
+	refused := b.records(event.LinkRefused)
+	if len(refused) != refusalsPerMinute+1 {
+		t.Fatalf("got %d link.refused records, want %d", len(refused), refusalsPerMinute+1)
+	}
+	var p event.LinkRefusedPayload
+	json.Unmarshal(refused[len(refused)-1].Payload, &p)
+	if p.Suppressed != 15 {
+		t.Errorf("got suppressed %d, want 15", p.Suppressed)
+	}
+}
+
+// controlResponder answers hellos as a control service would, with a
+// welcome made by welcome from the hello.
+func controlResponder(t *testing.T, nc *nats.Conn, hellos chan<- linkproto.Hello, welcome func(linkproto.Hello) linkproto.Welcome) *nats.Subscription {
+	t.Helper()
+	sub, err := nc.QueueSubscribe(linkproto.AllHellos(testMesh), linkproto.ControlQueue, func(m *nats.Msg) {
+		var h linkproto.Hello
+		if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &h); err != nil {
+			t.Errorf("hello: %v", err)
+			return
+		}
+		select {
+		case hellos <- h:
+		default:
+		}
+		m.Respond(linkproto.Marshal(welcome(h)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+func TestHelloAppliesDeclaration(t *testing.T) {
+	hellos := make(chan linkproto.Hello, 10)
+	b := newBed(t, func(b *bed, _ *Config) {
+		// A declaration accepted before: the hello reports it.
+		d := declaration(2)
+		b.host.Accept(context.Background(), &d, event.TriggerPushed)
+		controlResponder(t, b.nc, hellos, func(linkproto.Hello) linkproto.Welcome {
+			d := declaration(5)
+			return linkproto.Welcome{Protocol: linkproto.ProtocolVersion, Declaration: &d}
+		})
+	})
+	select {
+	case h := <-hellos:
+		if h.Node != testNode || h.Version != "v-test" || h.Revision != 2 || h.Head == 0 || h.Protocol != linkproto.ProtocolVersion {
+			t.Errorf("got hello %+v", h)
+		}
+	case <-time.After(wait):
+		t.Fatal("no hello")
+	}
+	eventually(t, "the welcome's declaration accepted", func() bool {
+		s, _ := b.host.State()
+		return s.Desired != nil && s.Desired.Revision == 5
+	})
+	if got := b.host.accepted(); len(got) != 2 || got[1] != event.TriggerReconnect {
+		t.Errorf("got triggers %v, want [pushed reconnect]", got)
+	}
+}
+
+func TestHelloRetriedUntilAnswered(t *testing.T) {
+	b := newBed(t, nil)
+	b.waitUp()
+	// Nobody answered the first hello; a control service turns up.
+	controlResponder(t, b.nc, make(chan linkproto.Hello), func(linkproto.Hello) linkproto.Welcome {
+		d := declaration(9)
+		return linkproto.Welcome{Protocol: linkproto.ProtocolVersion, Declaration: &d}
+	})
+	eventually(t, "the declaration of a later welcome accepted", func() bool {
+		s, _ := b.host.State()
+		return s.Desired != nil && s.Desired.Revision == 9
+	})
+}
+
+func TestOfflineAtStart(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	j := openJournal(t, t.TempDir()+"/journal.db")
+	b := &bed{t: t, j: j, host: &testHost{j: j}, dir: t.TempDir()}
+	b.start(Config{Mesh: testMesh, Node: testNode, URLs: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)},
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, HelloTimeout: 100 * time.Millisecond})
+	if n := len(b.records(event.LinkUp)); n != 0 {
+		t.Fatalf("link.up with no broker")
+	}
+	b.srv = runServer(t, b.dir, port)
+	b.waitUp()
+}
+
+func TestHeartbeats(t *testing.T) {
+	b := newBed(t, nil)
+	beats := make(chan linkproto.Heartbeat, 10)
+	sub, err := b.nc.Subscribe(linkproto.HeartbeatSubject(testMesh, testNode), func(m *nats.Msg) {
+		var h linkproto.Heartbeat
+		if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &h); err != nil {
+			t.Errorf("heartbeat: %v", err)
+		}
+		beats <- h
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	b.nc.Flush()
+	next := func(what string) linkproto.Heartbeat {
+		t.Helper()
+		select {
+		case h := <-beats:
+			return h
+		case <-time.After(wait):
+			t.Fatalf("no heartbeat %s", what)
+		}
+		panic("unreachable")
+	}
+	// The subscription may miss the one sent on link up; a reconcile's is
+	// the one this test is after.
+	b.waitUp()
+	for len(beats) > 0 {
+		<-beats
+	}
+	b.link.Reconciled()
+	h := next("after a reconcile")
+	head, _ := b.j.Info()
+	if h.Mesh != testMesh || h.Node != testNode || h.Version != "v-test" || time.Duration(h.Interval) != time.Hour ||
+		h.Head == 0 || h.Head > head.Head || h.Sent.IsZero() || h.Protocol != linkproto.ProtocolVersion {
+		t.Errorf("got %+v", h)
+	}
+	select {
+	case h := <-beats:
+		t.Errorf("a heartbeat nobody asked for: %+v", h)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestHeartbeatWhileIdle(t *testing.T) {
+	b := newBed(t, func(_ *bed, c *Config) { c.HeartbeatInterval = 50 * time.Millisecond })
+	var n atomic.Int32
+	sub, err := b.nc.Subscribe(linkproto.HeartbeatSubject(testMesh, testNode), func(*nats.Msg) { n.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	eventually(t, "three idle heartbeats", func() bool { return n.Load() >= 3 })
+}
+
+// streamRecords reads the events stream: the journal sequences it holds,
+// each checked for its message id and body.
+func streamRecords(t *testing.T, url string) []uint64 {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	st, err := js.Stream(ctx, linkproto.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for i := info.State.FirstSeq; i <= info.State.LastSeq && info.State.Msgs > 0; i++ {
+		m, err := st.GetMsg(ctx, i)
+		if err != nil {
+			t.Fatalf("stream message %d: %v", i, err)
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(linkproto.HeaderSeq), 10, 64)
+		if err != nil {
+			t.Fatalf("stream message %d: %v", i, err)
+		}
+		if got, want := m.Header.Get(linkproto.HeaderMsgID), linkproto.MsgID(testMesh, testNode, seq); got != want {
+			t.Errorf("stream message %d: got msg id %q, want %q", i, got, want)
+		}
+		var r event.Record
+		if err := json.Unmarshal(m.Data, &r); err != nil || r.Seq != seq {
+			t.Errorf("stream message %d: body says %d (%v), header %d", i, r.Seq, err, seq)
+		}
+		seqs = append(seqs, seq)
+	}
+	return seqs
+}
+
+func createEventsStream(t *testing.T, url string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: linkproto.EventsStream, Subjects: []string{linkproto.AnyMeshEvents},
+		Duplicates: 10 * time.Minute, Storage: jetstream.FileStorage,
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exactlyOnce checks that the stream holds records 1..head of the journal,
+// each once, in order.
+func exactlyOnce(t *testing.T, seqs []uint64, head uint64) {
+	t.Helper()
+	if uint64(len(seqs)) != head {
+		t.Errorf("the stream holds %d records, the journal %d", len(seqs), head)
+	}
+	for i, s := range seqs {
+		if s != uint64(i+1) {
+			t.Fatalf("stream message %d is record %d, want %d (a gap or a duplicate)", i+1, s, i+1)
+		}
+	}
+}
+
+// appendRecords appends n records, in batches of 50 so that many are in
+// flight at once.
+func appendRecords(t *testing.T, j *journal.Journal, n int) {
+	t.Helper()
+	for n > 0 {
+		var batch []event.Record
+		for i := 0; i < 50 && n > 0; i, n = i+1, n-1 {
+			batch = append(batch, event.New(event.DriftObserved, 0, fmt.Sprintf("file:/etc/f%d", n), event.DriftObservedPayload{Differs: []string{"content"}}))
+		}
+		if _, err := j.Append(batch...); err != nil {
+			t.Error(err)
+			return
+		}
+	}
+}
+
+func TestEventsExactlyOnceAcrossBrokerRestart(t *testing.T) {
+	var url string
+	b := newBed(t, func(b *bed, _ *Config) {
+		url = b.srv.ClientURL()
+		createEventsStream(t, url)
+		appendRecords(t, b.j, 300) // before the link starts
+	})
+	acked := func(want uint64) func() bool {
+		return func() bool { in, _ := b.j.Info(); return b.link.Acked() >= want && in.Acked >= want }
+	}
+	head := func() uint64 { in, _ := b.j.Info(); return in.Head }
+	eventually(t, "the first records acknowledged", acked(head()))
+	exactlyOnce(t, streamRecords(t, url), head())
+
+	// Restart the broker while records are being appended and sent.
+	port := serverPort(t, b.srv)
+	var wg sync.WaitGroup
+	wg.Go(func() { appendRecords(t, b.j, 3000) })
+	eventually(t, "sending under way", func() bool { return b.link.Acked() > 600 })
+	b.srv.Shutdown()
+	t.Logf("broker stopped with %d of %d records acknowledged", b.link.Acked(), head())
+	b.srv.WaitForShutdown()
+	eventually(t, "link.down journaled", func() bool { return len(b.records(event.LinkDown)) > 0 })
+	appendRecords(t, b.j, 100) // while the link is down
+	b.srv = runServer(t, b.dir, port)
+	wg.Wait()
+	eventually(t, "every record acknowledged after the restart", func() bool {
+		return len(b.records(event.LinkUp)) >= 2 && acked(head())()
+	})
+	exactlyOnce(t, streamRecords(t, url), head())
+
+	// The mark persists: a reopened journal says so.
+	want := head()
+	b.stop()
+	path := b.j.Path()
+	b.j.Close()
+	in, _ := openJournal(t, path).Info()
+	// Stopping journals one link.down more, which was not sent.
+	if in.Acked != want || in.Head != want+1 {
+		t.Errorf("reopened: acked %d, head %d; want acked %d, head %d", in.Acked, in.Head, want, want+1)
+	}
+}
+
+func TestEventsStartWhereTheStreamHolds(t *testing.T) {
+	b := newBed(t, func(b *bed, _ *Config) {
+		createEventsStream(t, b.srv.ClientURL())
+		appendRecords(t, b.j, 50)
+		controlResponder(t, b.nc, make(chan linkproto.Hello, 1), func(linkproto.Hello) linkproto.Welcome {
+			return linkproto.Welcome{Protocol: linkproto.ProtocolVersion, EventsThrough: 40}
+		})
+	})
+	in, _ := b.j.Info()
+	eventually(t, "records acknowledged", func() bool { return b.link.Acked() >= in.Head })
+	seqs := streamRecords(t, b.srv.ClientURL())
+	if len(seqs) == 0 || seqs[0] != 41 {
+		t.Errorf("the stream starts at %v, want 41 (the welcome said it holds 40)", seqs[:min(len(seqs), 1)])
+	}
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	j := openJournal(t, t.TempDir()+"/journal.db")
+	h := &testHost{j: j}
+	for _, c := range []Config{
+		{Mesh: "Lab", Node: "n", URLs: []string{"nats://x"}},
+		{Mesh: "lab", Node: "a.b", URLs: []string{"nats://x"}},
+		{Mesh: "lab", Node: "n"},
+	} {
+		if _, err := New(c, h, j); !errors.Is(err, ErrConfig) {
+			t.Errorf("New(%+v): got %v, want ErrConfig", c, err)
+		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for attempt, want := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second} {
+		for range 50 {
+			got := backoff(attempt, 250*time.Millisecond, 30*time.Second)
+			if got < want*8/10 || got > want*12/10 {
+				t.Fatalf("attempt %d: got %v, want %v ±20%%", attempt, got, want)
+			}
+		}
+	}
+	if got := backoff(40, 250*time.Millisecond, 30*time.Second); got > 36*time.Second {
+		t.Errorf("attempt 40: got %v, want at most 30s +20%%", got)
+	}
+}
+
+func TestClip(t *testing.T) {
+	s := strings.Repeat("é", 10) // 2 bytes each
+	if got := clip(s, 5); got != "éé…" {
+		t.Errorf("got %q", got)
+	}
+	if got := clip("short", 10); got != "short" {
+		t.Errorf("got %q", got)
+	}
+}
+

@@ -1,0 +1,190 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// Hello retries while the link is up and nobody answers: from helloRetryMin,
+// doubling to helloRetryMax.
+const (
+	helloRetryMin = time.Second
+	helloRetryMax = 60 * time.Second
+)
+
+// session is what runs while the link is up: hello, the events publisher
+// and the heartbeats. It ends when the link goes down or the host stops.
+type session struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// stop ends the session and waits for it: its last acknowledged mark is
+// persisted when stop returns.
+func (s *session) stop() {
+	s.cancel()
+	<-s.done
+}
+
+func (l *Link) startSession(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) *session {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &session{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		l.runSession(ctx, nc, js)
+	}()
+	return s
+}
+
+// runSession says hello, then publishes events and heartbeats until ctx
+// ends. The first hello is waited for (up to HelloTimeout), so the events
+// start where the stream says it holds them; if nobody answers, they start
+// from the journal's acknowledged mark and hello is retried meanwhile, for
+// the declaration.
+func (l *Link) runSession(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if w, err := l.hello(ctx, nc); err == nil {
+		l.welcomed(ctx, w, true)
+	} else if ctx.Err() == nil {
+		l.log.Info("no answer to hello; retrying in the background", "err", err)
+		wg.Go(func() { l.helloUntilAnswered(ctx, nc) })
+	}
+	wg.Go(func() { l.publishEvents(ctx, js) })
+	l.heartbeats(ctx, nc)
+}
+
+// hello asks the control plane for this node's declaration, once.
+func (l *Link) hello(ctx context.Context, nc *nats.Conn) (*linkproto.Welcome, error) {
+	h := linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: l.cfg.Node, Version: l.cfg.Version}
+	s, err := l.host.State()
+	if err != nil {
+		return nil, err
+	}
+	if s.Desired != nil {
+		h.Revision = s.Desired.Revision
+	}
+	h.Head = s.Head
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.HelloTimeout)
+	defer cancel()
+	subj := linkproto.HelloSubject(l.cfg.Mesh, l.cfg.Node)
+	m, err := nc.RequestWithContext(ctx, subj, linkproto.Marshal(h))
+	if err != nil {
+		return nil, err
+	}
+	var w linkproto.Welcome
+	if err := linkproto.Decode(m.Data, linkproto.MaxDeclarationSize, &w); err != nil {
+		l.refuse(subj, "welcome: "+err.Error(), len(m.Data))
+		return nil, err
+	}
+	return &w, nil
+}
+
+func (l *Link) helloUntilAnswered(ctx context.Context, nc *nats.Conn) {
+	for attempt := 0; ; attempt++ {
+		t := time.NewTimer(backoff(attempt, helloRetryMin, helloRetryMax))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		w, err := l.hello(ctx, nc)
+		if err == nil {
+			l.welcomed(ctx, w, false)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		l.log.Debug("no answer to hello", "attempt", attempt+2, "err", err)
+	}
+}
+
+// welcomed hands the welcome's declaration to the host. The first welcome
+// of a session, read before the events start, also moves the acknowledged
+// mark up to what the stream holds, so nothing it holds is sent again
+// after its deduplication window has passed.
+func (l *Link) welcomed(ctx context.Context, w *linkproto.Welcome, first bool) {
+	if w.Declaration != nil {
+		subj := linkproto.HelloSubject(l.cfg.Mesh, l.cfg.Node)
+		// The nested declaration gets the checks a push gets.
+		data := linkproto.Marshal(w.Declaration)
+		d, err := linkproto.DecodeDeclaration(data, l.cfg.Mesh, l.cfg.Node)
+		if err != nil {
+			l.refuse(subj, "welcome: "+err.Error(), len(data))
+		} else {
+			ack := l.host.Accept(ctx, d, event.TriggerReconnect)
+			l.log.Info("declaration from hello", "revision", d.Revision, "accepted", ack.Accepted, "seq", ack.Seq, "reason", ack.Reason)
+		}
+	}
+	if !first || w.EventsThrough <= l.acked.Load() {
+		return
+	}
+	info, err := l.j.Info()
+	if err != nil {
+		l.log.Error("read the journal", "err", err)
+		return
+	}
+	if w.EventsThrough > info.Head {
+		// The stream holds more of this node than its journal has: the
+		// node's state was lost or replaced. Its records would be taken
+		// for duplicates until the stream's window passes.
+		l.log.Warn("the events stream holds records beyond this journal's head; was the state directory replaced?",
+			"events_through", w.EventsThrough, "head", info.Head)
+		return
+	}
+	l.acked.Store(w.EventsThrough)
+	l.mark()
+}
+
+// heartbeats sends one now, one after every completed reconcile, and one
+// every HeartbeatInterval while idle, until ctx ends.
+func (l *Link) heartbeats(ctx context.Context, nc *nats.Conn) {
+	// A reconcile that completed while the link was down is reported by
+	// this first heartbeat.
+	select {
+	case <-l.reconciled:
+	default:
+	}
+	l.heartbeat(nc)
+	t := time.NewTimer(l.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.reconciled:
+		case <-t.C:
+		}
+		l.heartbeat(nc)
+		t.Reset(l.cfg.HeartbeatInterval)
+	}
+}
+
+func (l *Link) heartbeat(nc *nats.Conn) {
+	s, err := l.host.State()
+	if err != nil {
+		l.log.Error("heartbeat: read the state", "err", err)
+		return
+	}
+	now := l.cfg.Now()
+	h := linkproto.HeartbeatOf(s)
+	h.Mesh, h.Node, h.Version = l.cfg.Mesh, l.cfg.Node, l.cfg.Version
+	h.Sent = now.UTC()
+	h.Interval = linkproto.Duration(l.cfg.HeartbeatInterval)
+	h.Uptime = linkproto.Duration(now.Sub(l.started).Round(time.Second))
+	h.Acked = l.acked.Load()
+	err = nc.Publish(linkproto.HeartbeatSubject(l.cfg.Mesh, l.cfg.Node), linkproto.Marshal(h))
+	if err != nil && !errors.Is(err, nats.ErrReconnectBufExceeded) {
+		l.log.Warn("heartbeat", "err", err)
+	}
+}
