@@ -123,7 +123,7 @@ type bed struct {
 	j    *journal.Journal
 	host *testHost
 	link *Link
-	stop func() // stops the link and waits for it; idempotent
+	stop func()     // stops the link and waits for it; idempotent
 	nc   *nats.Conn // a client of the control plane's side
 }
 
@@ -682,4 +682,3 @@ func TestClip(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
-
