@@ -135,6 +135,9 @@ func (s *Service) Run(ctx context.Context) error {
 		if err == nil {
 			break
 		}
+		if ctx.Err() != nil {
+			return nil
+		}
 		s.Log.Warn("cannot set up the streams yet; trying again", "err", err, "in", retry)
 		t := time.NewTimer(retry)
 		select {

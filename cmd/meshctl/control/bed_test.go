@@ -1,0 +1,256 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+const testMesh = "home"
+
+// bed is one mesh on a real embedded broker on a random port: its
+// authority, the broker, a control-user connection and JetStream.
+type bed struct {
+	t   *testing.T
+	a   *Authority
+	url string
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	log *slog.Logger
+}
+
+// newBed starts a broker in a temporary directory, with the streams and
+// the bucket in place, but no control service.
+func newBed(t *testing.T) *bed {
+	t.Helper()
+	a, _, err := Init(filepath.Join(t.TempDir(), "data"), testMesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b, err := NewBroker(a, BrokerConfig{Listen: "127.0.0.1:0", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	nc, err := Dial(a, []string{b.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Service{Conn: nc, Mesh: testMesh, Log: log}
+	if err := s.Ensure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return &bed{t: t, a: a, url: b.URL(), nc: nc, js: js, log: log}
+}
+
+// serve runs a control service until the test ends.
+func (b *bed) serve() {
+	b.t.Helper()
+	nc, err := Dial(b.a, []string{b.url})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	s := &Service{Conn: nc, Mesh: testMesh, Log: b.log}
+	go func() { done <- s.Run(ctx) }()
+	b.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.t.Errorf("service: %v", err)
+		}
+		nc.Close()
+	})
+}
+
+// client is an operator's client with a fixed clock.
+func (b *bed) client(now time.Time) *Client {
+	b.t.Helper()
+	c, err := NewClient(b.nc, testMesh)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	c.Now = func() time.Time { return now }
+	return c
+}
+
+// node is a connection with a node's enrolled credentials, as mesh-host
+// would make it: replies come to the node's own inbox. Every asynchronous
+// error the broker reports is kept in errs.
+type node struct {
+	name string
+	nc   *nats.Conn
+	mu   sync.Mutex
+	errs []error
+}
+
+func (b *bed) node(name string) *node {
+	b.t.Helper()
+	tok, err := b.a.Enrol(name, []string{b.url})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	creds := filepath.Join(b.t.TempDir(), name+".creds")
+	if err := os.WriteFile(creds, []byte(tok.Creds), 0o600); err != nil {
+		b.t.Fatal(err)
+	}
+	n := &node{name: name}
+	n.nc, err = nats.Connect(tok.URLs[0],
+		nats.UserCredentials(creds),
+		nats.CustomInboxPrefix(linkproto.InboxPrefix(tok.Mesh, name)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			n.mu.Lock()
+			n.errs = append(n.errs, err)
+			n.mu.Unlock()
+		}),
+	)
+	if err != nil {
+		b.t.Fatalf("node %s connects with its enrolled credentials: %v", name, err)
+	}
+	b.t.Cleanup(n.nc.Close)
+	return n
+}
+
+// violation waits for the broker to report a permissions violation that
+// names subject to n.
+func (n *node) violation(t *testing.T, subject string) {
+	t.Helper()
+	waitFor(t, 5*time.Second, func() error {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		for _, err := range n.errs {
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "Permissions Violation") && strings.Contains(err.Error(), fmt.Sprintf("%q", subject)) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no permissions violation for %q reported to %s; errors: %v", subject, n.name, n.errs)
+	})
+}
+
+// noErrors checks that the broker reported nothing to n: its own subjects
+// are allowed.
+func (n *node) noErrors(t *testing.T) {
+	t.Helper()
+	if err := n.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.errs) > 0 {
+		t.Errorf("%s got errors on its own subjects: %v", n.name, n.errs)
+	}
+}
+
+// publishEvent sends a journal record upward as the node does, and returns
+// the events stream's acknowledgement.
+func (n *node) publishEvent(t *testing.T, r event.Record) jetstream.PubAck {
+	t.Helper()
+	body, err := linkproto.EventBody(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(linkproto.EventsSubject(testMesh, n.name))
+	m.Header.Set(linkproto.HeaderMsgID, linkproto.MsgID(testMesh, n.name, r.Seq))
+	m.Header.Set(linkproto.HeaderSeq, fmt.Sprint(r.Seq))
+	m.Data = body
+	reply, err := n.nc.RequestMsg(m, 5*time.Second)
+	if err != nil {
+		t.Fatalf("%s publishes record %d: %v", n.name, r.Seq, err)
+	}
+	var ack struct {
+		jetstream.PubAck
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &ack); err != nil || ack.Error != nil || ack.Stream != linkproto.EventsStream {
+		t.Fatalf("%s's record %d: acknowledgement %s (err %v)", n.name, r.Seq, reply.Data, err)
+	}
+	return ack.PubAck
+}
+
+// hello says hello as the node does and returns the welcome, or an error
+// when none comes within timeout.
+func (n *node) hello(revision uint64, timeout time.Duration) (*linkproto.Welcome, error) {
+	h := linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: n.name, Version: "test", Revision: revision}
+	reply, err := n.nc.Request(linkproto.HelloSubject(testMesh, n.name), linkproto.Marshal(h), timeout)
+	if err != nil {
+		return nil, err
+	}
+	var w linkproto.Welcome
+	if err := linkproto.Decode(reply.Data, linkproto.MaxDeclarationSize, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// waitFor calls check until it returns nil or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// decl parses a declaration written for the tests.
+func decl(t *testing.T, node string, revision uint64, motd string) *declaration.Declaration {
+	t.Helper()
+	src := fmt.Sprintf("mesh: %s\nnode: %s\nrevision: %d\nresources:\n  - file: {path: /etc/motd, content: %q}\n", testMesh, node, revision, motd)
+	d, err := declaration.ParseYAML(node+".yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// mustKV opens the desired-state bucket as the control user.
+func mustKV(t *testing.T, b *bed) jetstream.KeyValue {
+	t.Helper()
+	kv, err := b.js.KeyValue(context.Background(), linkproto.DesiredBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// heartbeat publishes hb as n does.
+func (n *node) heartbeat(t *testing.T, hb linkproto.Heartbeat) {
+	t.Helper()
+	hb.Protocol, hb.Mesh, hb.Node = linkproto.ProtocolVersion, testMesh, n.name
+	if err := n.nc.Publish(linkproto.HeartbeatSubject(testMesh, n.name), linkproto.Marshal(hb)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,249 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// fakeNode answers pushes as mesh-host does, with its own credentials:
+// ack says how, and after an accepted push it reports the apply with
+// applied (unless report is false).
+type fakeNode struct {
+	*node
+	ack    func(d *linkproto.Declaration) linkproto.Ack
+	report func(d *linkproto.Declaration) *linkproto.Heartbeat
+}
+
+func (b *bed) fakeNode(name string, f fakeNode) *fakeNode {
+	b.t.Helper()
+	f.node = b.node(name)
+	if _, err := f.nc.Subscribe(linkproto.DeclarationSubject(testMesh, name), func(m *nats.Msg) {
+		d, err := linkproto.DecodeDeclaration(m.Data, testMesh, name)
+		if err != nil {
+			b.t.Errorf("%s: push: %v", name, err)
+			return
+		}
+		if _, err := declaration.ParseJSON("push", d.Document); err != nil {
+			b.t.Errorf("%s: pushed document: %v", name, err)
+		}
+		ack := f.ack(d)
+		m.Respond(linkproto.Marshal(ack))
+		if !ack.Accepted || f.report == nil {
+			return
+		}
+		if hb := f.report(d); hb != nil {
+			f.nc.Publish(linkproto.HeartbeatSubject(testMesh, name), linkproto.Marshal(hb))
+		}
+	}); err != nil {
+		b.t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		b.t.Fatal(err)
+	}
+	return &f
+}
+
+func accept(seq uint64) func(d *linkproto.Declaration) linkproto.Ack {
+	return func(d *linkproto.Declaration) linkproto.Ack {
+		return linkproto.Ack{Protocol: linkproto.ProtocolVersion, Node: d.Node, Revision: d.Revision, Accepted: true, Seq: seq}
+	}
+}
+
+func applied(result event.Result, owned, drifted, failed int) func(d *linkproto.Declaration) *linkproto.Heartbeat {
+	return func(d *linkproto.Declaration) *linkproto.Heartbeat {
+		return &linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion, Mesh: testMesh, Node: d.Node, Version: "test",
+			Sent: time.Now(), Interval: linkproto.Duration(time.Minute), Desired: d.Revision, Applied: d.Revision,
+			Result: result, Owned: owned, Drifted: drifted, Failed: failed}
+	}
+}
+
+func TestDeclareRefusals(t *testing.T) {
+	b := newBed(t)
+	c := b.client(time.Now())
+	ctx := context.Background()
+	opt := DeclareOptions{PushTimeout: 100 * time.Millisecond}
+	var out bytes.Buffer
+	if err := c.Declare(ctx, &out, "a", decl(t, "a", 3, "three\n"), opt); err != nil {
+		t.Fatal(err)
+	}
+
+	otherMesh := decl(t, "a", 4, "x")
+	otherMesh.Mesh = "work"
+	for _, tc := range []struct {
+		name string
+		node string
+		d    *declaration.Declaration
+		want string
+	}{
+		{"another mesh", "a", otherMesh, `declaration refused: it is for mesh "work"; this control plane serves mesh "home"`},
+		{"another node", "b", decl(t, "a", 4, "x"), `declaration refused: it is for node "a", not "b"`},
+		{"bad node name", "A", decl(t, "a", 4, "x"), `declaration refused: node: invalid name "A"`},
+		{"older", "a", decl(t, "a", 2, "two\n"), "declaration refused: a is at revision 3; revision 2 is older"},
+		{"reused revision", "a", decl(t, "a", 3, "other\n"), "declaration refused: revision 3 of a is already stored with other content: bump the revision"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := c.Declare(ctx, &out, tc.node, tc.d, opt)
+			if !errors.Is(err, ErrRefused) {
+				t.Fatalf("got %v, want ErrRefused", err)
+			}
+			if !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("got %q\nwant %q", err, tc.want)
+			}
+			if out.Len() != 0 {
+				t.Errorf("printed %q", out.String())
+			}
+		})
+	}
+	stored, err := storedDesired(ctx, mustKV(t, b), testMesh, "a")
+	if err != nil || stored.Revision != 3 || !strings.Contains(string(stored.Document), "three") {
+		t.Fatalf("stored %+v, %v; want revision 3 untouched", stored, err)
+	}
+
+	// The same declaration again is pushed again, not refused.
+	out.Reset()
+	if err := c.Declare(ctx, &out, "a", decl(t, "a", 3, "three\n"), opt); err != nil {
+		t.Fatalf("the same declaration again: %v", err)
+	}
+	if got, want := out.String(), "a is offline: it will get revision 3 when it reconnects\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestDeclareTooLarge(t *testing.T) {
+	b := newBed(t)
+	d := decl(t, "a", 1, strings.Repeat("x", linkproto.MaxDeclarationSize))
+	err := b.client(time.Now()).Declare(context.Background(), &bytes.Buffer{}, "a", d, DeclareOptions{})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "a declaration travels in one message of at most") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestDeclareOffline(t *testing.T) {
+	b := newBed(t)
+	var out bytes.Buffer
+	d := decl(t, "a", 1, "hello\n")
+	if err := b.client(time.Now()).Declare(context.Background(), &out, "a", d, DeclareOptions{PushTimeout: 100 * time.Millisecond, Wait: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "a is offline: it will get revision 1 when it reconnects\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	stored, err := storedDesired(context.Background(), mustKV(t, b), testMesh, "a")
+	doc, _ := d.MarshalJSON()
+	if err != nil || stored == nil || !bytes.Equal(stored.Document, doc) {
+		t.Fatalf("stored %+v, %v", stored, err)
+	}
+}
+
+func TestDeclareAccepted(t *testing.T) {
+	b := newBed(t)
+	b.fakeNode("a", fakeNode{ack: accept(42), report: applied(event.ResultConverged, 2, 0, 0)})
+	var out bytes.Buffer
+	if err := b.client(time.Now()).Declare(context.Background(), &out, "a", decl(t, "a", 1, "hello\n"), DeclareOptions{Wait: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	want := "a accepted revision 1 (journal #42)\na applied revision 1: converged; owned 2, drifted 0, failed 0\n"
+	if got := out.String(); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+
+	// --wait 0: the ack is enough.
+	out.Reset()
+	if err := b.client(time.Now()).Declare(context.Background(), &out, "a", decl(t, "a", 2, "two\n"), DeclareOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "a accepted revision 2 (journal #42)\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestDeclareAlreadyApplied(t *testing.T) {
+	b := newBed(t)
+	// The node applies, then the same declaration is declared again: the
+	// node has nothing new to report; its stored heartbeat says it applied.
+	var pushes atomic.Int32
+	b.fakeNode("a", fakeNode{ack: accept(5), report: func(d *linkproto.Declaration) *linkproto.Heartbeat {
+		if pushes.Add(1) == 1 {
+			return applied(event.ResultConverged, 1, 0, 0)(d)
+		}
+		return nil
+	}})
+	c := b.client(time.Now())
+	d := decl(t, "a", 1, "hello\n")
+	if err := c.Declare(context.Background(), &bytes.Buffer{}, "a", d, DeclareOptions{Wait: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() error {
+		hb, err := c.lastHeartbeat(context.Background(), "a")
+		if err != nil || hb == nil {
+			return errors.New("no stored heartbeat yet")
+		}
+		return nil
+	})
+	var out bytes.Buffer
+	if err := c.Declare(context.Background(), &out, "a", d, DeclareOptions{Wait: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "a accepted revision 1 (journal #5)\na applied revision 1: converged; owned 1, drifted 0, failed 0\n"; out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
+	}
+	if pushes.Load() != 2 {
+		t.Errorf("%d pushes, want 2", pushes.Load())
+	}
+}
+
+func TestDeclareRefusedByNode(t *testing.T) {
+	b := newBed(t)
+	b.fakeNode("a", fakeNode{ack: func(d *linkproto.Declaration) linkproto.Ack {
+		return linkproto.Ack{Protocol: linkproto.ProtocolVersion, Node: "a", Revision: d.Revision, Reason: `resources[1].unit.name: "mesh-host.service" is the host's own unit`}
+	}})
+	var out bytes.Buffer
+	err := b.client(time.Now()).Declare(context.Background(), &out, "a", decl(t, "a", 1, "hello\n"), DeclareOptions{Wait: time.Second})
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("got %v, want ErrRefused", err)
+	}
+	if got, want := err.Error(), `declaration refused: a refused revision 1: resources[1].unit.name: "mesh-host.service" is the host's own unit`; got != want {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+}
+
+func TestDeclareNotAppliedInTime(t *testing.T) {
+	b := newBed(t)
+	b.fakeNode("a", fakeNode{ack: accept(1)})
+	var out bytes.Buffer
+	err := b.client(time.Now()).Declare(context.Background(), &out, "a", decl(t, "a", 1, "hello\n"), DeclareOptions{Wait: 200 * time.Millisecond})
+	if !errors.Is(err, ErrNotApplied) {
+		t.Fatalf("got %v, want ErrNotApplied", err)
+	}
+	if got, want := err.Error(), "declaration not applied: a did not report applying revision 1 within 200ms"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got, want := out.String(), "a accepted revision 1 (journal #1)\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestDeclareApplyFailed(t *testing.T) {
+	b := newBed(t)
+	b.fakeNode("a", fakeNode{ack: accept(3), report: applied(event.ResultFailed, 2, 0, 1)})
+	var out bytes.Buffer
+	err := b.client(time.Now()).Declare(context.Background(), &out, "a", decl(t, "a", 1, "hello\n"), DeclareOptions{Wait: 10 * time.Second})
+	if !errors.Is(err, ErrApplyFailed) {
+		t.Fatalf("got %v, want ErrApplyFailed", err)
+	}
+	if !strings.Contains(out.String(), "a applied revision 1: failed; owned 2, drifted 0, failed 1\n") {
+		t.Errorf("got %q", out.String())
+	}
+}

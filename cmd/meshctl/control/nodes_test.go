@@ -1,0 +1,109 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+func TestNodes(t *testing.T) {
+	b := newBed(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	c := b.client(now)
+	declare := func(node string, revision uint64) {
+		t.Helper()
+		if err := c.Declare(ctx, &bytes.Buffer{}, node, decl(t, node, revision, "x"), DeclareOptions{PushTimeout: 50 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	declare("ok-1", 2)
+	declare("behind", 2)
+	declare("behind", 3)
+	declare("never", 1)
+	minute := linkproto.Duration(time.Minute)
+	b.node("ok-1").heartbeat(t, linkproto.Heartbeat{Version: "v1", Sent: now.Add(-30 * time.Second), Interval: minute, Desired: 2, Applied: 2, Result: event.ResultConverged, Owned: 4, Drifted: 1})
+	b.node("behind").heartbeat(t, linkproto.Heartbeat{Version: "v1", Sent: now.Add(-time.Second), Interval: minute, Desired: 2, Applied: 2})
+	// Three intervals of a second are long past.
+	b.node("silent").heartbeat(t, linkproto.Heartbeat{Version: "v0", Sent: now.Add(-4 * time.Second), Interval: linkproto.Duration(time.Second), Applied: 0})
+	// Just within three intervals is not silence.
+	b.node("late").heartbeat(t, linkproto.Heartbeat{Version: "v1", Sent: now.Add(-3 * time.Minute), Interval: minute})
+	// Another mesh on the same broker is not this one's.
+	other := linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion, Mesh: "work", Node: "x", Sent: now}
+	if err := b.nc.Publish(linkproto.HeartbeatSubject("work", "x"), linkproto.Marshal(other)); err != nil {
+		t.Fatal(err)
+	}
+
+	var nodes []NodeStatus
+	waitFor(t, 5*time.Second, func() error {
+		var err error
+		nodes, err = c.Nodes(ctx)
+		if err != nil {
+			return err
+		}
+		heard := 0
+		for _, n := range nodes {
+			if n.Heartbeat != nil {
+				heard++
+			}
+		}
+		if heard != 4 {
+			return fmt.Errorf("%d heartbeats stored, want 4: %+v", heard, nodes)
+		}
+		return nil
+	})
+	var got []string
+	for _, n := range nodes {
+		got = append(got, n.Node+"="+n.State)
+	}
+	want := "behind=behind late=ok never=never heard ok-1=ok silent=silent"
+	if strings.Join(got, " ") != want {
+		t.Errorf("states\n got %s\nwant %s", strings.Join(got, " "), want)
+	}
+
+	var out bytes.Buffer
+	if err := PrintNodes(&out, nodes, now, false); err != nil {
+		t.Fatal(err)
+	}
+	table := `NODE    VERSION  DESIRED  APPLIED  DRIFTED  FAILED  LAST HEARD  STATE
+behind  v1       3        2        0        0       1s ago      behind
+late    v1       -        0        0        0       3m0s ago    ok
+never   -        1        -        -        -       -           never heard
+ok-1    v1       2        2        1        0       30s ago     ok
+silent  v0       -        0        0        0       4s ago      silent
+`
+	if out.String() != table {
+		t.Errorf("table\n%s\nwant\n%s", out.String(), table)
+	}
+
+	out.Reset()
+	if err := PrintNodes(&out, nodes, now, true); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("%d JSON lines, want 5:\n%s", len(lines), out.String())
+	}
+	var first NodeStatus
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+		t.Fatal(err)
+	}
+	if first.Node != "behind" || first.State != StateBehind || first.Desired != 3 || first.Heartbeat == nil || first.Heartbeat.Applied != 2 {
+		t.Errorf("first JSON line %s", lines[0])
+	}
+}
+
+func TestNodesEmpty(t *testing.T) {
+	b := newBed(t)
+	nodes, err := b.client(time.Now()).Nodes(context.Background())
+	if err != nil || len(nodes) != 0 {
+		t.Fatalf("nodes of an empty mesh: %v, %v", nodes, err)
+	}
+}

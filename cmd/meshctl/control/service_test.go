@@ -1,0 +1,140 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// helloAnswered waits for the service to answer n's hello.
+func helloAnswered(t *testing.T, n *node, revision uint64) *linkproto.Welcome {
+	t.Helper()
+	var w *linkproto.Welcome
+	waitFor(t, 10*time.Second, func() error {
+		var err error
+		w, err = n.hello(revision, time.Second)
+		return err
+	})
+	return w
+}
+
+func TestHelloWelcome(t *testing.T) {
+	b := newBed(t)
+	b.serve()
+	a := b.node("a")
+	ctx := context.Background()
+
+	w := helloAnswered(t, a, 0)
+	if w.Protocol != linkproto.ProtocolVersion || w.Declaration != nil || w.EventsThrough != 0 {
+		t.Fatalf("welcome of a new node: %+v; want nothing stored", w)
+	}
+
+	for seq := uint64(1); seq <= 3; seq++ {
+		r := event.New(event.HostStarted, 0, "", event.HostStartedPayload{Version: "test"})
+		r.Seq, r.Time = seq, time.Now()
+		a.publishEvent(t, r)
+	}
+	// Another node's records are not a's.
+	other := b.node("b")
+	r := event.New(event.HostStarted, 0, "", event.HostStartedPayload{Version: "test"})
+	r.Seq, r.Time = 7, time.Now()
+	other.publishEvent(t, r)
+
+	if w := helloAnswered(t, a, 0); w.EventsThrough != 3 || w.Declaration != nil {
+		t.Fatalf("welcome after three records: %+v; want events through 3", w)
+	}
+
+	d := decl(t, "a", 2, "hello\n")
+	var out bytes.Buffer
+	if err := b.client(time.Now()).Declare(ctx, &out, "a", d, DeclareOptions{PushTimeout: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := d.MarshalJSON()
+	for _, tc := range []struct {
+		accepted uint64
+		want     bool
+	}{{0, true}, {1, true}, {2, false}, {3, false}} {
+		w := helloAnswered(t, a, tc.accepted)
+		if got := w.Declaration != nil; got != tc.want {
+			t.Errorf("hello with revision %d: declaration %v, want %v", tc.accepted, got, tc.want)
+			continue
+		}
+		if !tc.want {
+			continue
+		}
+		if err := w.Declaration.For(testMesh, "a"); err != nil || w.Declaration.Revision != 2 || !bytes.Equal(w.Declaration.Document, doc) || w.Declaration.Protocol != linkproto.ProtocolVersion {
+			t.Errorf("hello with revision %d: declaration %+v (%v)", tc.accepted, w.Declaration, err)
+		}
+		if w.EventsThrough != 3 {
+			t.Errorf("events through %d, want 3", w.EventsThrough)
+		}
+	}
+}
+
+func TestMalformedHelloIsNotAnswered(t *testing.T) {
+	b := newBed(t)
+	b.serve()
+	a := b.node("a")
+	helloAnswered(t, a, 0)
+	subject := linkproto.HelloSubject(testMesh, "a")
+	for _, tc := range []struct{ name, body string }{
+		{"not JSON", "hello"},
+		{"no protocol", `{"node":"a"}`},
+		{"newer protocol", `{"protocol":99,"node":"a"}`},
+		{"another node", `{"protocol":1,"node":"b"}`},
+		{"data after", `{"protocol":1,"node":"a"}{}`},
+		{"too large", `{"protocol":1,"node":"a","version":"` + string(bytes.Repeat([]byte("x"), linkproto.MaxReportSize)) + `"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if m, err := a.nc.Request(subject, []byte(tc.body), 200*time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
+				t.Fatalf("answered %v, %v; want no answer", m, err)
+			}
+		})
+	}
+	// And the service still answers.
+	helloAnswered(t, a, 0)
+}
+
+func TestEnsureIsIdempotent(t *testing.T) {
+	b := newBed(t)
+	ctx := context.Background()
+	s := &Service{Conn: b.nc, Mesh: testMesh, Log: b.log}
+	for range 2 {
+		if err := s.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events, err := b.js.Stream(ctx, linkproto.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := events.CachedInfo().Config
+	if cfg.Duplicates != 10*time.Minute || cfg.MaxAge != 0 || len(cfg.Subjects) != 1 || cfg.Subjects[0] != linkproto.AnyMeshEvents {
+		t.Errorf("events stream %+v", cfg)
+	}
+	hb, err := b.js.Stream(ctx, linkproto.HeartbeatsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := hb.CachedInfo().Config; cfg.MaxMsgsPerSubject != 1 || cfg.Subjects[0] != linkproto.AnyMeshHeartbeats {
+		t.Errorf("heartbeats stream %+v", cfg)
+	}
+	kv, err := b.js.KeyValue(ctx, linkproto.DesiredBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.History() != 16 {
+		t.Errorf("desired bucket history %d, want 16", st.History())
+	}
+}
