@@ -90,8 +90,14 @@ func (c *declareCmd) Run(e *env) error {
 	if err != nil {
 		return refused("%v", err)
 	}
-	if err := linkproto.ValidName(c.Node); err != nil {
-		return refused("%v", err)
+	a, err := e.authority()
+	if err != nil {
+		return err
+	}
+	// What can be refused without the broker is refused before reaching
+	// for it.
+	if _, err := control.Push(d, a.Mesh, c.Node); err != nil {
+		return err
 	}
 	cl, nc, err := e.client()
 	if err != nil {

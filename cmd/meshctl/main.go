@@ -82,8 +82,11 @@ func refused(format string, a ...any) error {
 func classify(err error) error {
 	var ee *exitError
 	switch {
-	case err == nil, errors.As(err, &ee):
-		return err
+	case err == nil:
+		return nil
+	case errors.As(err, &ee):
+		// kong may wrap what a command returned.
+		return ee
 	case errors.Is(err, control.ErrRefused), errors.Is(err, control.ErrMeshMismatch),
 		errors.Is(err, linkproto.ErrInvalidName), errors.Is(err, declaration.ErrInvalid):
 		return &exitError{code: exitRefused, err: err}

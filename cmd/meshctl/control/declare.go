@@ -35,24 +35,11 @@ const welcomeRoom = 1 << 10
 // the stored revision with other content. A node that does not answer is
 // offline, which is normal: it gets the declaration with its next hello.
 func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *declaration.Declaration, opt DeclareOptions) error {
-	if err := linkproto.ValidName(node); err != nil {
-		return fmt.Errorf("%w: node: %w", ErrRefused, err)
-	}
-	switch {
-	case d.Mesh != c.Mesh:
-		return fmt.Errorf("%w: it is for mesh %q; this control plane serves mesh %q", ErrRefused, d.Mesh, c.Mesh)
-	case d.Node != node:
-		return fmt.Errorf("%w: it is for node %q, not %q", ErrRefused, d.Node, node)
-	}
-	doc, err := d.MarshalJSON()
+	push, err := Push(d, c.Mesh, node)
 	if err != nil {
 		return err
 	}
-	push := linkproto.Marshal(linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: c.Mesh, Node: node, Revision: d.Revision, Document: doc})
-	if len(push) > linkproto.MaxDeclarationSize-welcomeRoom {
-		return fmt.Errorf("%w: it is %d bytes; a declaration travels in one message of at most %d", ErrRefused, len(push), linkproto.MaxDeclarationSize-welcomeRoom)
-	}
-	if err := c.store(ctx, node, d, doc); err != nil {
+	if err := c.store(ctx, node, d, push.Document); err != nil {
 		return err
 	}
 
@@ -71,7 +58,7 @@ func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *dec
 	if timeout == 0 {
 		timeout = 3 * time.Second
 	}
-	reply, err := c.Conn.Request(linkproto.DeclarationSubject(c.Mesh, node), push, timeout)
+	reply, err := c.Conn.Request(linkproto.DeclarationSubject(c.Mesh, node), linkproto.Marshal(push), timeout)
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
 		fmt.Fprintf(out, "%s is offline: it will get revision %d when it reconnects\n", node, d.Revision)
 		return nil
@@ -102,6 +89,31 @@ func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *dec
 		return fmt.Errorf("%w: %s reports %d failed resources (see `meshctl journal %s`)", ErrApplyFailed, node, hb.Failed, node)
 	}
 	return nil
+}
+
+// Push checks that d can be declared for node of mesh, as far as that
+// can be known without the stored state, and returns it as a push. It
+// refuses (ErrRefused) a declaration for another mesh or node, and one too
+// large to travel.
+func Push(d *declaration.Declaration, mesh, node string) (*linkproto.Declaration, error) {
+	if err := linkproto.ValidName(node); err != nil {
+		return nil, fmt.Errorf("%w: node: %w", ErrRefused, err)
+	}
+	switch {
+	case d.Mesh != mesh:
+		return nil, fmt.Errorf("%w: it is for mesh %q; this control plane serves mesh %q", ErrRefused, d.Mesh, mesh)
+	case d.Node != node:
+		return nil, fmt.Errorf("%w: it is for node %q, not %q", ErrRefused, d.Node, node)
+	}
+	doc, err := d.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	push := &linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: mesh, Node: node, Revision: d.Revision, Document: doc}
+	if n := len(linkproto.Marshal(push)); n > linkproto.MaxDeclarationSize-welcomeRoom {
+		return nil, fmt.Errorf("%w: it is %d bytes; a declaration travels in one message of at most %d", ErrRefused, n, linkproto.MaxDeclarationSize-welcomeRoom)
+	}
+	return push, nil
 }
 
 // store puts doc into the desired-state bucket unless it is already there,

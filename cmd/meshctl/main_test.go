@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// meshctl runs one command to completion.
+func meshctl(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = runCLI(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// syncBuffer is a buffer a running service writes its log to while the
+// test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// serve runs `meshctl serve` with args until the test ends, and returns
+// its log.
+func serve(t *testing.T, args ...string) *syncBuffer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	log := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- runCLI(ctx, args, &bytes.Buffer{}, log) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != exitOK {
+			t.Errorf("serve exited %d:\n%s", code, log)
+		}
+	})
+	waitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(log.String(), "answering hellos") {
+			return fmt.Errorf("serve is not answering hellos:\n%s", log)
+		}
+		return nil
+	})
+	return log
+}
+
+func waitFor(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// enrolled connects as node with the token `meshctl enrol` prints.
+func enrolled(t *testing.T, data, node string) *nats.Conn {
+	t.Helper()
+	code, stdout, stderr := meshctl(t, "--data", data, "enrol", node)
+	if code != exitOK {
+		t.Fatalf("enrol exited %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "secret") {
+		t.Errorf("enrol does not say the token is a secret: %q", stderr)
+	}
+	tok, err := linkproto.ParseToken(stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := filepath.Join(t.TempDir(), node+".creds")
+	if err := os.WriteFile(creds, []byte(tok.Creds), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(strings.Join(tok.URLs, ","), nats.UserCredentials(creds), nats.CustomInboxPrefix(linkproto.InboxPrefix(tok.Mesh, node)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func hello(node string) []byte {
+	return linkproto.Marshal(linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: node, Version: "test"})
+}
+
+// TestServeOnAnExistingServer: the snippet `nats-config` prints is all an
+// existing NATS server needs to serve the mesh; two `serve` against it
+// answer each hello once between them.
+func TestServeOnAnExistingServer(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	if code, _, stderr := meshctl(t, "--data", data, "init", "--mesh", "lab"); code != exitOK {
+		t.Fatalf("init: %s", stderr)
+	}
+	code, snippet, stderr := meshctl(t, "--data", data, "nats-config")
+	if code != exitOK {
+		t.Fatalf("nats-config: %s", stderr)
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	full := fmt.Sprintf("host: 127.0.0.1\nport: -1\njetstream { store_dir: %q }\ninclude ./mesh.conf\n", filepath.Join(dir, "js"))
+	if err := os.WriteFile(filepath.Join(dir, "mesh.conf"), []byte(snippet), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conf, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("the server does not take the snippet: %v\n%s", err, snippet)
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("the server is not ready")
+	}
+	url := srv.ClientURL()
+
+	logs := []*syncBuffer{
+		serve(t, "--data", data, "--nats", url, "serve", "--log-level", "debug"),
+		serve(t, "--data", data, "--nats", url, "serve", "--log-level", "debug"),
+	}
+
+	nc := enrolled(t, data, "web-1")
+	replies, err := nc.SubscribeSync(linkproto.InboxPrefix("lab", "web-1") + ".hellos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hellos = 20
+	for range hellos {
+		if err := nc.PublishRequest(linkproto.HelloSubject("lab", "web-1"), replies.Subject, hello("web-1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range hellos {
+		m, err := replies.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("welcome %d of %d: %v", i+1, hellos, err)
+		}
+		var w linkproto.Welcome
+		if err := linkproto.Decode(m.Data, linkproto.MaxDeclarationSize, &w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answered := func() (each []int, sum int) {
+		for _, l := range logs {
+			n := strings.Count(l.String(), `msg="hello answered"`)
+			each = append(each, n)
+			sum += n
+		}
+		return each, sum
+	}
+	waitFor(t, 5*time.Second, func() error {
+		if each, sum := answered(); sum < hellos {
+			return fmt.Errorf("the services logged %v answers, want %d in all", each, hellos)
+		}
+		return nil
+	})
+	if m, err := replies.NextMsg(200 * time.Millisecond); err == nil {
+		t.Fatalf("a hello was answered twice: %s", m.Data)
+	}
+	each, sum := answered()
+	if sum != hellos || each[0] == 0 || each[1] == 0 {
+		t.Errorf("answers per service %v; want %d in all, shared by both", each, hellos)
+	}
+
+	// The operator's commands work against it too.
+	decl := filepath.Join(dir, "web-1.yaml")
+	if err := os.WriteFile(decl, []byte("mesh: lab\nnode: web-1\nrevision: 1\nresources:\n  - file: {path: /etc/motd, content: \"hi\\n\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, stderr := meshctl(t, "--data", data, "--nats", url, "declare", "web-1", decl); code != exitOK || stdout != "web-1 is offline: it will get revision 1 when it reconnects\n" {
+		t.Errorf("declare: %d %q %q", code, stdout, stderr)
+	}
+	if code, stdout, stderr := meshctl(t, "--data", data, "nodes"); code != exitOK || !strings.Contains(stdout, "web-1  -        1        -") || !strings.Contains(stdout, "never heard") {
+		t.Errorf("nodes: %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestServeEmbedded: `serve` without --nats embeds the broker, records its
+// address, and answers a node enrolled with the address it recorded.
+func TestServeEmbedded(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	serve(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--mesh", "lab")
+	cfg, err := control.ReadConfig(data)
+	if err != nil || cfg.Mesh != "lab" || len(cfg.URLs) != 1 || !strings.HasPrefix(cfg.URLs[0], "nats://127.0.0.1:") || strings.HasSuffix(cfg.URLs[0], ":0") {
+		t.Fatalf("control.json %+v, %v", cfg, err)
+	}
+	nc := enrolled(t, data, "web-1")
+	m, err := nc.Request(linkproto.HelloSubject("lab", "web-1"), hello("web-1"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w linkproto.Welcome
+	if err := linkproto.Decode(m.Data, linkproto.MaxDeclarationSize, &w); err != nil || w.Declaration != nil {
+		t.Fatalf("welcome %+v, %v", w, err)
+	}
+	for _, args := range [][]string{{"nodes"}, {"nodes", "--json"}, {"journal", "web-1"}} {
+		if code, _, stderr := meshctl(t, append([]string{"--data", data}, args...)...); code != exitOK {
+			t.Errorf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+	if code, _, stderr := meshctl(t, "--data", data, "journal", "web-1", "--why", "file:/etc/motd"); code != exitFailed || !strings.Contains(stderr, `no record of web-1 names resource "file:/etc/motd"`) {
+		t.Errorf("journal --why of nothing: exit %d: %s", code, stderr)
+	}
+}
+
+// TestRefusals: bad input is exit 2 with a message that says what is wrong;
+// what cannot be done is exit 1.
+func TestRefusals(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.yaml", "mesh: home\nnode: web-1\nrevision: 1\nresources:\n  - file: {path: /etc/motd, content: \"hi\\n\"}\n")
+
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"no authority", []string{"enrol", "web-1"}, exitFailed, "no authority in the data directory"},
+		{"nodes without authority", []string{"nodes"}, exitFailed, "run `meshctl init`"},
+		{"init", []string{"init"}, exitOK, ""},
+		{"init another mesh", []string{"init", "--mesh", "work"}, exitRefused, `holds the authority of mesh "home", not "work"`},
+		{"bad mesh name", []string{"--data", filepath.Join(dir, "other"), "init", "--mesh", "Home"}, exitRefused, `invalid name "Home"`},
+		{"enrol bad name", []string{"enrol", "web.1"}, exitRefused, `invalid name "web.1"`},
+		{"enrol with no address", []string{"enrol", "web-1"}, exitFailed, "no broker address"},
+		{"declare missing file", []string{"declare", "web-1", filepath.Join(dir, "nope.yaml")}, exitRefused, "no such file"},
+		{"declare bad file", []string{"declare", "web-1", write("bad.yaml", "mesh: home\nnode: web-1\nrevision: 1\nresources:\n  - file: {path: etc/motd}\n")}, exitRefused, "bad.yaml:5:"},
+		{"declare another node", []string{"declare", "web-2", good}, exitRefused, `declaration refused: it is for node "web-1", not "web-2"`},
+		{"declare another mesh", []string{"declare", "web-1", write("work.yaml", "mesh: work\nnode: web-1\nrevision: 1\nresources: []\n")}, exitRefused, `it is for mesh "work"; this control plane serves mesh "home"`},
+		{"declare own unit", []string{"declare", "web-1", write("unit.yaml", "mesh: home\nnode: web-1\nrevision: 1\nresources:\n  - unit: {name: mesh-host.service, content: \"[Service]\\n\"}\n")}, exitRefused, "mesh-host.service"},
+		{"declare with no broker", []string{"declare", "web-1", good}, exitFailed, "no broker address"},
+		{"journal why and since", []string{"journal", "web-1", "--why", "file:/etc/motd", "--since", "3"}, exitRefused, "--why takes no other filter"},
+		{"journal bad name", []string{"journal", "*"}, exitRefused, `invalid name "*"`},
+		{"unreachable broker", []string{"--nats", "nats://127.0.0.1:1", "nodes"}, exitFailed, "connect to nats://127.0.0.1:1"},
+		{"bad flag", []string{"nodes", "--frobnicate"}, exitRefused, "unknown flag"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if args[0] != "--data" {
+				args = append([]string{"--data", data}, args...)
+			}
+			code, _, stderr := meshctl(t, args...)
+			if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr, tc.code, tc.stderr)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	if code, stdout, _ := meshctl(t, "version"); code != exitOK || stdout != version+"\n" {
+		t.Errorf("version: %d %q", code, stdout)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code int
+	}{
+		{control.ErrRefused, exitRefused},
+		{fmt.Errorf("x: %w", linkproto.ErrInvalidName), exitRefused},
+		{control.ErrNotApplied, exitFailed},
+		{control.ErrApplyFailed, exitFailed},
+		{errors.New("broker gone"), exitFailed},
+	} {
+		var ee *exitError
+		if !errors.As(classify(tc.err), &ee) || ee.code != tc.code {
+			t.Errorf("%v: exit %v, want %d", tc.err, ee, tc.code)
+		}
+	}
+}
