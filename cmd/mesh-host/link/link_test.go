@@ -441,20 +441,21 @@ func TestOfflineAtStart(t *testing.T) {
 }
 
 func TestHeartbeats(t *testing.T) {
-	b := newBed(t, nil)
 	beats := make(chan linkproto.Heartbeat, 10)
-	sub, err := b.nc.Subscribe(linkproto.HeartbeatSubject(testMesh, testNode), func(m *nats.Msg) {
-		var h linkproto.Heartbeat
-		if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &h); err != nil {
-			t.Errorf("heartbeat: %v", err)
+	b := newBed(t, func(b *bed, _ *Config) {
+		sub, err := b.nc.Subscribe(linkproto.HeartbeatSubject(testMesh, testNode), func(m *nats.Msg) {
+			var h linkproto.Heartbeat
+			if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &h); err != nil {
+				t.Errorf("heartbeat: %v", err)
+			}
+			beats <- h
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		beats <- h
+		t.Cleanup(func() { sub.Unsubscribe() })
+		b.nc.Flush()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	b.nc.Flush()
 	next := func(what string) linkproto.Heartbeat {
 		t.Helper()
 		select {
@@ -465,12 +466,7 @@ func TestHeartbeats(t *testing.T) {
 		}
 		panic("unreachable")
 	}
-	// The subscription may miss the one sent on link up; a reconcile's is
-	// the one this test is after.
-	b.waitUp()
-	for len(beats) > 0 {
-		<-beats
-	}
+	next("on link up")
 	b.link.Reconciled()
 	h := next("after a reconcile")
 	head, _ := b.j.Info()
