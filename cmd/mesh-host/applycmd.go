@@ -45,15 +45,21 @@ func (c *applyCmd) Run(e *env) error {
 		if err != nil {
 			return refuse(j, source, nil, err)
 		}
+		// Inside the service, a push may be admitted meanwhile: the
+		// revision check and the append go together.
+		unlock := e.admitting()
 		s, _, lerr := storedState(j)
 		if lerr != nil {
+			unlock()
 			return failed("%v", lerr)
 		}
 		if err := e.admissible(decl, s); err != nil {
+			unlock()
 			return refuse(j, source, decl, err)
 		}
 		specs := decl.Expanded()
 		recv, err := appendDeclaration(j, decl, specs, source)
+		unlock()
 		if err != nil {
 			return failed("journal the declaration: %v", err)
 		}
@@ -89,16 +95,35 @@ func (e *env) admissible(d *declaration.Declaration, s projector.State) error {
 	return d.Refuse(e.cli.OwnUnit)
 }
 
+// admitting takes the service's admission lock, when running inside the
+// service, and returns its unlock.
+func (e *env) admitting() (unlock func()) {
+	if e.held == nil {
+		return func() {}
+	}
+	e.held.admitting.Lock()
+	return e.held.admitting.Unlock
+}
+
 // refuse journals a refused declaration and returns exit 2 with the reason.
 func refuse(j *journal.Journal, source string, d *declaration.Declaration, reason error) error {
+	if err := journalRefusal(j, source, d, reason); err != nil {
+		return failed("%v", err)
+	}
+	return &exitError{code: exitRefused, err: fmt.Errorf("refused, nothing applied:\n%v", reason)}
+}
+
+// journalRefusal appends a declaration.refused record; d is nil when the
+// declaration did not even parse.
+func journalRefusal(j *journal.Journal, source string, d *declaration.Declaration, reason error) error {
 	p := event.DeclarationRefusedPayload{Source: source, Reason: reason.Error()}
 	if d != nil {
 		p.Revision, p.Digest = d.Revision, d.Digest()
 	}
 	if _, err := j.Append(event.New(event.DeclarationRefused, 0, "", p)); err != nil {
-		return failed("journal the refusal (%v): %v", reason, err)
+		return fmt.Errorf("journal the refusal (%v): %w", reason, err)
 	}
-	return &exitError{code: exitRefused, err: fmt.Errorf("refused, nothing applied:\n%v", reason)}
+	return nil
 }
 
 // appendDeclaration journals an accepted declaration, document and all, so
@@ -125,6 +150,7 @@ func appendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 // else the file, opened here.
 func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) error) error {
 	if e.held != nil {
+		defer e.held.afterReconcile()
 		e.held.reconciling.Lock()
 		defer e.held.reconciling.Unlock()
 		return fn(e.held.j)

@@ -65,6 +65,10 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 		return nil, fmt.Errorf("the stored declaration (#%d) cannot be used: %w", s.Desired.Seq, err)
 	}
 	req := agent.Request{Trigger: trigger, Owned: s.Owned, Repair: repair, Revision: decl.Revision, Specs: decl.Expanded()}
+	if trigger == event.TriggerPushed || trigger == event.TriggerReconnect {
+		// Started by accepting the declaration: that is its cause.
+		req.Cause = s.Desired.Seq
+	}
 	rc, err := e.reconciler(j)
 	if err != nil {
 		return nil, err

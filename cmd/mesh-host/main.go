@@ -54,6 +54,7 @@ type cli struct {
 	Replay     replayCmd  `cmd:"" help:"Rebuild the state from the journal's first record, to check it or to look at the past."`
 	Status     statusCmd  `cmd:"" help:"Show the host's current state."`
 	Serve      serveCmd   `cmd:"" help:"Run the host service."`
+	Enrol      enrolCmd   `cmd:"" help:"Join a mesh with the token 'meshctl enrol' printed: write the link's configuration and credentials."`
 	Version    versionCmd `cmd:"" help:"Print this binary's version."`
 }
 

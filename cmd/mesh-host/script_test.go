@@ -16,6 +16,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/projector"
 )
 
@@ -48,6 +49,8 @@ func TestScripts(t *testing.T) {
 			"truncate":          cmdTruncate,
 			"tamper-projection": cmdTamperProjection,
 			"waitsock":          cmdWaitSock,
+			"mktoken":           cmdMkToken,
+			"mode":              cmdMode,
 		},
 	})
 }
@@ -160,5 +163,32 @@ func cmdWaitSock(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("nothing answers on %s: %v", args[0], err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// mktoken MESH NODE URL makes an enrolment token, as `meshctl enrol` prints
+// it, with placeholder credentials: it sets $TOKEN and writes token.txt.
+func cmdMkToken(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 3 {
+		ts.Fatalf("usage: mktoken MESH NODE URL")
+	}
+	creds := "-----BEGIN NATS USER JWT-----\neyJ0ZXN0IjoidG9rZW4ifQ\n------END NATS USER JWT------\n\n" +
+		"-----BEGIN USER NKEY SEED-----\nSUAPLACEHOLDER\n------END USER NKEY SEED------\n"
+	tok := linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: args[0], Node: args[1], URLs: []string{args[2]}, Creds: creds}.Encode()
+	ts.Setenv("TOKEN", tok)
+	ts.Check(os.WriteFile(ts.MkAbs("token.txt"), []byte(tok+"\n"), 0o600))
+}
+
+// mode PATH PERM checks that PATH's permission bits are PERM (octal).
+func cmdMode(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: mode PATH PERM")
+	}
+	want, err := strconv.ParseUint(args[1], 8, 32)
+	ts.Check(err)
+	fi, err := os.Stat(ts.MkAbs(args[0]))
+	ts.Check(err)
+	if got := uint64(fi.Mode().Perm()); (got == want) == neg {
+		ts.Fatalf("%s has mode %04o, want %s%04o", args[0], got, map[bool]string{true: "not ", false: ""}[neg], want)
 	}
 }

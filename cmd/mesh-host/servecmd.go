@@ -5,25 +5,34 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/oklog/run"
 
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
-// serveCmd is the host service. Today it holds the journal, records its own
-// start, answers the CLI over its socket and compacts the journal daily; the
-// link and the reconciler join its run group as they are built.
+// serveCmd is the host service. It holds the journal, records its own
+// start, answers the CLI over its socket, reconciles (at start, on a
+// declaration accepted, on the drift timer), compacts the journal daily and,
+// when the host is enrolled (STATE-DIR/link.json), runs the link to the
+// control plane. Without an enrolment it runs offline.
 type serveCmd struct {
-	DriftInterval time.Duration `name:"drift-interval" default:"10m" help:"How often to look for drift: change the mesh did not make."`
-	CompactEvery  time.Duration `name:"compact-every" default:"24h" help:"How often to drop records older than the retention window."`
-	Retention     time.Duration `name:"retention" default:"2160h" help:"Keep records at least this long (default 90 days)."`
-	KeepLast      uint64        `name:"keep-last" default:"100000" help:"Keep at least this many newest records."`
+	DriftInterval     time.Duration `name:"drift-interval" default:"10m" help:"How often to look for drift: change the mesh did not make."`
+	CompactEvery      time.Duration `name:"compact-every" default:"24h" help:"How often to drop records older than the retention window."`
+	Retention         time.Duration `name:"retention" default:"2160h" help:"Keep records at least this long (default 90 days)."`
+	KeepLast          uint64        `name:"keep-last" default:"100000" help:"Keep at least this many newest records."`
+	StopTimeout       time.Duration `name:"stop-timeout" default:"60s" help:"On SIGTERM or SIGINT, how long an apply in flight may go on to finish before it is cancelled."`
+	HeartbeatInterval time.Duration `name:"heartbeat-interval" default:"60s" help:"How often to report to the control plane while idle (when enrolled)."`
 }
 
 func (c *serveCmd) Run(e *env) error {
@@ -31,6 +40,10 @@ func (c *serveCmd) Run(e *env) error {
 		return refused("serve cannot be asked of a running service")
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	enrolled, creds, linked, err := enrolment(e.cli.StateDir)
+	if err != nil {
+		return refused("%v", err)
+	}
 	j, err := openJournal(e.cli.journalPath())
 	if err != nil {
 		return failed("%v", err)
@@ -47,9 +60,26 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return failed("%v", err)
 	}
-	log.Info("mesh-host serving", "version", version, "journal", j.Path(), "socket", e.cli.socketPath(), "start_seq", started[0].Seq)
 
 	held := &heldJournal{j: j}
+	host := newLinkHost(e, held)
+	var lnk *link.Link
+	if linked {
+		lnk, err = link.New(link.Config{
+			Mesh: enrolled.Mesh, Node: enrolled.Node, URLs: enrolled.URLs, CredsFile: creds,
+			Version: version, HeartbeatInterval: c.HeartbeatInterval, Log: log.With("component", "link"),
+		}, host, j)
+		if err != nil {
+			return refused("%s: %v", filepath.Join(e.cli.StateDir, linkConfigFile), err)
+		}
+		held.reconciled = lnk.Reconciled
+		log.Info("mesh-host serving", "version", version, "journal", j.Path(), "socket", e.cli.socketPath(), "start_seq", started[0].Seq,
+			"mesh", enrolled.Mesh, "node", enrolled.Node, "broker", strings.Join(enrolled.URLs, ","))
+	} else {
+		log.Info("mesh-host serving", "version", version, "journal", j.Path(), "socket", e.cli.socketPath(), "start_seq", started[0].Seq,
+			"link", "none: not enrolled, running offline")
+	}
+
 	var g run.Group
 	{ // The CLI's questions, answered from the journal this process holds.
 		ctx, cancel := context.WithCancel(e.ctx)
@@ -60,16 +90,31 @@ func (c *serveCmd) Run(e *env) error {
 		}, func(error) { cancel() })
 	}
 	{ // Reconcile at start (the machine may have changed while nothing ran,
-		// or the last run stopped mid-apply), then on the drift timer.
+		// or the last run stopped mid-apply), then on each declaration
+		// accepted and on the drift timer.
 		ctx, cancel := context.WithCancel(e.ctx)
 		g.Add(func() error {
-			return c.reconcileLoop(ctx, e, held, log)
+			return c.reconcileLoop(ctx, host.wake, func(ctx context.Context, trigger event.Trigger) (*agent.Result, error) {
+				held.reconciling.Lock()
+				defer held.reconciling.Unlock()
+				re := *e
+				re.ctx = ctx
+				return re.reconcileStored(held.j, trigger, true)
+			}, held.afterReconcile, log)
+		}, func(error) { cancel() })
+	}
+	if lnk != nil { // The link: pushes down, events and heartbeats up.
+		ctx, cancel := context.WithCancel(e.ctx)
+		g.Add(func() error {
+			return lnk.Run(ctx)
 		}, func(error) { cancel() })
 	}
 	{ // Retention: a quiet machine's journal must not grow without bound.
+		// With a link, nothing the events stream has not acknowledged is
+		// dropped.
 		ctx, cancel := context.WithCancel(e.ctx)
 		g.Add(func() error {
-			return c.compactLoop(ctx, j, log)
+			return c.compactLoop(ctx, j, lnk != nil, log)
 		}, func(error) { cancel() })
 	}
 	{ // SIGINT and SIGTERM end e.ctx; then the group stops.
@@ -86,7 +131,24 @@ func (c *serveCmd) Run(e *env) error {
 	return nil
 }
 
-func (c *serveCmd) compactLoop(ctx context.Context, j *journal.Journal, log *slog.Logger) error {
+// enrolment reads the link's configuration and checks the credentials
+// beside it; linked is false when the host is not enrolled.
+func enrolment(dir string) (cfg linkConfig, creds string, linked bool, err error) {
+	cfg, err = readLinkConfig(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return cfg, "", false, nil
+	}
+	if err != nil {
+		return cfg, "", false, err
+	}
+	creds = filepath.Join(dir, credsFile)
+	if err := checkCreds(creds); err != nil {
+		return cfg, "", false, err
+	}
+	return cfg, creds, true, nil
+}
+
+func (c *serveCmd) compactLoop(ctx context.Context, j *journal.Journal, requireAck bool, log *slog.Logger) error {
 	t := time.NewTicker(c.CompactEvery)
 	defer t.Stop()
 	for {
@@ -95,9 +157,7 @@ func (c *serveCmd) compactLoop(ctx context.Context, j *journal.Journal, log *slo
 			return nil
 		case <-t.C:
 		}
-		// No link yet: nothing upstream to wait for. The link sets
-		// RequireAck when it exists.
-		res, err := j.Compact(journal.CompactOptions{Window: c.Retention, KeepLast: c.KeepLast})
+		res, err := j.Compact(journal.CompactOptions{Window: c.Retention, KeepLast: c.KeepLast, RequireAck: requireAck})
 		if errors.Is(err, journal.ErrClosed) {
 			return nil
 		}
@@ -110,31 +170,59 @@ func (c *serveCmd) compactLoop(ctx context.Context, j *journal.Journal, log *slo
 	}
 }
 
-// reconcileLoop reconciles at start, then every DriftInterval. A failing
-// reconcile is journaled and logged; the loop goes on (it is what repairs).
-func (c *serveCmd) reconcileLoop(ctx context.Context, e *env, held *heldJournal, log *slog.Logger) error {
+// reconcileLoop reconciles at start, then on each trigger: a declaration
+// accepted (pushed, reconnect; several during one apply make one reconcile
+// of the latest) and the drift timer, which restarts after every reconcile.
+// After each completed reconcile it calls done (a heartbeat goes up). A
+// failing reconcile is journaled and logged; the loop goes on (it is what
+// repairs).
+//
+// When ctx ends, the reconcile in flight is not cancelled: it finishes and
+// is journaled, unless it takes longer than StopTimeout more.
+func (c *serveCmd) reconcileLoop(ctx context.Context, wake <-chan event.Trigger, reconcile func(context.Context, event.Trigger) (*agent.Result, error), done func(), log *slog.Logger) error {
 	trigger := event.TriggerStart
-	t := time.NewTicker(c.DriftInterval)
-	defer t.Stop()
+	timer := time.NewTimer(c.DriftInterval)
+	defer timer.Stop()
 	for {
-		held.reconciling.Lock()
-		re := *e
-		re.ctx = ctx
-		res, err := re.reconcileStored(held.j, trigger, true)
-		held.reconciling.Unlock()
+		rctx, release := c.applyContext(ctx)
+		res, err := reconcile(rctx, trigger)
+		release()
 		switch {
-		case errors.Is(err, journal.ErrClosed) || ctx.Err() != nil:
+		case errors.Is(err, journal.ErrClosed):
 			return nil
 		case err != nil:
 			log.Error("reconcile", "trigger", trigger, "err", err)
-		case res.Started != 0:
-			log.Info("reconciled", "trigger", trigger, "changed", res.Changed, "unchanged", res.Unchanged, "failed", res.Failed)
+		default:
+			if res.Started != 0 {
+				log.Info("reconciled", "trigger", trigger, "changed", res.Changed, "unchanged", res.Unchanged, "failed", res.Failed)
+			}
+			done()
 		}
-		trigger = event.TriggerTimer
+		if ctx.Err() != nil {
+			return nil
+		}
+		timer.Reset(c.DriftInterval)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-timer.C:
+			trigger = event.TriggerTimer
+		case trigger = <-wake:
 		}
+	}
+}
+
+// applyContext is the context of one reconcile: not ended by ctx ending
+// (the service told to stop), so the apply in flight finishes and is
+// journaled, but ended StopTimeout after that. release ends it.
+func (c *serveCmd) applyContext(ctx context.Context) (_ context.Context, release func()) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(c.StopTimeout, cancel)
+		context.AfterFunc(rctx, func() { t.Stop() })
+	})
+	return rctx, func() {
+		stop()
+		cancel()
 	}
 }

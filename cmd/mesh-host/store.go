@@ -15,8 +15,23 @@ import (
 type heldJournal struct {
 	j *journal.Journal
 	// reconciling lets one reconcile run at a time: the service's own
-	// (start, timer) and those clients ask for (apply, check).
+	// (start, pushed, reconnect, timer) and those clients ask for (apply,
+	// check).
 	reconciling sync.Mutex
+	// admitting makes checking a declaration against the accepted one and
+	// journaling it one step. It is never held across an apply, so a push
+	// is answered while one runs. Taken after reconciling, when both are.
+	admitting sync.Mutex
+	// reconciled, when the service has a link, is told of every completed
+	// reconcile, its own and those clients ask for: a heartbeat is due.
+	reconciled func()
+}
+
+// afterReconcile tells the link, if any, that a reconcile completed.
+func (h *heldJournal) afterReconcile() {
+	if h.reconciled != nil {
+		h.reconciled()
+	}
 }
 
 // cliLockWait is how long a command waits for the journal's lock when no

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+// linkHost is the host as the link sees it: it admits declarations from the
+// control plane into the journal and wakes the reconcile loop.
+type linkHost struct {
+	e    *env
+	held *heldJournal
+	// wake carries the trigger of a declaration accepted; one slot, so
+	// declarations accepted during an apply coalesce into one reconcile of
+	// the latest (which reconcileStored reads from the journal).
+	wake chan event.Trigger
+}
+
+var _ link.Host = (*linkHost)(nil)
+
+func newLinkHost(e *env, held *heldJournal) *linkHost {
+	return &linkHost{e: e, held: held, wake: make(chan event.Trigger, 1)}
+}
+
+// Accept admits a declaration from the link: journaled as received (and
+// reconciled soon) or as refused, with the reason in the Ack. It takes the
+// admission lock only, never the reconcile lock, so a push is answered
+// while an apply runs.
+func (h *linkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger event.Trigger) linkproto.Ack {
+	ack := linkproto.Ack{Protocol: linkproto.ProtocolVersion, Node: d.Node, Revision: d.Revision}
+	source := "link:" + string(trigger)
+	j := h.held.j
+	refuse := func(decl *declaration.Declaration, reason error) linkproto.Ack {
+		ack.Reason = reason.Error()
+		if err := journalRefusal(j, source, decl, reason); err != nil {
+			ack.Reason = err.Error()
+		}
+		return ack
+	}
+	decl, err := declaration.ParseJSON("link", d.Document)
+	if err != nil {
+		return refuse(nil, err)
+	}
+	if decl.Mesh != d.Mesh || decl.Node != d.Node || decl.Revision != d.Revision {
+		return refuse(decl, fmt.Errorf("the document is revision %d for %s/%s, the message revision %d for %s/%s",
+			decl.Revision, decl.Mesh, decl.Node, d.Revision, d.Mesh, d.Node))
+	}
+
+	h.held.admitting.Lock()
+	defer h.held.admitting.Unlock()
+	s, _, err := storedState(j)
+	if err != nil {
+		ack.Reason = fmt.Sprintf("read the stored state: %v", err)
+		return ack
+	}
+	if cur := s.Desired; cur != nil && cur.Revision == decl.Revision {
+		if cur.Digest == decl.Digest() {
+			// Said again (a retried push, a welcome after a lost ack):
+			// already journaled, and applied or about to be.
+			ack.Accepted, ack.Seq = true, cur.Seq
+			return ack
+		}
+		return refuse(decl, fmt.Errorf("revision %d was already accepted (#%d) with another content (%s); a changed declaration needs a new revision",
+			decl.Revision, cur.Seq, shortDigest(cur.Digest)))
+	}
+	if err := h.e.admissible(decl, s); err != nil {
+		return refuse(decl, err)
+	}
+	seq, err := appendDeclaration(j, decl, decl.Expanded(), source)
+	if err != nil {
+		ack.Reason = fmt.Sprintf("journal the declaration: %v", err)
+		return ack
+	}
+	ack.Accepted, ack.Seq = true, seq
+	select {
+	case h.wake <- trigger:
+	default: // a reconcile is already due; it reads the latest declaration
+	}
+	return ack
+}
+
+// State is the stored projection.
+func (h *linkHost) State() (projector.State, error) {
+	s, _, err := storedState(h.held.j)
+	return s, err
+}
