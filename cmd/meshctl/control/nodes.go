@@ -143,17 +143,14 @@ func stateOf(s NodeStatus, now time.Time) string {
 	return StateOK
 }
 
-// PrintNodes prints nodes as a table, or as JSON lines (one NodeStatus
-// each) when asJSON. Ages are measured from now.
+// PrintNodes prints nodes as a table, or as one JSON array of NodeStatus
+// when asJSON (a snapshot, unlike a journal, which streams as JSON
+// lines). Ages are measured from now.
 func PrintNodes(w io.Writer, nodes []NodeStatus, now time.Time, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
-		for _, n := range nodes {
-			if err := enc.Encode(n); err != nil {
-				return err
-			}
-		}
-		return nil
+		enc.SetIndent("", "  ")
+		return enc.Encode(nodes)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tVERSION\tDESIRED\tAPPLIED\tDRIFTED\tFAILED\tLAST HEARD\tSTATE")

@@ -87,16 +87,15 @@ silent  v0       -        0        0        0       4s ago      silent
 	if err := PrintNodes(&out, nodes, now, true); err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 5 {
-		t.Fatalf("%d JSON lines, want 5:\n%s", len(lines), out.String())
+	var decoded []NodeStatus
+	if err := json.Unmarshal(out.Bytes(), &decoded); err != nil {
+		t.Fatalf("nodes --json: %v\n%s", err, out.String())
 	}
-	var first NodeStatus
-	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
-		t.Fatal(err)
+	if len(decoded) != 5 {
+		t.Fatalf("%d nodes in JSON, want 5:\n%s", len(decoded), out.String())
 	}
-	if first.Node != "behind" || first.State != StateBehind || first.Desired != 3 || first.Heartbeat == nil || first.Heartbeat.Applied != 2 {
-		t.Errorf("first JSON line %s", lines[0])
+	if first := decoded[0]; first.Node != "behind" || first.State != StateBehind || first.Desired != 3 || first.Heartbeat == nil || first.Heartbeat.Applied != 2 {
+		t.Errorf("first node in JSON: %+v", first)
 	}
 }
 
@@ -105,5 +104,9 @@ func TestNodesEmpty(t *testing.T) {
 	nodes, err := b.client(time.Now()).Nodes(context.Background())
 	if err != nil || len(nodes) != 0 {
 		t.Fatalf("nodes of an empty mesh: %v, %v", nodes, err)
+	}
+	var out bytes.Buffer
+	if err := PrintNodes(&out, nodes, time.Now(), true); err != nil || out.String() != "[]\n" {
+		t.Errorf("nodes --json of an empty mesh: %q, %v", out.String(), err)
 	}
 }
