@@ -63,7 +63,7 @@ func (natsConfigCmd) Run(e *env) error {
 
 type declareCmd struct {
 	Node    string        `arg:"" name:"NODE" help:"The node the declaration is for."`
-	File    string        `arg:"" name:"FILE" type:"path" help:"The declaration: YAML, or JSON if it ends in .json."`
+	File    string        `arg:"" name:"FILE" help:"The declaration: YAML, or JSON if it ends in .json."`
 	Wait    time.Duration `name:"wait" default:"30s" help:"How long to wait for the node to report the apply (0: do not wait)."`
 	OwnUnit string        `name:"own-unit" default:"mesh-host.service" help:"The hosts' own unit, which no declaration may name."`
 }

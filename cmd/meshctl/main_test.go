@@ -240,57 +240,6 @@ func TestServeEmbedded(t *testing.T) {
 	}
 }
 
-// TestRefusals: bad input is exit 2 with a message that says what is wrong;
-// what cannot be done is exit 1.
-func TestRefusals(t *testing.T) {
-	data := filepath.Join(t.TempDir(), "data")
-	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	good := write("good.yaml", "mesh: home\nnode: web-1\nrevision: 1\nresources:\n  - file: {path: /etc/motd, content: \"hi\\n\"}\n")
-
-	for _, tc := range []struct {
-		name   string
-		args   []string
-		code   int
-		stderr string
-	}{
-		{"no authority", []string{"enrol", "web-1"}, exitFailed, "no authority in the data directory"},
-		{"nodes without authority", []string{"nodes"}, exitFailed, "run `meshctl init`"},
-		{"init", []string{"init"}, exitOK, ""},
-		{"init another mesh", []string{"init", "--mesh", "work"}, exitRefused, `holds the authority of mesh "home", not "work"`},
-		{"bad mesh name", []string{"--data", filepath.Join(dir, "other"), "init", "--mesh", "Home"}, exitRefused, `invalid name "Home"`},
-		{"enrol bad name", []string{"enrol", "web.1"}, exitRefused, `invalid name "web.1"`},
-		{"enrol with no address", []string{"enrol", "web-1"}, exitFailed, "no broker address"},
-		{"declare missing file", []string{"declare", "web-1", filepath.Join(dir, "nope.yaml")}, exitRefused, "no such file"},
-		{"declare bad file", []string{"declare", "web-1", write("bad.yaml", "mesh: home\nnode: web-1\nrevision: 1\nresources:\n  - file: {path: etc/motd}\n")}, exitRefused, "bad.yaml:5:"},
-		{"declare another node", []string{"declare", "web-2", good}, exitRefused, `declaration refused: it is for node "web-1", not "web-2"`},
-		{"declare another mesh", []string{"declare", "web-1", write("work.yaml", "mesh: work\nnode: web-1\nrevision: 1\nresources: []\n")}, exitRefused, `it is for mesh "work"; this control plane serves mesh "home"`},
-		{"declare own unit", []string{"declare", "web-1", write("unit.yaml", "mesh: home\nnode: web-1\nrevision: 1\nresources:\n  - unit: {name: mesh-host.service, content: \"[Service]\\n\"}\n")}, exitRefused, "mesh-host.service"},
-		{"declare with no broker", []string{"declare", "web-1", good}, exitFailed, "no broker address"},
-		{"journal why and since", []string{"journal", "web-1", "--why", "file:/etc/motd", "--since", "3"}, exitRefused, "--why takes no other filter"},
-		{"journal bad name", []string{"journal", "*"}, exitRefused, `invalid name "*"`},
-		{"unreachable broker", []string{"--nats", "nats://127.0.0.1:1", "nodes"}, exitFailed, "connect to nats://127.0.0.1:1"},
-		{"bad flag", []string{"nodes", "--frobnicate"}, exitRefused, "unknown flag"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			args := tc.args
-			if args[0] != "--data" {
-				args = append([]string{"--data", data}, args...)
-			}
-			code, _, stderr := meshctl(t, args...)
-			if code != tc.code || !strings.Contains(stderr, tc.stderr) {
-				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr, tc.code, tc.stderr)
-			}
-		})
-	}
-}
-
 func TestVersion(t *testing.T) {
 	if code, stdout, _ := meshctl(t, "version"); code != exitOK || stdout != version+"\n" {
 		t.Errorf("version: %d %q", code, stdout)

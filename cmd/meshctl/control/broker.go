@@ -1,7 +1,6 @@
 package control
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -104,13 +103,6 @@ func (b *Broker) Start() error {
 
 // URL is the address clients connect to, with the real port.
 func (b *Broker) URL() string { return b.srv.ClientURL() }
-
-// Run holds the started broker until ctx ends, then stops it.
-func (b *Broker) Run(ctx context.Context) error {
-	<-ctx.Done()
-	b.Close()
-	return nil
-}
 
 // Close stops the broker and waits for it to finish.
 func (b *Broker) Close() {
