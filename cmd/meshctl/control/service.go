@@ -90,6 +90,10 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		// node has long since recorded the acknowledgement.
 		Duplicates: 10 * time.Minute,
 		MaxAge:     s.EventsMaxAge,
+		// A node sends no record larger than this (it omits big
+		// payloads), so a larger one is a node misbehaving: refused
+		// rather than stored. The margin is for the headers.
+		MaxMsgSize: linkproto.MaxEventSize + 1024,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
@@ -100,6 +104,7 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		Subjects:          []string{linkproto.AnyMeshHeartbeats},
 		Storage:           jetstream.FileStorage,
 		MaxMsgsPerSubject: 1,
+		MaxMsgSize:        linkproto.MaxReportSize,
 	}); err != nil {
 		return nil, nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
 	}
