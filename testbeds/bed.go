@@ -41,13 +41,14 @@ type Binaries struct {
 	Meshctl  string
 }
 
-// Build compiles both programs into dir, stripped and static as they ship.
-func Build(dir string) (Binaries, error) {
+// Build compiles both programs into dir, stripped and static as they ship,
+// saying they are version.
+func Build(dir, version string) (Binaries, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return Binaries{}, err
 	}
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=bed", "-o", dir+string(os.PathSeparator), "./cmd/mesh-host", "./cmd/meshctl")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", dir+string(os.PathSeparator), "./cmd/mesh-host", "./cmd/meshctl")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

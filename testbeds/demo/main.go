@@ -88,7 +88,11 @@ func (d *demo) up(decl string) error {
 	if err != nil {
 		return err
 	}
-	if d.bins, err = testbeds.Build(bin); err != nil {
+	version := "demo"
+	if out, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
+		version = strings.TrimSpace(string(out))
+	}
+	if d.bins, err = testbeds.Build(bin, version); err != nil {
 		return err
 	}
 	if l, err := net.Listen("tcp", d.listen); err != nil {
@@ -146,8 +150,8 @@ Change a file under %s by hand, then run "%s check" (or wait for the
 drift timer), and look at the journal again. Edit %s, raise its revision,
 and push it with "%s declare %s %s".
 
-Stop both services with: go run ./testbeds/demo down
-`, d.listen, node, d.path("root"), decl, d.path("logs"), mc, mc, node, mh, mh, d.path("root"), mh, decl, mc, node, decl)
+Stop both services with: go run ./testbeds/demo --dir %s down
+`, d.listen, node, d.path("root"), decl, d.path("logs"), mc, mc, node, mh, mh, d.path("root"), mh, decl, mc, node, decl, d.dir)
 	return nil
 }
 
