@@ -146,8 +146,8 @@ func TestEventsStreamHoldsTheJournalExactlyOnce(t *testing.T) {
 
 	push := func(rev uint64) {
 		files := testbeds.Files{}
-		for i := range 30 {
-			files[fmt.Sprintf("/etc/app/f%02d.conf", i)] = fmt.Sprintf("revision %d file %d\n", rev, i)
+		for i := range 200 {
+			files[fmt.Sprintf("/etc/app/f%03d.conf", i)] = fmt.Sprintf("revision %d file %d\n", rev, i)
 		}
 		// --wait 0: do not wait for the apply; the faults land mid-stream.
 		r := b.Meshctl("declare", "web-1", b.Declare("web-1", rev, files), "--wait", "0")
@@ -155,18 +155,51 @@ func TestEventsStreamHoldsTheJournalExactlyOnce(t *testing.T) {
 			t.Fatalf("declare %d: %s", rev, r)
 		}
 	}
+	// faultAfter waits until the journal has grown by more records, so
+	// the fault lands while records are being appended and sent (a
+	// revision's apply appends 200), and logs how far the upward stream
+	// had got.
+	var st struct {
+		Journal struct{ Head, Acked uint64 } `json:"journal"`
+	}
+	status := func() error {
+		r := h.Run("status", "--json")
+		if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
+			return fmt.Errorf("%v: %s", err, r)
+		}
+		return nil
+	}
+	faultAfter := func(more uint64, fault string, do func()) {
+		if err := status(); err != nil {
+			t.Fatal(err)
+		}
+		head := st.Journal.Head + more
+		testbeds.Eventually(t, 30*time.Second, "the journal grows", func() error {
+			if err := status(); err != nil {
+				return err
+			}
+			if st.Journal.Head < head {
+				return fmt.Errorf("head #%d", st.Journal.Head)
+			}
+			return nil
+		})
+		t.Logf("%s at head #%d, sent through #%d", fault, st.Journal.Head, st.Journal.Acked)
+		do()
+	}
 	push(1)
+	faultAfter(50, "broker restarted", b.Control.Restart)
 	push(2)
-	b.Control.Restart() // the broker goes away mid-stream
+	faultAfter(3, "host killed", h.Kill)
+	h.Start()
 	push(3)
+	faultAfter(50, "broker restarted", b.Control.Restart)
 	push(4)
-	h.Kill() // the host dies mid-apply, before it can mark anything sent
+	faultAfter(3, "host killed", h.Kill)
 	h.Start()
 	push(5)
-	b.Control.Restart()
 	push(6)
 
-	testbeds.Eventually(t, 60*time.Second, "the last revision is applied", hasContent(h, "etc/app/f29.conf", "revision 6 file 29\n"))
+	testbeds.Eventually(t, 60*time.Second, "the last revision is applied", hasContent(h, "etc/app/f199.conf", "revision 6 file 199\n"))
 	var local, upstream []event.Record
 	testbeds.Eventually(t, 60*time.Second, "the events stream catches up with the journal", func() error {
 		local = h.Records()
@@ -198,7 +231,7 @@ func TestEventsStreamHoldsTheJournalExactlyOnce(t *testing.T) {
 			t.Fatalf("record %d differs:\n stream  %+v\n journal %+v", want.Seq, got, want)
 		}
 	}
-	t.Logf("%d records, each once, after two broker restarts and a killed host", len(local))
+	t.Logf("%d records, each once, after two broker restarts and two killed hosts", len(local))
 }
 
 func compact(raw json.RawMessage) any {
