@@ -223,9 +223,18 @@ func BenchmarkHeartbeats1000Nodes(b *testing.B) {
 	b.ReportMetric(rss, "rss-MB")
 	b.ReportMetric(float64(nodes)/every.Seconds(), "heartbeats/s")
 	b.ReportMetric(0, "ns/op")
-	r := bed.Meshctl("nodes")
-	if r.Code != 0 {
-		b.Fatalf("meshctl nodes: %s", r)
+	// Every simulated node is known, and none is silent.
+	r := bed.Meshctl("nodes", "--json")
+	var seen []struct {
+		State string `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &seen); err != nil || len(seen) != nodes {
+		b.Fatalf("meshctl nodes --json: %d nodes (%v): %s", len(seen), err, r.Stderr)
+	}
+	for _, n := range seen {
+		if n.State != "ok" {
+			b.Fatalf("a node is %q after heartbeats every %s", n.State, every)
+		}
 	}
 }
 
