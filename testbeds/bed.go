@@ -452,3 +452,19 @@ func Eventually(tb TB, timeout time.Duration, what string, cond func() error) {
 
 // PID is the control service's process id.
 func (c *Control) PID() int { return c.proc.pid() }
+
+// Freeze stops the control service (and its broker) with SIGSTOP: its
+// connections stay open and silent, the way a dead peer or a cut cable
+// looks, which only pings can tell. Thaw resumes it.
+func (c *Control) Freeze() { c.proc.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen control service.
+func (c *Control) Thaw() { c.proc.signal(syscall.SIGCONT) }
+
+func (p *process) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}

@@ -371,3 +371,44 @@ func TestSIGTERMFinishesTheApplyInFlight(t *testing.T) {
 		t.Errorf("the last file holds %q", got)
 	}
 }
+
+// TestDeadLinkIsNoticedByPings: a broker that stops answering without
+// closing the connection is noticed by the host's pings within about 20 s,
+// journaled as link.down, and the link comes back when the broker does.
+func TestDeadLinkIsNoticedByPings(t *testing.T) {
+	b := beds(t)
+	h := b.AddHost("web-1")
+	h.Start()
+	count := func(k event.Kind) int {
+		r := h.Run("journal", "--kind", string(k), "--json")
+		recs, _ := testbeds.DecodeRecords(r.Stdout)
+		return len(recs)
+	}
+	testbeds.Eventually(t, 10*time.Second, "the link is up", func() error {
+		if count(event.LinkUp) == 0 {
+			return errors.New("no link.up yet")
+		}
+		return nil
+	})
+	ups := count(event.LinkUp)
+	b.Control.Freeze()
+	frozen := time.Now()
+	defer b.Control.Thaw()
+	testbeds.Eventually(t, 40*time.Second, "the host notices the dead link", func() error {
+		if count(event.LinkDown) == 0 {
+			return errors.New("no link.down yet")
+		}
+		return nil
+	})
+	noticed := time.Since(frozen)
+	// The deadline above is twice the ping window, so a slow machine does
+	// not fail it; the figure is in the log.
+	t.Logf("a silent broker was noticed after %s", noticed.Round(100*time.Millisecond))
+	b.Control.Thaw()
+	testbeds.Eventually(t, 60*time.Second, "the link comes back", func() error {
+		if count(event.LinkUp) <= ups {
+			return errors.New("no new link.up yet")
+		}
+		return nil
+	})
+}
