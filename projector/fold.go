@@ -215,7 +215,7 @@ func (s *State) applied(r event.Record, p *event.ResourceAppliedPayload) bool {
 		outcome = event.ActionUpdate
 	case event.ActionUnchanged:
 		outcome = event.ActionUnchanged
-	case event.ActionDelete:
+	case event.ActionDelete, event.ActionReleased:
 		delete(s.Owned, r.Resource)
 		return true
 	case event.ActionFailed:

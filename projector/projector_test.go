@@ -109,6 +109,14 @@ func TestFold(t *testing.T) {
 			want: State{Head: 3, Owned: map[string]Owned{issue: {SpecDigest: "sha256:cc", LastOutcome: event.ActionCreate, Seq: 2}}},
 		},
 		{
+			name: "released is no longer owned",
+			recs: numbered(
+				applied(motd, event.ActionCreate, "sha256:aa", ""),
+				applied(motd, event.ActionReleased, "", ""),
+			),
+			want: State{Head: 2},
+		},
+		{
 			name: "deleted of an unowned resource changes nothing",
 			recs: numbered(applied(motd, event.ActionDelete, "", "")),
 			want: State{Head: 1},
@@ -469,7 +477,7 @@ var (
 	genIDs      = []string{motd, issue, "directory:/srv", "unit:a b.service", "file:/tmp/<&>\u2028", "file:/\xff", ""}
 	genDigests  = []string{"", "sha256:aa", "sha256:bb", "sha256:cc"}
 	genVersions = []string{"", "v1", "v2", "v3", "v4"}
-	genActions  = []event.Action{event.ActionCreate, event.ActionUpdate, event.ActionUnchanged, event.ActionDelete, event.ActionFailed, "replaced"}
+	genActions  = []event.Action{event.ActionCreate, event.ActionUpdate, event.ActionUnchanged, event.ActionDelete, event.ActionFailed, event.ActionReleased, "replaced"}
 	genTriggers = []event.Trigger{event.TriggerPushed, event.TriggerStart, event.TriggerReconnect, event.TriggerTimer, event.TriggerManual}
 	genGarbage  = []string{`{`, `[1]`, `"x"`, `{"action":5}`, `{"pid":"one","version":2}`, `{"plan":{}}`, `{"resources":"x"}`, `{"started":"yesterday"}`, `nul`,
 		`{"version":"v1"} x`, `{} {}`, `{"action":"created"}]`, `  `, `5`, `null`}

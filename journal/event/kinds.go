@@ -110,6 +110,11 @@ const (
 	ActionDelete    Action = "deleted"
 	ActionUnchanged Action = "unchanged"
 	ActionFailed    Action = "failed"
+	// ActionReleased: no longer declared, and left in place rather than
+	// removed, because something else retires it: a host version
+	// directory is the running host's or its predecessor's until the
+	// upgrade logic retires it (version.retired).
+	ActionReleased Action = "released"
 )
 
 // Step is one planned change: the intent journaled before it is made.

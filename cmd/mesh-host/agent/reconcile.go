@@ -36,8 +36,14 @@ type Reconciler struct {
 	Root *drivers.Root
 	// Parallel bounds concurrent observes and applies; 0 means 8.
 	Parallel int
-	Log      *slog.Logger
-	Now      func() time.Time
+	// Release reports whether an owned resource that is no longer declared
+	// is released (disowned and left in place) instead of removed: a host
+	// version directory, which the upgrade logic retires, since the
+	// running version and its predecessor must outlive the declaration
+	// that delivered them. Nil releases nothing.
+	Release func(id string) bool
+	Log     *slog.Logger
+	Now     func() time.Time
 }
 
 // Request is one reconcile's input.
@@ -202,7 +208,11 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 		steps = append(steps, &Step{ID: id, Spec: spec})
 	}
 	for id := range req.Owned {
-		if !declared[id] {
+		switch {
+		case declared[id]:
+		case rc.Release != nil && rc.Release(id):
+			steps = append(steps, &Step{ID: id, Planned: event.ActionReleased})
+		default:
 			steps = append(steps, &Step{ID: id, Planned: event.ActionDelete})
 		}
 	}
@@ -275,6 +285,10 @@ func (rc *Reconciler) apply(ctx context.Context, steps []*Step) {
 		d, err := rc.driver(s.ID)
 		if err != nil {
 			s.fail(err)
+			return
+		}
+		if s.Planned == event.ActionReleased {
+			s.Outcome = event.ActionReleased // nothing to do but say so
 			return
 		}
 		if s.Spec == nil {
@@ -367,7 +381,7 @@ func levels(steps []*Step) [][]*Step {
 		kind, key, _ := drivers.SplitID(s.ID)
 		depth := strings.Count(key, "/")
 		const dirs = 1000 // room for any depth
-		if s.Planned != event.ActionDelete {
+		if s.Planned != event.ActionDelete && s.Planned != event.ActionReleased {
 			switch kind {
 			case drivers.KindDirectory:
 				return depth

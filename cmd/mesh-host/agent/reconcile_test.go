@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -184,6 +185,37 @@ func TestRemovesOnlyWhatItOwns(t *testing.T) {
 	}
 	if _, ok := b.drv[drivers.KindFile].state["/etc/motd"]; ok {
 		t.Error("an owned file no longer declared was kept")
+	}
+}
+
+// A resource Release says to leave (a host version directory) is disowned
+// when no longer declared, journaled as released, and never removed.
+func TestReleasedIsDisownedAndLeftInPlace(t *testing.T) {
+	b := newBed(t)
+	b.rc.Release = func(id string) bool { return strings.HasPrefix(id, "directory:/opt/mesh-host/versions/") }
+	v1, v2 := dir("/opt/mesh-host/versions/aaa"), dir("/opt/mesh-host/versions/bbb")
+	b.reconcile(event.TriggerManual, v1, file("/etc/motd", "hi"))
+	res := b.reconcile(event.TriggerManual, v2)
+	outcomes := map[string]event.Action{}
+	for _, s := range res.Steps {
+		outcomes[s.ID] = s.Outcome
+	}
+	want := map[string]event.Action{"directory:/opt/mesh-host/versions/aaa": event.ActionReleased, "directory:/opt/mesh-host/versions/bbb": event.ActionCreate, "file:/etc/motd": event.ActionDelete}
+	if !maps.Equal(outcomes, want) {
+		t.Errorf("outcomes %v, want %v", outcomes, want)
+	}
+	if _, ok := b.drv[drivers.KindDirectory].state["/opt/mesh-host/versions/aaa"]; !ok {
+		t.Error("a released version directory was removed")
+	}
+	if _, owned := b.state().Owned["directory:/opt/mesh-host/versions/aaa"]; owned {
+		t.Error("a released resource is still owned")
+	}
+	// Released once: the next reconcile does not mention it again.
+	res = b.reconcile(event.TriggerTimer, v2)
+	for _, s := range res.Steps {
+		if s.ID == "directory:/opt/mesh-host/versions/aaa" {
+			t.Errorf("released again: %+v", s)
+		}
 	}
 }
 
