@@ -323,6 +323,12 @@ type process struct {
 
 func (p *process) start(tb TB, name, bin, logPath string, args []string) {
 	tb.Helper()
+	p.startEnv(tb, name, bin, logPath, args, nil)
+}
+
+// startEnv starts bin with env added to this process's environment.
+func (p *process) startEnv(tb TB, name, bin, logPath string, args, env []string) {
+	tb.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil && p.done != nil {
@@ -338,6 +344,7 @@ func (p *process) start(tb TB, name, bin, logPath string, args []string) {
 	}
 	fmt.Fprintf(log, "==== %s %s\n", bin, strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		log.Close()

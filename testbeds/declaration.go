@@ -16,11 +16,13 @@ type Files map[string]string
 
 // Declare writes a declaration of files (and the directories above them,
 // which the host does not create by itself) for node at revision rev, and
-// returns its path.
-func (b *Bed) Declare(node string, rev uint64, files Files) string {
+// returns its path. extra are more resources, as YAML list items (a
+// Release's ArchiveYAML).
+func (b *Bed) Declare(node string, rev uint64, files Files, extra ...string) string {
 	b.tb.Helper()
 	path := filepath.Join(b.Dir, fmt.Sprintf("%s-r%d.yaml", node, rev))
-	if err := os.WriteFile(path, []byte(DeclarationYAML(Mesh, node, rev, files)), 0o644); err != nil {
+	doc := DeclarationYAML(Mesh, node, rev, files) + strings.Join(extra, "")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		b.tb.Fatalf("%v", err)
 	}
 	return path
