@@ -49,6 +49,7 @@ type cli struct {
 	Declare    declareCmd    `cmd:"" help:"Store a node's declaration and push it to the node."`
 	Nodes      nodesCmd      `cmd:"" help:"Show every node: what it reports and what is declared for it."`
 	JournalCmd journalCmd    `cmd:"" name:"journal" help:"Show a node's journal as the events stream holds it."`
+	Release    releaseCmd    `cmd:"" help:"Deliver a host build to nodes: store it, serve it, and declare it as each node's next host version."`
 	Version    versionCmd    `cmd:"" help:"Print this binary's version."`
 }
 

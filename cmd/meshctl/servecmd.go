@@ -2,7 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"os"
 	"time"
 
 	"github.com/oklog/run"
@@ -17,6 +22,9 @@ type serveCmd struct {
 	Listen       string        `name:"listen" default:"127.0.0.1:4222" placeholder:"HOST:PORT" help:"Where the embedded broker listens for clients (port 0: any free port)."`
 	EventsMaxAge time.Duration `name:"events-max-age" default:"0s" help:"How long the events stream keeps a record (0: forever)."`
 	LogLevel     slog.Level    `name:"log-level" default:"info" placeholder:"LEVEL" help:"Least level logged: debug, info, warn or error."`
+	// Releases are files nodes fetch, beside the broker rather than
+	// through it: an archive is larger than any message the link carries.
+	ReleasesListen string `name:"releases-listen" default:"127.0.0.1:4280" placeholder:"HOST:PORT" help:"Where to serve DATA/releases over HTTP for nodes to fetch host releases (port 0: any free port; \"off\": not at all)."`
 }
 
 func (c *serveCmd) Run(e *env) error {
@@ -54,6 +62,16 @@ func (c *serveCmd) Run(e *env) error {
 	defer nc.Close()
 
 	var g run.Group
+	if c.ReleasesListen != "off" {
+		if err := c.serveReleases(&g, a, log); err != nil {
+			// Another serve on this machine may hold the port (several
+			// may serve one mesh): the hellos matter more than the files,
+			// and what control.json records is left to the one serving.
+			log.Error("releases are not served", "err", err)
+		}
+	} else if err := a.SetReleasesURL(""); err != nil {
+		return failed("record the releases address: %v", err)
+	}
 	{ // Streams and bucket in place, then every node's hello answered.
 		ctx, cancel := context.WithCancel(e.ctx)
 		svc := &control.Service{Conn: nc, Mesh: a.Mesh, Log: log, EventsMaxAge: c.EventsMaxAge}
@@ -72,5 +90,49 @@ func (c *serveCmd) Run(e *env) error {
 		return failed("%v", err)
 	}
 	log.Info("meshctl stopped")
+	return nil
+}
+
+// serveReleases adds to g an HTTP server of the authority's releases
+// directory on c.ReleasesListen, and records its URL for release when the
+// address names a host nodes can reach (not 0.0.0.0 or ::).
+func (c *serveCmd) serveReleases(g *run.Group, a *control.Authority, log *slog.Logger) error {
+	if err := os.MkdirAll(a.ReleasesDir(), 0o755); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.ReleasesListen)
+	if err != nil {
+		return fmt.Errorf("%w (give --releases-listen another address, or off)", err)
+	}
+	addr := ln.Addr().(*net.TCPAddr)
+	url := ""
+	if !addr.IP.IsUnspecified() {
+		url = "http://" + addr.String()
+	}
+	if err := a.SetReleasesURL(url); err != nil {
+		ln.Close()
+		return fmt.Errorf("record the releases address: %w", err)
+	}
+	if url == "" {
+		log.Warn("releases served on every address: give meshctl release --url, the base URL nodes reach", "listen", addr.String(), "dir", a.ReleasesDir())
+	} else {
+		log.Info("releases served", "url", url, "dir", a.ReleasesDir())
+	}
+	srv := &http.Server{
+		Handler:           &control.ReleaseServer{Dir: a.ReleasesDir(), Log: log},
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	g.Add(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("releases server: %w", err)
+		}
+		return nil
+	}, func(error) {
+		// Downloads in flight end with the service: a node retries its
+		// apply on its next reconcile.
+		srv.Close()
+	})
 	return nil
 }

@@ -36,12 +36,15 @@ const (
 	jetstreamDir     = "jetstream"
 )
 
-// Config is DIR/control.json: which mesh the authority serves, and where
-// its broker listens (written by serve; read by enrol and the operator
-// commands when no address is given).
+// Config is DIR/control.json: which mesh the authority serves, where its
+// broker listens and where it serves releases (written by serve; read by
+// enrol and the operator commands when no address is given).
 type Config struct {
 	Mesh string   `json:"mesh"`
 	URLs []string `json:"urls,omitempty"`
+	// ReleasesURL is the base URL nodes fetch releases from, when serve
+	// knows one (it listens on a given address).
+	ReleasesURL string `json:"releases_url,omitempty"`
 }
 
 // Authority is the signing side of a mesh's security: the operator every
@@ -342,7 +345,31 @@ func ReadConfig(dir string) (Config, error) {
 // SetURLs records where the broker listens, for enrol and the operator
 // commands.
 func (a *Authority) SetURLs(urls []string) error {
-	return writeConfig(a.Dir, Config{Mesh: a.Mesh, URLs: urls})
+	return a.updateConfig(func(c *Config) { c.URLs = urls })
+}
+
+// SetReleasesURL records the base URL nodes fetch releases from, for
+// release; "" records none.
+func (a *Authority) SetReleasesURL(url string) error {
+	return a.updateConfig(func(c *Config) { c.ReleasesURL = url })
+}
+
+// ReleasesURL returns the base URL control.json records for releases.
+func (a *Authority) ReleasesURL() (string, error) {
+	c, err := ReadConfig(a.Dir)
+	return c.ReleasesURL, err
+}
+
+// updateConfig rewrites control.json with change applied, keeping what
+// change does not touch.
+func (a *Authority) updateConfig(change func(*Config)) error {
+	c, err := ReadConfig(a.Dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	c.Mesh = a.Mesh
+	change(&c)
+	return writeConfig(a.Dir, c)
 }
 
 // URLs returns the broker addresses control.json records.

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// hostArchive writes a tar.gz holding an executable mesh-host.
+func hostArchive(t *testing.T, path string) {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	body := "#!/bin/sh\necho a host\n"
+	if err := tw.WriteHeader(&tar.Header{Name: "mesh-host", Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(tw, body)
+	tw.Close()
+	zw.Close()
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReleaseCommand: serve serves DATA/releases and records where; release
+// stores the build there and declares it to each node, whose declaration
+// names a source that serves the very bytes.
+func TestReleaseCommand(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	archive := filepath.Join(dir, "build.tar.gz")
+	hostArchive(t, archive)
+
+	// Before serve ever ran, there is no URL to name.
+	if code, _, _ := meshctl(t, "--data", data, "init"); code != exitOK {
+		t.Fatal("init failed")
+	}
+	if code, _, stderr := meshctl(t, "--data", data, "release", archive, "--nodes", "web-1"); code != exitRefused || !strings.Contains(stderr, "no releases URL: start `meshctl serve`") {
+		t.Errorf("release before serve: %d %q", code, stderr)
+	}
+
+	serve(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--releases-listen", "127.0.0.1:0")
+	cfg, err := control.ReadConfig(data)
+	if err != nil || !regexp.MustCompile(`^http://127\.0\.0\.1:[1-9][0-9]*$`).MatchString(cfg.ReleasesURL) {
+		t.Fatalf("control.json %+v, %v: want the releases URL", cfg, err)
+	}
+
+	code, stdout, stderr := meshctl(t, "--data", data, "release", archive, "--nodes", "web-1,web-2")
+	if code != exitOK {
+		t.Fatalf("release: %d\n%s%s", code, stdout, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 3 || !regexp.MustCompile(`^release sha256:[0-9a-f]{64} \(tar\.gz\): nodes fetch http://127\.0\.0\.1:\d+/[0-9a-f]{64}\.tar\.gz into /opt/mesh-host/versions/[0-9a-f]{64}$`).MatchString(lines[0]) ||
+		lines[1] != "web-1 is offline: it will get revision 1 when it reconnects" || lines[2] != "web-2 is offline: it will get revision 1 when it reconnects" {
+		t.Errorf("release printed:\n%s", stdout)
+	}
+
+	// What is stored for web-1 names a source serving the archive.
+	urls, _ := control.ReadConfig(data)
+	nc, err := control.Dial(mustOpen(t, data), urls.URLs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	d := desired(t, nc, "web-1")
+	if d.Revision != 1 || len(d.Resources) != 1 {
+		t.Fatalf("web-1's declaration: %+v", d)
+	}
+	doc, _ := d.MarshalJSON()
+	source := regexp.MustCompile(`"source":"([^"]+)"`).FindSubmatch(doc)
+	if source == nil {
+		t.Fatalf("no source in %s", doc)
+	}
+	resp, err := http.Get(string(source[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want, _ := os.ReadFile(archive)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(got, want) {
+		t.Errorf("GET %s: %s, %d bytes; want the archive's %d", source[1], resp.Status, len(got), len(want))
+	}
+
+	// --url overrides; refusals are exit 2.
+	code, stdout, _ = meshctl(t, "--data", data, "release", archive, "--nodes", "web-1", "--url", "https://releases.example/mesh/")
+	if code != exitOK || !strings.Contains(stdout, "nodes fetch https://releases.example/mesh/") || !strings.Contains(stdout, "web-1 is offline: it will get revision 2") {
+		t.Errorf("release --url: %d\n%s", code, stdout)
+	}
+	for _, args := range [][]string{
+		{"release", archive, "--nodes", "Web-1"},
+		{"release", archive, "--nodes", "web-1", "--url", "ftp://x"},
+		{"release", filepath.Join(dir, "missing.tar.gz"), "--nodes", "web-1"},
+		{"release", filepath.Join(data, "control.json"), "--nodes", "web-1"},
+	} {
+		if code, _, stderr := meshctl(t, append([]string{"--data", data}, args...)...); code != exitRefused {
+			t.Errorf("%v: exit %d, want %d: %s", args, code, exitRefused, stderr)
+		}
+	}
+}
+
+// TestServeReleasesOff: --releases-listen off serves nothing and records
+// no URL.
+func TestServeReleasesOff(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	serve(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--releases-listen", "off")
+	if cfg, err := control.ReadConfig(data); err != nil || cfg.ReleasesURL != "" || len(cfg.URLs) != 1 {
+		t.Errorf("control.json %+v, %v", cfg, err)
+	}
+}
+
+func mustOpen(t *testing.T, data string) *control.Authority {
+	t.Helper()
+	a, err := control.Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// desired reads node's stored declaration.
+func desired(t *testing.T, nc *nats.Conn, node string) *declaration.Declaration {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), linkproto.DesiredBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(context.Background(), linkproto.DesiredKey("home", node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := declaration.DecodeStored(e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}

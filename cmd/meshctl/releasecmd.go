@@ -1,0 +1,69 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"time"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// releaseCmd delivers a host build: it keeps the archive in DATA/releases
+// (which serve serves) and, for each node, declares its stored declaration
+// again with the release's archive resource in place of the previous one,
+// one revision later.
+type releaseCmd struct {
+	Archive string        `arg:"" name:"ARCHIVE" type:"existingfile" help:"The host build: a tar.gz, tar.zst, tar or zip holding an executable mesh-host at its top."`
+	Nodes   []string      `name:"nodes" required:"" sep:"," placeholder:"NODE" help:"The nodes to deliver it to, separated by commas."`
+	URL     string        `name:"url" placeholder:"BASE" help:"Base URL nodes fetch releases from (default: where serve records it serves DATA/releases)."`
+	Wait    time.Duration `name:"wait" default:"0s" help:"How long to wait for each node to report the apply (0: do not wait)."`
+}
+
+func (c *releaseCmd) Run(e *env) error {
+	for _, n := range c.Nodes {
+		if err := linkproto.ValidName(n); err != nil {
+			return refused("--nodes: %v", err)
+		}
+	}
+	a, err := e.authority()
+	if err != nil {
+		return err
+	}
+	base := c.URL
+	if base == "" {
+		if base, err = a.ReleasesURL(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return failed("%v", err)
+		}
+		if base == "" {
+			return refused("no releases URL: start `meshctl serve` (it records where it serves releases) or give --url")
+		}
+	}
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return refused("--url %q: want http://HOST[:PORT][/PATH] or https://…", base)
+	}
+
+	r, err := control.StoreRelease(a.ReleasesDir(), c.Archive)
+	if err != nil {
+		return err
+	}
+	res := r.Resource(base)
+	fmt.Fprintf(e.stdout, "release %s (%s): nodes fetch %s into %s/%s\n", r.Digest, r.Format, res.Source, control.VersionsDir, r.Version())
+
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	// Every node is tried: one node's refusal says nothing about the
+	// next.
+	var errs []error
+	for _, n := range c.Nodes {
+		if err := cl.Release(e.ctx, e.stdout, n, res, control.DeclareOptions{Wait: c.Wait}); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
