@@ -1,0 +1,399 @@
+package testbeds_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/testbeds"
+	"github.com/mesh-host/mesh-host/upgrade"
+)
+
+// The upgrade proofs: the host built more than once, delivered as release
+// archives by ordinary declarations, run by the real launcher script.
+
+var (
+	buildsOnce sync.Once
+	builds     map[string]string // version → mesh-host binary
+	buildsErr  error
+)
+
+// hostBuilds builds mesh-host as versions v2 and v3 (bins is "bed"), once
+// per test binary.
+func hostBuilds(t testing.TB) map[string]string {
+	t.Helper()
+	buildsOnce.Do(func() {
+		builds = map[string]string{"bed": bins.MeshHost}
+		for _, v := range []string{"v2", "v3"} {
+			dir, err := os.MkdirTemp("", "mesh-beds-"+v+"-")
+			if err != nil {
+				buildsErr = err
+				return
+			}
+			b, err := testbeds.Build(dir, v)
+			if err != nil {
+				buildsErr = err
+				return
+			}
+			builds[v] = b.MeshHost
+		}
+	})
+	if buildsErr != nil {
+		t.Fatal(buildsErr)
+	}
+	return builds
+}
+
+// launcher writes the launcher script the package ships into the bed.
+func launcher(t testing.TB, b *testbeds.Bed) string {
+	t.Helper()
+	p := filepath.Join(b.Dir, "launcher")
+	if err := os.WriteFile(p, upgrade.Launcher, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// upgradeBed is a bed with one host installed at the first version and
+// running under the launcher.
+type upgradeBed struct {
+	*testbeds.Bed
+	h     *testbeds.Host
+	first string // the installed version's name
+	dir   string // scratch for archives
+}
+
+func newUpgradeBed(t *testing.T, env ...string) *upgradeBed {
+	t.Helper()
+	b := beds(t)
+	hostBuilds(t)
+	u := &upgradeBed{Bed: b, h: b.AddHost("web-1"), dir: t.TempDir()}
+	var err error
+	if u.first, err = u.h.Install(bins.MeshHost); err != nil {
+		t.Fatal(err)
+	}
+	u.h.StartLauncher(launcher(t, b), append([]string{"MESH_HOST_RESTART_DELAY=0"}, env...)...)
+	u.waitVersion(t, u.first)
+	// Revision 1: something to hold, and the first completed reconcile,
+	// which confirms the installed version.
+	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 1, testbeds.Files{"/etc/motd": "hi\n"}))
+	testbeds.Eventually(t, 30*time.Second, "the installed version confirms itself", func() error {
+		if got := knownGood(t, u.h); got != u.first {
+			return fmt.Errorf("known-good is %q", got)
+		}
+		return nil
+	})
+	return u
+}
+
+// release packs bin as a release archive.
+func (u *upgradeBed) release(t *testing.T, bin string) testbeds.Release {
+	t.Helper()
+	r, err := testbeds.Pack(bin, u.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// nodeVersion is the version meshctl nodes reports for web-1.
+func (u *upgradeBed) nodeVersion() (string, error) {
+	r := u.Meshctl("nodes", "--json")
+	if r.Code != 0 {
+		return "", errors.New(r.String())
+	}
+	var nodes []struct {
+		Node    string `json:"node"`
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil {
+		return "", fmt.Errorf("%v: %s", err, r.Stdout)
+	}
+	for _, n := range nodes {
+		if n.Node == "web-1" {
+			return n.Version, nil
+		}
+	}
+	return "", errors.New("web-1 not listed yet")
+}
+
+// waitVersion waits until the control plane hears web-1 run version.
+func (u *upgradeBed) waitVersion(t *testing.T, version string) {
+	t.Helper()
+	testbeds.Eventually(t, 60*time.Second, "web-1 reports version "+version, func() error {
+		got, err := u.nodeVersion()
+		if err != nil {
+			return err
+		}
+		if got != version {
+			return fmt.Errorf("web-1 reports %q", got)
+		}
+		return nil
+	})
+}
+
+// versions lists the version directories on web-1's disk.
+func (u *upgradeBed) versions(t *testing.T) []string {
+	t.Helper()
+	vs, err := upgrade.List(filepath.Join(u.h.Root, testbeds.VersionsDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range vs {
+		names = append(names, v.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func knownGood(t *testing.T, h *testbeds.Host) string {
+	t.Helper()
+	v, err := upgrade.ReadKnownGood(h.StateDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func kinds(recs []event.Record, k event.Kind) []event.Record {
+	var out []event.Record
+	for _, r := range recs {
+		if r.Kind == k {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestDeliveredVersionRunsAndIsReported: a second version declared to a
+// host running the first: the host stands aside between reconciles, the
+// launcher starts the second, and the control plane hears it named.
+func TestDeliveredVersionRunsAndIsReported(t *testing.T) {
+	u := newUpgradeBed(t)
+	v2 := u.release(t, builds["v2"])
+	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 2, testbeds.Files{"/etc/motd": "hi\n"}, v2.ArchiveYAML()), "--wait", "0")
+	u.waitVersion(t, v2.Version())
+
+	recs := u.h.Records()
+	aside := kinds(recs, event.VersionStoodAside)
+	if len(aside) != 1 {
+		t.Fatalf("%d version.stood-aside records, want 1", len(aside))
+	}
+	var started []string
+	for _, r := range kinds(recs, event.HostStarted) {
+		var p event.HostStartedPayload
+		_ = json.Unmarshal(r.Payload, &p)
+		started = append(started, p.Version)
+	}
+	if len(started) != 2 || started[0] != u.first || started[1] != v2.Version() {
+		t.Errorf("host.started versions %v, want [%s %s]", started, u.first, v2.Version())
+	}
+	testbeds.Eventually(t, 30*time.Second, "the second version confirms itself", func() error {
+		if got := knownGood(t, u.h); got != v2.Version() {
+			return fmt.Errorf("known-good is %q", got)
+		}
+		return nil
+	})
+	// Both stay: the running one and its predecessor.
+	if got, want := u.versions(t), sorted(u.first, v2.Version()); !slices.Equal(got, want) {
+		t.Errorf("versions on disk %v, want %v", got, want)
+	}
+	if !u.h.Running() {
+		t.Errorf("the launcher exited:\n%s", u.h.Log())
+	}
+}
+
+func sorted(s ...string) []string { slices.Sort(s); return s }
+
+// TestStandsAsideOnlyAfterTheApplyInFlight: a version delivered in the same
+// declaration as a large apply: the apply completes and is journaled, and
+// only then does the host stand aside.
+func TestStandsAsideOnlyAfterTheApplyInFlight(t *testing.T) {
+	u := newUpgradeBed(t)
+	v2 := u.release(t, builds["v2"])
+	files := testbeds.Files{}
+	for i := range 1000 {
+		files[fmt.Sprintf("/etc/app/f%04d.conf", i)] = fmt.Sprintf("file %d\n", i)
+	}
+	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 2, files, v2.ArchiveYAML()), "--wait", "0")
+	u.waitVersion(t, v2.Version())
+
+	recs := u.h.Records()
+	var completed, aside uint64
+	for _, r := range recs {
+		switch r.Kind {
+		case event.ReconcileCompleted:
+			var p event.ReconcileCompletedPayload
+			_ = json.Unmarshal(r.Payload, &p)
+			if p.Revision == 2 && completed == 0 {
+				completed = r.Seq
+			}
+		case event.VersionStoodAside:
+			if aside == 0 {
+				aside = r.Seq
+			}
+		}
+	}
+	if completed == 0 || aside == 0 || aside < completed {
+		t.Fatalf("revision 2 completed at #%d, stood aside at #%d: the apply must finish first", completed, aside)
+	}
+	// Nothing was cut short: every file is there, nothing is pending.
+	for _, r := range recs[:aside] {
+		if r.Kind == event.ResourceApplied && strings.Contains(string(r.Payload), `"failed"`) {
+			t.Errorf("an outcome failed before standing aside: %+v", r)
+		}
+	}
+	if got := readRoot(t, u.h, "etc/app/f0999.conf"); got != "file 999\n" {
+		t.Errorf("the last file holds %q", got)
+	}
+}
+
+// TestNewestIsTheLastArrived: two versions delivered whose names sort the
+// other way round: the one that arrived last runs.
+func TestNewestIsTheLastArrived(t *testing.T) {
+	u := newUpgradeBed(t)
+	v2, v3 := u.release(t, builds["v2"]), u.release(t, builds["v3"])
+	named := func(r testbeds.Release, name string) string {
+		return strings.Replace(r.ArchiveYAML(), "/${version}", "/"+name, 1)
+	}
+	// zz arrives first (revision 2), aa last (revision 3).
+	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 2, nil, named(v2, "zz")), "--wait", "0")
+	u.waitVersion(t, "zz")
+	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 3, nil, named(v2, "zz"), named(v3, "aa")), "--wait", "0")
+	u.waitVersion(t, "aa")
+	newest, ok, err := upgrade.Newest(filepath.Join(u.h.Root, testbeds.VersionsDir))
+	if err != nil || !ok || newest.Name != "aa" {
+		t.Errorf("upgrade.Newest = %+v, %v, %v; want aa", newest, ok, err)
+	}
+}
+
+// TestConfirmedVersionRetiresAllButItsPredecessor: after the third version
+// confirms, the first is gone and the second (its predecessor) is kept.
+func TestConfirmedVersionRetiresAllButItsPredecessor(t *testing.T) {
+	u := newUpgradeBed(t)
+	v2, v3 := u.release(t, builds["v2"]), u.release(t, builds["v3"])
+	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 2, nil, v2.ArchiveYAML()), "--wait", "0")
+	u.waitVersion(t, v2.Version())
+	testbeds.Eventually(t, 30*time.Second, "v2 is known-good", func() error {
+		if got := knownGood(t, u.h); got != v2.Version() {
+			return fmt.Errorf("known-good %q", got)
+		}
+		return nil
+	})
+	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 3, nil, v3.ArchiveYAML()), "--wait", "0")
+	u.waitVersion(t, v3.Version())
+	testbeds.Eventually(t, 30*time.Second, "v3 confirms and retires v1", func() error {
+		if got := knownGood(t, u.h); got != v3.Version() {
+			return fmt.Errorf("known-good %q", got)
+		}
+		if got, want := u.versions(t), sorted(v2.Version(), v3.Version()); !slices.Equal(got, want) {
+			return fmt.Errorf("versions on disk %v, want %v", got, want)
+		}
+		return nil
+	})
+	// Asserted on the directory itself, not only through List.
+	entries, err := os.ReadDir(filepath.Join(u.h.Root, testbeds.VersionsDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := sorted(v2.Version(), v3.Version()); !slices.Equal(sorted(names...), want) {
+		t.Errorf("%s holds %v, want %v", testbeds.VersionsDir, names, want)
+	}
+	if len(kinds(u.h.Records(), event.VersionRetired)) != 1 {
+		t.Errorf("want one version.retired record")
+	}
+}
+
+// badVersion writes a "version" that fails at once, as a build that cannot
+// start on this machine would.
+func badVersion(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "bad-mesh-host")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\necho 'this build cannot start here' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestFailingVersionIsRolledBackOnce: a version that exits 1 on start is
+// tried to the limit, then the known-good one runs again, and the host
+// journals the launcher's decision. No package manager is involved.
+func TestFailingVersionIsRolledBackOnce(t *testing.T) {
+	u := newUpgradeBed(t)
+	bad := u.release(t, badVersion(t, u.dir))
+	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 2, nil, bad.ArchiveYAML()), "--wait", "0")
+	testbeds.Eventually(t, 60*time.Second, "the rollback is journaled", func() error {
+		if !u.h.Running() {
+			return testbeds.Fatal(fmt.Errorf("the launcher exited:\n%s", u.h.Log()))
+		}
+		r := u.h.Run("journal", "--kind", string(event.VersionRolledBack), "--json")
+		recs, _ := testbeds.DecodeRecords(r.Stdout)
+		if len(recs) == 0 {
+			return errors.New("no version.rolled-back yet")
+		}
+		var p event.VersionRolledBackPayload
+		_ = json.Unmarshal(recs[0].Payload, &p)
+		if p.From != bad.Version() || p.To != u.first {
+			return testbeds.Fatal(fmt.Errorf("rolled back %+v, want from %s to %s", p, bad.Version(), u.first))
+		}
+		return nil
+	})
+	u.waitVersion(t, u.first)
+	if got := knownGood(t, u.h); got != u.first {
+		t.Errorf("known-good is %q after the rollback", got)
+	}
+	// Once: the bad version is not started again while it is the newest.
+	starts := strings.Count(u.h.Log(), "this build cannot start here")
+	time.Sleep(2 * time.Second) // a launcher looping on it would show in this window
+	if again := strings.Count(u.h.Log(), "this build cannot start here"); again != starts {
+		t.Errorf("the bad version was started again after the rollback (%d → %d starts)", starts, again)
+	}
+}
+
+// TestPredecessorFailingTooHaltsNamingTheMachine: when the known-good
+// version fails as well, the launcher halts with status 78 and says the
+// machine is the problem, naming both versions.
+func TestPredecessorFailingTooHaltsNamingTheMachine(t *testing.T) {
+	u := newUpgradeBed(t, "MESH_HOST_RESTART_DELAY=1")
+	bad := u.release(t, badVersion(t, u.dir))
+	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 2, nil, bad.ArchiveYAML()), "--wait", "0")
+	// While the bad version fails its first starts, the machine breaks:
+	// its journal is damaged, so no version can start.
+	testbeds.Eventually(t, 30*time.Second, "the bad version has failed once", func() error {
+		version, count, err := upgrade.Failures(u.h.StateDir)
+		if err != nil || version != bad.Version() || count < 1 {
+			return fmt.Errorf("failures: %q %d %v", version, count, err)
+		}
+		return nil
+	})
+	if err := os.WriteFile(filepath.Join(u.h.StateDir, "journal.db"), []byte("not a journal, by any reading"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, err := u.h.Wait(60 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != upgrade.HaltStatus {
+		t.Fatalf("the launcher exited %d, want %d:\n%s", code, upgrade.HaltStatus, u.h.Log())
+	}
+	host, _ := os.Hostname()
+	log := u.h.Log()
+	for _, want := range []string{host, bad.Version(), u.first, "machine"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the halt message does not name %q:\n%s", want, log[max(0, len(log)-2000):])
+		}
+	}
+}
