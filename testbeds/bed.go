@@ -187,7 +187,8 @@ type Control struct {
 // Start starts `meshctl serve` and waits until it answers `meshctl nodes`.
 func (c *Control) Start(extra ...string) {
 	c.bed.tb.Helper()
-	args := append([]string{"--data", c.DataDir, "serve", "--listen", c.Listen}, extra...)
+	// Releases on a port of their own: beds and other tests run at once.
+	args := append([]string{"--data", c.DataDir, "serve", "--listen", c.Listen, "--releases-listen", "127.0.0.1:0"}, extra...)
 	c.proc.start(c.bed.tb, "meshctl", c.bed.bins.Meshctl, filepath.Join(c.bed.Dir, "meshctl.log"), args)
 	Eventually(c.bed.tb, 30*time.Second, "the control service answers", func() error {
 		if !c.proc.running() {

@@ -3,10 +3,13 @@ package testbeds_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,8 +17,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/testbeds"
+	"github.com/mesh-host/mesh-host/upgrade"
 )
 
 // The issue's figures, as benchmarks over real processes. Run them with
@@ -270,4 +275,120 @@ func measure(b *testing.B, pid int, window time.Duration) (cpuPercent, rssMB flo
 		b.Fatal(err)
 	}
 	return 100 * (t1 - t0).Seconds() / time.Since(start).Seconds(), float64(peak) / 1e6
+}
+
+// BenchmarkReleaseTo10Nodes: one host release declared with meshctl
+// release to 10 nodes, each running the first version under the real
+// launcher: the time until meshctl nodes shows every node on the new
+// version (fetched over HTTP from meshctl, unpacked, stood aside for,
+// started, linked, reported).
+func BenchmarkReleaseTo10Nodes(b *testing.B) {
+	const n = 10
+	builds := hostBuilds(b)
+	bed := testbeds.New(b, bins)
+	script := launcher(b, bed)
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("node-%02d", i)
+		h := bed.AddHost(name)
+		if _, err := h.Install(bins.MeshHost); err != nil {
+			b.Fatal(err)
+		}
+		h.StartLauncher(script, "MESH_HOST_RESTART_DELAY=0")
+		names = append(names, name)
+	}
+	rel, err := testbeds.Pack(builds["v2"], b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	allOn := func(version string) error {
+		r := bed.Meshctl("nodes", "--json")
+		var nodes []struct {
+			Node    string `json:"node"`
+			Version string `json:"version"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil {
+			return fmt.Errorf("%v: %s", err, r)
+		}
+		on := 0
+		for _, nd := range nodes {
+			if nd.Version == version {
+				on++
+			}
+		}
+		if on < n {
+			return fmt.Errorf("%d of %d nodes on %s", on, n, version)
+		}
+		return nil
+	}
+	for _, name := range names { // every node has a declaration to extend
+		bed.MustMeshctl("declare", name, bed.Declare(name, 1, testbeds.Files{"/etc/motd": name + "\n"}), "--wait", "0")
+	}
+	b.ResetTimer()
+	start := time.Now()
+	bed.MustMeshctl("release", rel.Path, "--nodes", strings.Join(names, ","))
+	testbeds.Eventually(b, 120*time.Second, "every node reports the release", func() error { return allOn(rel.Version()) })
+	b.ReportMetric(time.Since(start).Seconds(), "s-to-all")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkRollback: a version that exits 1 at once is delivered to a host
+// whose version is confirmed; the launcher tries it to the limit (3, with
+// no delay between starts) and starts the known-good one. Measured from
+// the old host standing aside (the bad version's first start follows at
+// once) to the known-good version's host.started, both journal times.
+func BenchmarkRollback(b *testing.B) {
+	bed := testbeds.New(b, bins)
+	h := bed.AddHost("web-1")
+	first, err := h.Install(bins.MeshHost)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.StartLauncher(launcher(b, bed), "MESH_HOST_RESTART_DELAY=0")
+	bed.MustMeshctl("declare", "web-1", bed.Declare("web-1", 1, testbeds.Files{"/etc/motd": "hi\n"}))
+	testbeds.Eventually(b, 30*time.Second, "the first version confirms", func() error {
+		if v, _ := upgrade.ReadKnownGood(h.StateDir); v != first {
+			return fmt.Errorf("known-good %q", v)
+		}
+		return nil
+	})
+	dir := b.TempDir()
+	badBin := filepath.Join(dir, "bad")
+	if err := os.WriteFile(badBin, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	bad, err := testbeds.Pack(badBin, dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	bed.MustMeshctl("declare", "web-1", bed.Declare("web-1", 2, nil, bad.ArchiveYAML()), "--wait", "0")
+	var aside, back time.Time
+	testbeds.Eventually(b, 60*time.Second, "the known-good version runs again", func() error {
+		recs := h.Records()
+		aside, back = time.Time{}, time.Time{}
+		for _, r := range recs {
+			switch {
+			case r.Kind == event.VersionStoodAside && aside.IsZero():
+				aside = r.Time
+			case r.Kind == event.HostStarted && !aside.IsZero() && r.Time.After(aside):
+				back = r.Time
+			}
+		}
+		if back.IsZero() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	b.ReportMetric(back.Sub(aside).Seconds(), "s-to-rollback")
+	// Disk used per kept version: the version directories as du counts
+	// them, each a static host binary and its marker.
+	du, err := exec.Command("du", "-sk", filepath.Join(h.Root, testbeds.VersionsDir, first)).Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var kb float64
+	fmt.Sscan(string(du), &kb)
+	b.ReportMetric(kb/1024, "MiB-per-version")
+	b.ReportMetric(0, "ns/op")
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -397,3 +398,66 @@ func TestPredecessorFailingTooHaltsNamingTheMachine(t *testing.T) {
 		}
 	}
 }
+
+// TestKilledMidUpgradeLeavesOneRunnableNewest: the host is killed with
+// SIGKILL at random moments of one upgrade after another (delivery,
+// standing aside, the new version's start, its confirmation, retirement).
+// After each kill the disk holds a runnable newest version and a
+// known-good record naming a version that is there, and the mesh goes on.
+func TestKilledMidUpgradeLeavesOneRunnableNewest(t *testing.T) {
+	u := newUpgradeBed(t)
+	v2 := u.release(t, builds["v2"])
+	versionsDir := filepath.Join(u.h.Root, testbeds.VersionsDir)
+	check := func(round int) {
+		t.Helper()
+		newest, ok, err := upgrade.Newest(versionsDir)
+		if err != nil || !ok {
+			t.Fatalf("round %d: no newest version (%v)", round, err)
+		}
+		if fi, err := os.Stat(newest.Executable()); err != nil || fi.Mode()&0o111 == 0 {
+			t.Fatalf("round %d: the newest version %s is not runnable: %v", round, newest.Name, err)
+		}
+		good := knownGood(t, u.h)
+		if good == "" {
+			t.Fatalf("round %d: no known-good record", round)
+		}
+		if _, err := upgrade.Lookup(versionsDir, good); err != nil {
+			t.Fatalf("round %d: known-good %s is not a version on disk: %v", round, good, err)
+		}
+	}
+	for round := range 8 {
+		name := fmt.Sprintf("r%d", round)
+		archive := strings.Replace(v2.ArchiveYAML(), "/${version}", "/"+name, 1)
+		u.MustMeshctl("declare", "web-1", u.Declare("web-1", uint64(round+2), nil, archive), "--wait", "0")
+		time.Sleep(time.Duration(round*80) * time.Millisecond) // a different step each round
+		kids, err := testbeds.Children(u.h.PID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range kids {
+			_ = syscallKill(k)
+		}
+		t.Logf("round %d: killed %v %s after declaring %s", round, kids, time.Duration(round*80)*time.Millisecond, name)
+		// The launcher starts a host again; once it serves, look.
+		testbeds.Eventually(t, 60*time.Second, "a host serves again", func() error {
+			if !u.h.Running() {
+				return testbeds.Fatal(fmt.Errorf("the launcher exited:\n%s", u.h.Log()))
+			}
+			if r := u.h.Run("status"); r.Code != 0 {
+				return errors.New(r.String())
+			}
+			return nil
+		})
+		check(round)
+	}
+	// Left alone, the last delivery runs and confirms.
+	testbeds.Eventually(t, 60*time.Second, "the last version runs and confirms", func() error {
+		if got := knownGood(t, u.h); got != "r7" {
+			return fmt.Errorf("known-good %q", got)
+		}
+		return nil
+	})
+	check(8)
+}
+
+func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
