@@ -153,7 +153,7 @@ func (f *folder) fold(s *State, r event.Record) {
 		}
 	case event.HostStarted:
 		if ok = decode(f, r.Payload, &f.host); ok {
-			s.Running = &Running{Version: f.host.Version, PID: f.host.PID, Since: r.Time.UTC(), Seq: r.Seq}
+			s.Running = &Running{Version: f.host.Version, Build: f.host.Build, PID: f.host.PID, Since: r.Time.UTC(), Seq: r.Seq}
 		}
 	case event.VersionDelivered, event.VersionConfirmed, event.VersionRetired:
 		if ok = decode(f, r.Payload, &f.version); ok {

@@ -206,10 +206,15 @@ func TestFold(t *testing.T) {
 		{
 			name: "host.started is running",
 			recs: numbered(
-				rec(event.HostStarted, "", event.HostStartedPayload{Version: "v1", PID: 10}),
+				rec(event.HostStarted, "", event.HostStartedPayload{Version: "v1", PID: 10, Build: "b1"}),
 				rec(event.HostStarted, "", event.HostStartedPayload{Version: "v2", PID: 20}),
 			),
 			want: State{Head: 2, Running: &Running{Version: "v2", PID: 20, Since: at(2), Seq: 2}},
+		},
+		{
+			name: "host.started of a managed version keeps its build",
+			recs: numbered(rec(event.HostStarted, "", event.HostStartedPayload{Version: "abc123", PID: 10, Build: "v1.2"})),
+			want: State{Head: 1, Running: &Running{Version: "abc123", Build: "v1.2", PID: 10, Since: at(1), Seq: 1}},
 		},
 		{
 			name: "version.confirmed is known good",
@@ -534,7 +539,8 @@ func genPayload(t *rapid.T, k event.Kind) any {
 	case event.DeclarationRefused:
 		return event.DeclarationRefusedPayload{Revision: small("revision"), Source: "push", Reason: rapid.String().Draw(t, "reason")}
 	case event.HostStarted:
-		return event.HostStartedPayload{Version: str("version", genVersions), PID: rapid.IntRange(0, 1<<22).Draw(t, "pid")}
+		return event.HostStartedPayload{Version: str("version", genVersions), PID: rapid.IntRange(0, 1<<22).Draw(t, "pid"),
+			Build: rapid.SampledFrom([]string{"", "dev", "v1.2"}).Draw(t, "build")}
 	case event.VersionDelivered, event.VersionConfirmed, event.VersionRetired:
 		return event.VersionPayload{Version: str("version", genVersions)}
 	case event.VersionStoodAside:

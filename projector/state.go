@@ -92,7 +92,10 @@ type Reconcile struct {
 // Running is the host process that started last, from its host.started
 // record.
 type Running struct {
+	// Version is the running version (see event.HostStartedPayload);
+	// Build the link-time version when that differs.
 	Version string `json:"version,omitempty"`
+	Build   string `json:"build,omitempty"`
 	PID     int    `json:"pid,omitempty"`
 	// Since is the host.started record's time, Seq its seq.
 	Since time.Time `json:"since,omitzero"`

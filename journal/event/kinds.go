@@ -171,10 +171,14 @@ type DriftObservedPayload struct {
 	Seen    string   `json:"seen"`    // digest of the state found
 }
 
-// HostStartedPayload records a host process starting.
+// HostStartedPayload records a host process starting. Version is the
+// running version: the version directory's name when the process runs from
+// one (a managed version), else the link-time version. Build is the
+// link-time version beside a directory's name; empty when Version is it.
 type HostStartedPayload struct {
 	Version string `json:"version"`
 	PID     int    `json:"pid"`
+	Build   string `json:"build,omitempty"`
 }
 
 // VersionPayload names one host version (its artifact digest) for delivered,
