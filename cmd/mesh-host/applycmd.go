@@ -150,8 +150,12 @@ func appendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 // else the file, opened here.
 func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) error) error {
 	if e.held != nil {
-		defer e.held.afterReconcile()
 		e.held.reconciling.Lock()
+		if e.held.standingAside {
+			e.held.reconciling.Unlock()
+			return failed("the service is standing aside for a newer version; nothing was done: ask again once it is back")
+		}
+		defer e.held.afterClientReconcile()
 		defer e.held.reconciling.Unlock()
 		return fn(e.held.j)
 	}
@@ -175,7 +179,7 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 // globalArgs repeats the global flags that change what a command does to
 // the machine, for a command forwarded to the service.
 func (e *env) globalArgs() []string {
-	return []string{"--root", e.cli.Root, "--own-unit", e.cli.OwnUnit, "--parallel", strconv.Itoa(e.cli.Parallel)}
+	return []string{"--root", e.cli.Root, "--versions", e.cli.Versions, "--own-unit", e.cli.OwnUnit, "--parallel", strconv.Itoa(e.cli.Parallel)}
 }
 
 // shortDigest abbreviates a sha256 digest for a person.
@@ -238,6 +242,7 @@ func (e *env) reconciler(j *journal.Journal) (*agent.Reconciler, error) {
 		Drivers:  newDrivers(root),
 		Root:     root,
 		Parallel: e.cli.Parallel,
+		Release:  releaseVersions(e.cli.Versions),
 		Now:      e.now,
 	}, nil
 }

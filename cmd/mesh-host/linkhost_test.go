@@ -169,7 +169,7 @@ func runLoop(t *testing.T, c *serveCmd, ctx context.Context, wake chan event.Tri
 	t.Helper()
 	out := make(chan error, 1)
 	go func() {
-		out <- c.reconcileLoop(ctx, wake, p.reconcile, func() { p.done <- struct{}{} }, slog.New(slog.DiscardHandler))
+		out <- c.reconcileLoop(ctx, loopHooks{wake: wake, reconcile: p.reconcile, done: func() { p.done <- struct{}{} }}, slog.New(slog.DiscardHandler))
 	}()
 	return out
 }

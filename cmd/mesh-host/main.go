@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/mesh-host/mesh-host/upgrade"
 )
 
 // version is the running binary's version, set at link time
@@ -44,6 +46,7 @@ type cli struct {
 	Journal  string `name:"journal" env:"MESH_HOST_JOURNAL" help:"Journal file to open directly, never through the service (default: STATE-DIR/journal.db)."`
 	Socket   string `name:"socket" env:"MESH_HOST_SOCKET" help:"The running service's socket (default: STATE-DIR/control.sock)."`
 	Root     string `name:"root" env:"MESH_HOST_ROOT" default:"/" type:"path" help:"The root prefix the host manages: / on a node, a sandbox directory in tests and demos."`
+	Versions string `name:"versions" default:"${versions_dir}" help:"Directory of the host's own versions, under --root: VERSIONS/NAME/mesh-host, delivered as archives. Archives there outlive the declaration that delivered them until the host retires them."`
 	OwnUnit  string `name:"own-unit" default:"mesh-host.service" help:"The host's own unit, which no declaration may name."`
 	Parallel int    `name:"parallel" default:"8" help:"How many resources to observe or apply at once."`
 
@@ -128,6 +131,7 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, held *
 		kong.Description("The node agent of a mesh: holds this machine in its declared state and remembers every change and its cause."),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
+		kong.Vars{"versions_dir": upgrade.DefaultVersionsDir},
 	)
 	if err != nil {
 		fmt.Fprintf(stderr, "mesh-host: %v\n", err)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -26,6 +25,11 @@ import (
 // declaration accepted, on the drift timer), compacts the journal daily and,
 // when the host is enrolled (STATE-DIR/link.json), runs the link to the
 // control plane. Without an enrolment it runs offline.
+//
+// Between reconciles it looks after its own version (hostVersion): its
+// first completed reconcile confirms it, and a newer version delivered, or
+// its executable replaced, makes it stand aside: it journals
+// version.stood-aside and exits 0, for the launcher to start the newer one.
 type serveCmd struct {
 	DriftInterval     time.Duration `name:"drift-interval" default:"10m" help:"How often to look for drift: change the mesh did not make."`
 	CompactEvery      time.Duration `name:"compact-every" default:"24h" help:"How often to drop records older than the retention window."`
@@ -40,6 +44,11 @@ func (c *serveCmd) Run(e *env) error {
 		return refused("serve cannot be asked of a running service")
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	if !filepath.IsAbs(e.cli.Versions) {
+		return refused("--versions %s: a path under --root must be absolute", e.cli.Versions)
+	}
+	// Which executable this is, before anything could replace it.
+	hv := resolveVersion(version, e.cli.Root, e.cli.Versions, e.cli.StateDir, log)
 	enrolled, creds, linked, err := enrolment(e.cli.StateDir)
 	if err != nil {
 		return refused("%v", err)
@@ -52,31 +61,34 @@ func (c *serveCmd) Run(e *env) error {
 	if err := j.Check(); err != nil {
 		return failed("%v", err)
 	}
-	started, err := j.Append(event.New(event.HostStarted, 0, "", event.HostStartedPayload{Version: version, PID: os.Getpid()}))
+	started, err := j.Append(event.New(event.HostStarted, 0, "", hv.startedPayload()))
 	if err != nil {
 		return failed("record start: %v", err)
+	}
+	if err := hv.atStart(j); err != nil {
+		return failed("%v", err)
 	}
 	sock, err := localsock.Listen(e.cli.socketPath())
 	if err != nil {
 		return failed("%v", err)
 	}
 
-	held := &heldJournal{j: j}
+	held := &heldJournal{j: j, clientReconciled: make(chan struct{}, 1)}
 	host := newLinkHost(e, held)
 	var lnk *link.Link
 	if linked {
 		lnk, err = link.New(link.Config{
 			Mesh: enrolled.Mesh, Node: enrolled.Node, URLs: enrolled.URLs, CredsFile: creds,
-			Version: version, HeartbeatInterval: c.HeartbeatInterval, Log: log.With("component", "link"),
+			Version: hv.name(), HeartbeatInterval: c.HeartbeatInterval, Log: log.With("component", "link"),
 		}, host, j)
 		if err != nil {
 			return refused("%s: %v", filepath.Join(e.cli.StateDir, linkConfigFile), err)
 		}
 		held.reconciled = lnk.Reconciled
-		log.Info("mesh-host serving", "version", version, "journal", j.Path(), "socket", e.cli.socketPath(), "start_seq", started[0].Seq,
+		log.Info("mesh-host serving", "version", hv.name(), "build", version, "managed", hv.managed, "journal", j.Path(), "socket", e.cli.socketPath(), "start_seq", started[0].Seq,
 			"mesh", enrolled.Mesh, "node", enrolled.Node, "broker", strings.Join(enrolled.URLs, ","))
 	} else {
-		log.Info("mesh-host serving", "version", version, "journal", j.Path(), "socket", e.cli.socketPath(), "start_seq", started[0].Seq,
+		log.Info("mesh-host serving", "version", hv.name(), "build", version, "managed", hv.managed, "journal", j.Path(), "socket", e.cli.socketPath(), "start_seq", started[0].Seq,
 			"link", "none: not enrolled, running offline")
 	}
 
@@ -94,13 +106,19 @@ func (c *serveCmd) Run(e *env) error {
 		// accepted and on the drift timer.
 		ctx, cancel := context.WithCancel(e.ctx)
 		g.Add(func() error {
-			return c.reconcileLoop(ctx, host.wake, func(ctx context.Context, trigger event.Trigger) (*agent.Result, error) {
-				held.reconciling.Lock()
-				defer held.reconciling.Unlock()
-				re := *e
-				re.ctx = ctx
-				return re.reconcileStored(held.j, trigger, true)
-			}, held.afterReconcile, log)
+			return c.reconcileLoop(ctx, loopHooks{
+				wake: host.wake,
+				reconcile: func(ctx context.Context, trigger event.Trigger) (*agent.Result, error) {
+					held.reconciling.Lock()
+					defer held.reconciling.Unlock()
+					re := *e
+					re.ctx = ctx
+					return re.reconcileStored(held.j, trigger, true)
+				},
+				done:    held.afterReconcile,
+				between: betweenReconciles(hv, held, log),
+				look:    held.clientReconciled,
+			}, log)
 		}, func(error) { cancel() })
 	}
 	if lnk != nil { // The link: pushes down, events and heartbeats up.
@@ -124,11 +142,43 @@ func (c *serveCmd) Run(e *env) error {
 			return nil
 		}, func(error) { cancel() })
 	}
-	if err := g.Run(); err != nil {
+	if err := g.Run(); errors.Is(err, errStoodAside) {
+		log.Info("mesh-host stood aside for a newer version; exiting 0 for the launcher to start it", "version", hv.name())
+		return nil
+	} else if err != nil {
 		return failed("%v", err)
 	}
 	log.Info("mesh-host stopped")
 	return nil
+}
+
+// betweenReconciles is the reconcile loop's between: with no reconcile
+// running (it holds the reconcile lock, so none a client asks for runs
+// either), hv confirms and decides; standing aside is journaled, and ends
+// the loop with errStoodAside.
+func betweenReconciles(hv *hostVersion, held *heldJournal, log *slog.Logger) func(completed bool) error {
+	return func(completed bool) error {
+		held.reconciling.Lock()
+		defer held.reconciling.Unlock()
+		aside, err := hv.between(completed)
+		if errors.Is(err, journal.ErrClosed) {
+			return nil
+		}
+		if err != nil {
+			log.Error("between reconciles", "err", err)
+		}
+		if aside == nil {
+			return nil
+		}
+		if _, err := held.j.Append(event.New(event.VersionStoodAside, 0, "", *aside)); err != nil {
+			// Not journaled, so not done: the next look tries again.
+			log.Error("journal standing aside", "err", err)
+			return nil
+		}
+		held.standingAside = true
+		log.Info("standing aside", "running", aside.Running, "newer", aside.Newer, "reason", aside.Reason)
+		return errStoodAside
+	}
 }
 
 // enrolment reads the link's configuration and checks the credentials
@@ -170,23 +220,48 @@ func (c *serveCmd) compactLoop(ctx context.Context, j *journal.Journal, requireA
 	}
 }
 
+// loopHooks are what the reconcile loop is wired to.
+type loopHooks struct {
+	// wake carries the trigger of a declaration accepted.
+	wake <-chan event.Trigger
+	// reconcile runs one reconcile.
+	reconcile func(context.Context, event.Trigger) (*agent.Result, error)
+	// done is called after each completed reconcile (a heartbeat is due).
+	done func()
+	// between, when set, is called after each reconcile returns (completed
+	// says whether it completed) and on each look, never during a
+	// reconcile; an error ends the loop with it.
+	between func(completed bool) error
+	// look asks for a between with no reconcile of the loop's own: a
+	// client's reconcile completed.
+	look <-chan struct{}
+}
+
 // reconcileLoop reconciles at start, then on each trigger: a declaration
 // accepted (pushed, reconnect; several during one apply make one reconcile
 // of the latest) and the drift timer, which restarts after every reconcile.
 // After each completed reconcile it calls done (a heartbeat goes up). A
 // failing reconcile is journaled and logged; the loop goes on (it is what
-// repairs).
+// repairs). After each reconcile returns, and on each look, it calls
+// between, which may end it (the host stands aside).
 //
 // When ctx ends, the reconcile in flight is not cancelled: it finishes and
 // is journaled, unless it takes longer than StopTimeout more.
-func (c *serveCmd) reconcileLoop(ctx context.Context, wake <-chan event.Trigger, reconcile func(context.Context, event.Trigger) (*agent.Result, error), done func(), log *slog.Logger) error {
+func (c *serveCmd) reconcileLoop(ctx context.Context, h loopHooks, log *slog.Logger) error {
 	trigger := event.TriggerStart
 	timer := time.NewTimer(c.DriftInterval)
 	defer timer.Stop()
+	between := func(completed bool) error {
+		if h.between == nil {
+			return nil
+		}
+		return h.between(completed)
+	}
 	for {
 		rctx, release := c.applyContext(ctx)
-		res, err := reconcile(rctx, trigger)
+		res, err := h.reconcile(rctx, trigger)
 		release()
+		completed := false
 		switch {
 		case errors.Is(err, journal.ErrClosed):
 			return nil
@@ -196,18 +271,31 @@ func (c *serveCmd) reconcileLoop(ctx context.Context, wake <-chan event.Trigger,
 			if res.Started != 0 {
 				log.Info("reconciled", "trigger", trigger, "changed", res.Changed, "unchanged", res.Unchanged, "failed", res.Failed)
 			}
-			done()
+			h.done()
+			completed = true
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
+		if err := between(completed); err != nil {
+			return err
+		}
 		timer.Reset(c.DriftInterval)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-			trigger = event.TriggerTimer
-		case trigger = <-wake:
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-timer.C:
+				trigger = event.TriggerTimer
+				break waiting
+			case trigger = <-h.wake:
+				break waiting
+			case <-h.look:
+				if err := between(false); err != nil {
+					return err
+				}
+			}
 		}
 	}
 }

@@ -53,7 +53,11 @@ func printState(e *env, asJSON, allOwned bool, s projector.State, info *journal.
 		line("head", "#%d", s.Head)
 	}
 	if r := s.Running; r != nil {
-		line("running", "version %s, pid %d, since %s (#%d)", r.Version, r.PID, r.Since.Format(journalview.TimeLayout), r.Seq)
+		build := ""
+		if r.Build != "" {
+			build = " (build " + r.Build + ")"
+		}
+		line("running", "version %s%s, pid %d, since %s (#%d)", r.Version, build, r.PID, r.Since.Format(journalview.TimeLayout), r.Seq)
 	} else {
 		line("running", "no host start recorded")
 	}

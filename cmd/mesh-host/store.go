@@ -25,12 +25,29 @@ type heldJournal struct {
 	// reconciled, when the service has a link, is told of every completed
 	// reconcile, its own and those clients ask for: a heartbeat is due.
 	reconciled func()
+	// clientReconciled wakes the service's reconcile loop after a
+	// reconcile a client asked for (apply, check), to look for a newer
+	// version between reconciles. One slot: a wake pending is enough.
+	clientReconciled chan struct{}
+	// standingAside is set, under reconciling, once the service decided to
+	// stand aside: no client reconcile starts after it.
+	standingAside bool
 }
 
 // afterReconcile tells the link, if any, that a reconcile completed.
 func (h *heldJournal) afterReconcile() {
 	if h.reconciled != nil {
 		h.reconciled()
+	}
+}
+
+// afterClientReconcile is afterReconcile for a reconcile a client asked
+// for; it also wakes the reconcile loop.
+func (h *heldJournal) afterClientReconcile() {
+	h.afterReconcile()
+	select {
+	case h.clientReconciled <- struct{}{}:
+	default:
 	}
 }
 
