@@ -248,9 +248,14 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("remove archive: %w", err)
 	}
-	s, err := check(spec)
-	if err != nil {
-		return err
+	// Only the path: the host removes what a declaration no longer names
+	// with drivers.SpecForRemoval, which carries nothing else.
+	s, ok := spec.(*drivers.ArchiveSpec)
+	if !ok || s == nil {
+		return fmt.Errorf("remove archive: %w: %T", drivers.ErrWrongKind, spec)
+	}
+	if err := drivers.CheckPath(s.Path); err != nil {
+		return fmt.Errorf("remove archive %s: %w", s.Path, err)
 	}
 	unlock, err := d.locks.lock(ctx, s.Path)
 	if err != nil {

@@ -532,6 +532,25 @@ func TestRemoveNeverFollows(t *testing.T) {
 	e.noLeftovers("/srv")
 }
 
+// TestRemoveByKey: Remove reads only the path, which is all
+// drivers.SpecForRemoval gives it when a declaration stops naming an
+// archive.
+func TestRemoveByKey(t *testing.T) {
+	e := newEnv(t, archive.Options{})
+	s := e.spec("/srv/app", drivers.FormatTarGz, tgzOf(t, file("a", "x")))
+	e.apply(s, drivers.Created)
+	spec, err := drivers.SpecForRemoval(drivers.ID(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Remove(t.Context(), spec); err != nil {
+		t.Fatalf("Remove by key: %v", err)
+	}
+	if obs := e.observe(s); obs.Exists {
+		t.Errorf("Observe after Remove = %+v, want absent", obs)
+	}
+}
+
 // TestLeftoversSwept: staging directories of a process that died are
 // removed by the next Apply; look-alike names of others are not.
 func TestLeftoversSwept(t *testing.T) {
