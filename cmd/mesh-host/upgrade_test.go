@@ -473,6 +473,9 @@ func (b *upgradeBed) release() release {
 	tw := tar.NewWriter(zw)
 	tw.WriteHeader(&tar.Header{Name: "mesh-host", Mode: 0o755, Size: int64(len(exe)), Typeflag: tar.TypeReg, ModTime: time.Now()})
 	tw.Write(exe)
+	id := []byte(filepath.Base(f.Name())) // two releases of one binary differ
+	tw.WriteHeader(&tar.Header{Name: "release", Mode: 0o644, Size: int64(len(id)), Typeflag: tar.TypeReg, ModTime: time.Now()})
+	tw.Write(id)
 	tw.Close()
 	zw.Close()
 	f.Close()
@@ -580,5 +583,40 @@ func TestKilledUpgradeLeavesARunnableNewest(t *testing.T) {
 		}
 		wantStrings(t, "on disk", versionNames(t, b.versions), "pred", "run")
 		b.mesh("replay", "--verify")
+	}
+}
+
+// TestVersionArchivesAreReleased: a declaration that stops naming a
+// version's archive leaves the version in place (released), since the
+// running version and its predecessor must outlive it; another archive
+// no longer declared is removed as ever.
+func TestVersionArchivesAreReleased(t *testing.T) {
+	b := &upgradeBed{t: t, dir: t.TempDir()}
+	b.root, b.state = filepath.Join(b.dir, "root"), filepath.Join(b.dir, "state")
+	b.versions = filepath.Join(b.root, upgrade.DefaultVersionsDir)
+	os.MkdirAll(b.versions, 0o755)
+	os.MkdirAll(filepath.Join(b.root, "srv"), 0o755)
+	b.bin = filepath.Join(b.dir, "stub") // only packed, never run
+	os.WriteFile(b.bin, []byte("#!/bin/sh\n"), 0o755)
+	r1, r2 := b.release(), b.release()
+	apply := func(rev int, resources string) string {
+		t.Helper()
+		decl := filepath.Join(b.dir, fmt.Sprintf("decl%d.yaml", rev))
+		os.WriteFile(decl, []byte(fmt.Sprintf("mesh: m\nnode: n\nrevision: %d\nresources:\n%s", rev, resources)), 0o600)
+		var out bytes.Buffer
+		if code := runCLI(t.Context(), []string{"--root", b.root, "--state-dir", b.state, "apply", decl}, &out, &out, nil); code != 0 {
+			t.Fatalf("apply revision %d: exit %d\n%s", rev, code, out.String())
+		}
+		return out.String()
+	}
+	other := fmt.Sprintf("  - archive: {path: /srv/app, source: %q, digest: %q, format: tar.gz}\n", "file://"+r1.path, r1.digest)
+	apply(1, r1.archiveYAML()+other)
+	out := apply(2, r2.archiveYAML())
+	if !strings.Contains(out, "archive:/opt/mesh-host/versions/"+r1.version()) || !strings.Contains(out, string(event.ActionReleased)) {
+		t.Errorf("apply said:\n%s", out)
+	}
+	wantStrings(t, "versions", versionNames(t, b.versions), r1.version(), r2.version())
+	if _, err := os.Stat(filepath.Join(b.root, "srv/app")); !os.IsNotExist(err) {
+		t.Errorf("the other archive no longer declared is still there: %v", err)
 	}
 }
