@@ -12,7 +12,9 @@
 # runs
 #   VERSIONS/NAME/mesh-host --state-dir STATE-DIR GLOBAL-FLAG... serve SERVE-FLAG...
 # e.g. `launcher --root /srv/x -- --drift-interval 5m`. Global flags (--root,
-# --versions, --parallel, ...) go before `--`, serve's own after it.
+# --versions, --parallel, ...) go before `--`, serve's own after it. The
+# state directory comes from MESH_HOST_STATE_DIR, never from a --state-dir
+# argument: the launcher keeps its own state there too.
 #
 # Environment (the unit sets them):
 #   MESH_HOST_VERSIONS       the versions directory as this machine sees it:
