@@ -6,6 +6,10 @@ version := `git describe --always --dirty 2>/dev/null || echo dev`
 build:
     go build -ldflags "-X main.version={{version}}" -o bin/ ./cmd/...
 
+# The release artifacts in dist/: .deb, .rpm, .apk, Arch package, tarball, release archive.
+package:
+    go run ./packaging/build --version $(git describe --always --dirty) --out dist/
+
 # Run every test (the README's test command).
 test:
     go test ./...

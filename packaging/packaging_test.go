@@ -6,10 +6,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/mesh-host/mesh-host/packaging"
+	"github.com/mesh-host/mesh-host/upgrade"
 )
 
 var scripts = []string{"arrive.sh", "install.sh", "postinstall.sh", "preremove.sh"}
@@ -45,6 +47,10 @@ func TestEmbedded(t *testing.T) {
 	}
 	if !bytes.Contains(packaging.Unit, []byte("\nExecStart="+packaging.LauncherPath+"\n")) {
 		t.Errorf("the unit does not run the launcher at %s", packaging.LauncherPath)
+	}
+	// The launcher's halt is final: restarting cannot help.
+	if !bytes.Contains(packaging.Unit, []byte("\nRestartPreventExitStatus="+strconv.Itoa(upgrade.HaltStatus)+"\n")) {
+		t.Errorf("the unit does not prevent a restart after the launcher's halt status %d", upgrade.HaltStatus)
 	}
 }
 
