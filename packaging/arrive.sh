@@ -78,9 +78,11 @@ for m in "$versions"/*/"$marker"; do
 	[ -f "$m" ] || continue
 	counter=
 	read -r _ counter <"$m" || true
+	# 1 to 18 digits, as the launcher reads them: what sh compares.
 	case $counter in
 	"" | *[!0-9]*) continue ;;
 	esac
+	[ "${#counter}" -le 18 ] || continue
 	if [ "$counter" -gt "$greatest" ]; then
 		greatest=$counter
 	fi

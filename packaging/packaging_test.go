@@ -102,11 +102,13 @@ func TestArrive(t *testing.T) {
 	versions := filepath.Join(dir, "versions")
 	bin := filepath.Join(dir, "mesh-host")
 	write(t, bin, "#!/bin/sh\necho one\n", 0o755)
-	// Siblings: one arrived seventh, one whose marker is not a marker, a
-	// staging directory (dot name) whose counter must not count, and a
-	// file.
+	// Siblings: one arrived seventh, one whose marker is not a marker, one
+	// whose counter is too long for sh to compare (the launcher ignores
+	// it too), a staging directory (dot name) whose counter must not
+	// count, and a file.
 	write(t, filepath.Join(versions, "aaa", packaging.ArrivedFile), "2026-01-01T00:00:00.000000000Z 7\n", 0o644)
 	write(t, filepath.Join(versions, "bbb", packaging.ArrivedFile), "garbage\n", 0o644)
+	write(t, filepath.Join(versions, "ccc", packaging.ArrivedFile), "2026-01-01T00:00:00.000000000Z 9999999999999999999\n", 0o644)
 	write(t, filepath.Join(versions, ".stage", packaging.ArrivedFile), "2026-01-01T00:00:00.000000000Z 99\n", 0o644)
 	write(t, filepath.Join(versions, "note"), "", 0o644)
 
