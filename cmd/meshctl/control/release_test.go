@@ -412,3 +412,29 @@ func TestRelease(t *testing.T) {
 		t.Errorf("release to an invalid name: %v, want ErrRefused", err)
 	}
 }
+
+// TestDocSnippet: the declaration docs/upgrade.md shows parses, and its
+// archive is the release a new release replaces.
+func TestDocSnippet(t *testing.T) {
+	page, err := os.ReadFile("../../../docs/upgrade.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(page), "```yaml\n")
+	snippet, _, ok2 := strings.Cut(rest, "```\n")
+	if !ok || !ok2 {
+		t.Fatal("docs/upgrade.md has no yaml block")
+	}
+	d, err := declaration.ParseYAML("docs/upgrade.md", []byte(snippet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testRelease(3)
+	next, changed, err := WithRelease(d, d.Mesh, d.Node, r.Resource("http://127.0.0.1:4280"))
+	if err != nil || !changed || len(next.Resources) != len(d.Resources) {
+		t.Fatalf("a release over the documented one: %+v, changed %v, %v", next, changed, err)
+	}
+	if got := drivers.ID(next.Expanded()[1]); got != "archive:"+VersionsDir+"/"+r.Version() {
+		t.Errorf("the documented release was not replaced: %s", got)
+	}
+}
