@@ -9,6 +9,7 @@ import (
 	"debug/elf"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,11 +79,9 @@ func needTools(t *testing.T, debianPackage string, tools ...string) {
 	}
 }
 
-func run(t *testing.T, env []string, name string, args ...string) string {
+func run(t *testing.T, name string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
+	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
@@ -162,7 +161,7 @@ func dpkg(t *testing.T, root string, args ...string) string {
 	if os.Geteuid() != 0 {
 		flags = append(flags, "--force-not-root")
 	}
-	return run(t, nil, "dpkg", append(flags, args...)...)
+	return run(t, "dpkg", append(flags, args...)...)
 }
 
 // TestDeb installs the .deb with the real dpkg into a root of its own,
@@ -180,7 +179,7 @@ func TestDeb(t *testing.T) {
 	if !strings.Contains(out, "mesh-host: version "+name1) || !strings.Contains(out, "next: mesh-host enrol TOKEN") {
 		t.Errorf("first install said:\n%s", out)
 	}
-	if got := run(t, nil, "dpkg-query", "--admindir="+at("var/lib/dpkg"), "-W", "--showformat=${Status} ${Version}", "mesh-host"); got != "install ok installed 1.0.0" {
+	if got := run(t, "dpkg-query", "--admindir="+at("var/lib/dpkg"), "-W", "--showformat=${Status} ${Version}", "mesh-host"); got != "install ok installed 1.0.0" {
 		t.Errorf("dpkg-query: %q", got)
 	}
 	wantMode(t, at(packaging.BinaryPath), 0o755, false)
@@ -200,7 +199,7 @@ func TestDeb(t *testing.T) {
 	}
 	marker1 := wantVersion(t, versions, name1, at(packaging.BinaryPath), 1)
 	// The versions are the installation's, not the package's files.
-	owned := run(t, nil, "dpkg-query", "--admindir="+at("var/lib/dpkg"), "-L", "mesh-host")
+	owned := run(t, "dpkg-query", "--admindir="+at("var/lib/dpkg"), "-L", "mesh-host")
 	for _, p := range []string{"/opt", packaging.StateDir, packaging.ConfigDir} {
 		if strings.Contains(owned, p) {
 			t.Errorf("the package owns %s:\n%s", p, owned)
@@ -213,7 +212,7 @@ func TestDeb(t *testing.T) {
 	if strings.Contains(out, "next:") {
 		t.Errorf("an upgrade repeats the first install's advice:\n%s", out)
 	}
-	if got := run(t, nil, "dpkg-query", "--admindir="+at("var/lib/dpkg"), "-W", "--showformat=${Version}", "mesh-host"); got != "1.0.1" {
+	if got := run(t, "dpkg-query", "--admindir="+at("var/lib/dpkg"), "-W", "--showformat=${Version}", "mesh-host"); got != "1.0.1" {
 		t.Errorf("after the upgrade dpkg-query says %q", got)
 	}
 	marker2 := wantVersion(t, versions, name2, at(packaging.BinaryPath), 2)
@@ -248,7 +247,7 @@ func TestDeb(t *testing.T) {
 func untar(t *testing.T, tarball string) string {
 	t.Helper()
 	dir := t.TempDir()
-	run(t, nil, "tar", "-xzf", tarball, "-C", dir)
+	run(t, "tar", "-xzf", tarball, "-C", dir)
 	return dir
 }
 
@@ -273,7 +272,7 @@ func TestTarball(t *testing.T) {
 	prefix := t.TempDir()
 	at := func(p string) string { return filepath.Join(prefix, p) }
 	name := sha256Of(t, a1.Binary)
-	out := run(t, nil, "sh", filepath.Join(unpacked, base, "install.sh"), "--prefix", prefix)
+	out := run(t, "sh", filepath.Join(unpacked, base, "install.sh"), "--prefix", prefix)
 	for _, want := range []string{"installed mesh-host version " + name, "not enabled", "next: mesh-host enrol TOKEN"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("install.sh did not say %q:\n%s", want, out)
@@ -287,7 +286,7 @@ func TestTarball(t *testing.T) {
 	wantMode(t, at(packaging.ConfigDir), 0o755, true)
 	marker := wantVersion(t, at(packaging.VersionsDir), name, a1.Binary, 1)
 	// Again: the version is there already.
-	run(t, nil, "sh", filepath.Join(unpacked, base, "install.sh"), "--prefix="+prefix+"/")
+	run(t, "sh", filepath.Join(unpacked, base, "install.sh"), "--prefix="+prefix+"/")
 	if again := wantVersion(t, at(packaging.VersionsDir), name, a1.Binary, 1); again != marker {
 		t.Errorf("installing again rewrote the marker: %q, then %q", marker, again)
 	}
@@ -408,7 +407,7 @@ func verifyUnit(t *testing.T, prefix string) {
 		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
 	}
 
-	run(t, nil, "systemctl", "--root="+prefix, "enable", packaging.UnitName)
+	run(t, "systemctl", "--root="+prefix, "enable", packaging.UnitName)
 	link := filepath.Join(prefix, "etc/systemd/system/multi-user.target.wants", packaging.UnitName)
 	if dest, err := os.Readlink(link); err != nil || dest != "/etc/systemd/system/"+packaging.UnitName {
 		t.Errorf("systemctl enable made %s -> %q, %v", link, dest, err)
@@ -447,13 +446,7 @@ func wantEntries(t *testing.T, what string, names map[string]int64, want ...stri
 	t.Helper()
 	for _, w := range want {
 		if _, ok := names[w]; !ok {
-			keys := slices.Sorted(func(yield func(string) bool) {
-				for k := range names {
-					if !yield(k) {
-						return
-					}
-				}
-			})
+			keys := slices.Sorted(maps.Keys(names))
 			t.Errorf("%s lacks %s; it holds %v", what, w, keys)
 		}
 	}
@@ -476,19 +469,19 @@ func TestRPM(t *testing.T) {
 	if _, err := exec.LookPath("rpm"); err != nil {
 		t.Skipf("rpm is not installed (Debian package rpm): only the lead was checked: %v", err)
 	}
-	list := run(t, nil, "rpm", "-qlp", a1.RPM)
+	list := run(t, "rpm", "-qlp", a1.RPM)
 	for _, p := range wantPaths {
 		if !slices.Contains(strings.Split(strings.TrimSpace(list), "\n"), "/"+p) {
 			t.Errorf("rpm -qlp lacks /%s:\n%s", p, list)
 		}
 	}
-	scripts := run(t, nil, "rpm", "-qp", "--scripts", a1.RPM)
+	scripts := run(t, "rpm", "-qp", "--scripts", a1.RPM)
 	for _, want := range []string{"postinstall scriptlet", "preuninstall scriptlet", "arrive"} {
 		if !strings.Contains(scripts, want) {
 			t.Errorf("rpm --scripts lacks %q:\n%s", want, scripts)
 		}
 	}
-	if got := strings.TrimSpace(run(t, nil, "rpm", "-qp", "--queryformat", "%{NAME} %{VERSION} %{ARCH}", a1.RPM)); got != "mesh-host 1.0.0 x86_64" {
+	if got := strings.TrimSpace(run(t, "rpm", "-qp", "--queryformat", "%{NAME} %{VERSION} %{ARCH}", a1.RPM)); got != "mesh-host 1.0.0 x86_64" {
 		t.Errorf("rpm says %q", got)
 	}
 }
@@ -574,7 +567,7 @@ func TestBinary(t *testing.T) {
 	if f.Section(".symtab") != nil {
 		t.Error("the binary has a symbol table: it is not stripped")
 	}
-	if out := run(t, nil, a1.Binary, "version"); out != "1.0.0\n" {
+	if out := run(t, a1.Binary, "version"); out != "1.0.0\n" {
 		t.Errorf("mesh-host version: %q", out)
 	}
 
