@@ -304,15 +304,17 @@ func BenchmarkReleaseTo10Nodes(b *testing.B) {
 	allOn := func(version string) error {
 		r := bed.Meshctl("nodes", "--json")
 		var nodes []struct {
-			Node    string `json:"node"`
-			Version string `json:"version"`
+			Node      string `json:"node"`
+			Heartbeat struct {
+				Version string `json:"version"`
+			} `json:"heartbeat"`
 		}
 		if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil {
 			return fmt.Errorf("%v: %s", err, r)
 		}
 		on := 0
 		for _, nd := range nodes {
-			if nd.Version == version {
+			if nd.Heartbeat.Version == version {
 				on++
 			}
 		}

@@ -112,15 +112,17 @@ func (u *upgradeBed) nodeVersion() (string, error) {
 		return "", errors.New(r.String())
 	}
 	var nodes []struct {
-		Node    string `json:"node"`
-		Version string `json:"version"`
+		Node      string `json:"node"`
+		Heartbeat struct {
+			Version string `json:"version"`
+		} `json:"heartbeat"`
 	}
 	if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil {
 		return "", fmt.Errorf("%v: %s", err, r.Stdout)
 	}
 	for _, n := range nodes {
 		if n.Node == "web-1" {
-			return n.Version, nil
+			return n.Heartbeat.Version, nil
 		}
 	}
 	return "", errors.New("web-1 not listed yet")

@@ -54,7 +54,7 @@ func Pack(bin, dir string) (Release, error) {
 
 // ArchiveYAML is the declaration resource that delivers r.
 func (r Release) ArchiveYAML() string {
-	return fmt.Sprintf("  - archive: {path: %s/${version}, source: \"file://%s\", digest: %q, format: tar.gz}\n", VersionsDir, r.Path, r.Digest)
+	return fmt.Sprintf("  - archive: {path: \"%s/${version}\", source: \"file://%s\", digest: %q, format: tar.gz}\n", VersionsDir, r.Path, r.Digest)
 }
 
 // Install puts the executable bin into h's versions directory as the first
