@@ -440,13 +440,19 @@ func TestKilledMidUpgradeLeavesOneRunnableNewest(t *testing.T) {
 			_ = syscallKill(k)
 		}
 		t.Logf("round %d: killed %v %s after declaring %s", round, kids, time.Duration(round*80)*time.Millisecond, name)
-		// The launcher starts a host again; once it serves, look.
+		// The launcher starts a host again; once it serves and has
+		// completed a reconcile (so the kill is no longer counted as a
+		// failed start: three kills of starts that never got that far
+		// would rightly halt the launcher), look.
 		testbeds.Eventually(t, 60*time.Second, "a host serves again", func() error {
 			if !u.h.Running() {
 				return testbeds.Fatal(fmt.Errorf("the launcher exited:\n%s", u.h.Log()))
 			}
 			if r := u.h.Run("status"); r.Code != 0 {
 				return errors.New(r.String())
+			}
+			if _, n, err := upgrade.Failures(u.h.StateDir); err != nil || n != 0 {
+				return fmt.Errorf("%d failed starts counted (%v)", n, err)
 			}
 			return nil
 		})
