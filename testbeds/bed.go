@@ -298,6 +298,16 @@ func (h *Host) Records() []event.Record {
 	return recs
 }
 
+// TryRecords is Records for a poll: a host between two starts may hold its
+// journal's lock or have no socket yet, which is an error, not a failure.
+func (h *Host) TryRecords() ([]event.Record, error) {
+	r := h.Run("journal", "--json")
+	if r.Code != 0 {
+		return nil, errors.New(r.String())
+	}
+	return DecodeRecords(r.Stdout)
+}
+
 // DecodeRecords reads JSON lines of records.
 func DecodeRecords(s string) ([]event.Record, error) {
 	var out []event.Record
