@@ -73,7 +73,7 @@ func (c *serveCmd) Run(e *env) error {
 		return failed("%v", err)
 	}
 
-	held := &heldJournal{j: j, clientReconciled: make(chan struct{}, 1)}
+	held := &heldJournal{j: j, look: make(chan struct{}, 1)}
 	host := newLinkHost(e, held)
 	var lnk *link.Link
 	if linked {
@@ -117,8 +117,14 @@ func (c *serveCmd) Run(e *env) error {
 				},
 				done:    held.afterReconcile,
 				between: betweenReconciles(hv, held, log),
-				look:    held.clientReconciled,
+				look:    held.look,
 			}, log)
+		}, func(error) { cancel() })
+	}
+	if hv.managed { // A version delivered outside a reconcile (a package upgrade) asks for a look.
+		ctx, cancel := context.WithCancel(e.ctx)
+		g.Add(func() error {
+			return watchVersions(ctx, hv.dir, held.look, log)
 		}, func(error) { cancel() })
 	}
 	if lnk != nil { // The link: pushes down, events and heartbeats up.

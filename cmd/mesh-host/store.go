@@ -25,10 +25,11 @@ type heldJournal struct {
 	// reconciled, when the service has a link, is told of every completed
 	// reconcile, its own and those clients ask for: a heartbeat is due.
 	reconciled func()
-	// clientReconciled wakes the service's reconcile loop after a
-	// reconcile a client asked for (apply, check), to look for a newer
-	// version between reconciles. One slot: a wake pending is enough.
-	clientReconciled chan struct{}
+	// look wakes the service's reconcile loop to look for a newer version
+	// between reconciles: after a reconcile a client asked for (apply,
+	// check), or an arrival marker written. One slot: a wake pending is
+	// enough.
+	look chan struct{}
 	// standingAside is set, under reconciling, once the service decided to
 	// stand aside: no client reconcile starts after it.
 	standingAside bool
@@ -46,7 +47,7 @@ func (h *heldJournal) afterReconcile() {
 func (h *heldJournal) afterClientReconcile() {
 	h.afterReconcile()
 	select {
-	case h.clientReconciled <- struct{}{}:
+	case h.look <- struct{}{}:
 	default:
 	}
 }
