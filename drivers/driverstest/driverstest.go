@@ -408,11 +408,17 @@ func (s *suite) wantAction(spec drivers.Spec, want drivers.Action) {
 	}
 }
 
+// remove removes what spec names the way the reconciler does once a
+// declaration stops naming it: with only the key, from SpecForRemoval.
 func (s *suite) remove(spec drivers.Spec) {
 	t := s.t
 	t.Helper()
-	if err := s.Driver.Remove(t.Context(), spec); err != nil {
-		t.Fatalf("Remove(%s): %v", drivers.ID(spec), err)
+	keyOnly, err := drivers.SpecForRemoval(drivers.ID(spec))
+	if err != nil {
+		t.Fatalf("SpecForRemoval(%s): %v", drivers.ID(spec), err)
+	}
+	if err := s.Driver.Remove(t.Context(), keyOnly); err != nil {
+		t.Fatalf("Remove(%s) with only its key: %v", drivers.ID(spec), err)
 	}
 }
 

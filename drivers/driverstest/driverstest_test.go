@@ -195,7 +195,7 @@ func TestBrokenDriversFail(t *testing.T) {
 		{"observe writes", "changed the snapshot"},
 		{"absent not said", `want absent`},
 		{"apply always updates", `got "updated", want "unchanged"`},
-		{"remove of absent fails", "Remove(file:/a): /a: no such file"},
+		{"remove of absent fails", "Remove(file:/a) with only its key: /a: no such file"},
 		{"ignores cancel", "want one wrapping context.Canceled"},
 		{"slow after cancel", "did not return within 2s"},
 		{"accepts other kinds", "want one wrapping drivers.ErrWrongKind"},

@@ -180,9 +180,9 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 	if err != nil {
 		return err
 	}
-	if state(s) == drivers.Absent {
-		return nil
-	}
+	// Only the name counts: the reconciler removes with the spec
+	// drivers.SpecForRemoval gives, whose state says nothing of what
+	// was applied.
 	done, err := d.turn.Take(ctx)
 	if err != nil {
 		return fmt.Errorf("package %s: %w", s.Name, err)
