@@ -205,7 +205,7 @@ func (d *demo) down() error {
 		if bytes.Contains(cmdline, []byte(name)) && syscall.Kill(pid, syscall.SIGTERM) == nil {
 			fmt.Fprintf(d.out, "stopping %s (pid %d)\n", name, pid)
 			if err := wait(90*time.Second, func() error {
-				if syscall.Kill(pid, 0) == nil {
+				if alive(pid) {
 					return fmt.Errorf("%s (pid %d) still runs", name, pid)
 				}
 				return nil
@@ -218,6 +218,24 @@ func (d *demo) down() error {
 		}
 	}
 	return nil
+}
+
+// alive reports whether pid runs: a process that exited but was not yet
+// reaped by its parent (a zombie; the parent is up's caller when that is a
+// test) does not.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(stat)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && len(s) > i+2 {
+		return s[i+2] != 'Z'
+	}
+	return true
 }
 
 // wait polls cond until it succeeds or timeout passes.
