@@ -23,7 +23,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mesh-host/mesh-host/packaging"
 	"github.com/mesh-host/mesh-host/testbeds"
+	"github.com/mesh-host/mesh-host/upgrade"
 )
 
 const (
@@ -106,11 +108,18 @@ func (d *demo) up(decl string) error {
 			return err
 		}
 	}
-	if err := d.background("meshctl", d.bins.Meshctl, "--data", d.path("control"), "serve", "--listen", d.listen); err != nil {
+	if err := d.background("meshctl", nil, d.bins.Meshctl, "--data", d.path("control"), "serve", "--listen", d.listen); err != nil {
 		return err
 	}
 	if err := wait(30*time.Second, func() error { _, err := d.meshctl("nodes"); return err }); err != nil {
 		return fmt.Errorf("the control service did not come up (see %s): %v", d.path("logs", "meshctl.log"), err)
+	}
+	// The host is installed the way the tarball installs it, into the
+	// sandbox root that stands for the machine, and runs under the
+	// launcher the unit would run: the shipped binary becomes the first
+	// version in ROOT/opt/mesh-host/versions.
+	if err := d.install(); err != nil {
+		return err
 	}
 	token, err := d.meshctl("enrol", node)
 	if err != nil {
@@ -121,7 +130,16 @@ func (d *demo) up(decl string) error {
 	if out, err := enrol.CombinedOutput(); err != nil {
 		return fmt.Errorf("mesh-host enrol: %v\n%s", err, out)
 	}
-	if err := d.background("mesh-host", d.bins.MeshHost, "--root", d.path("root"), "--state-dir", d.path("state"), "serve"); err != nil {
+	root, err := filepath.Abs(d.path("root"))
+	if err != nil {
+		return err
+	}
+	state, err := filepath.Abs(d.path("state"))
+	if err != nil {
+		return err
+	}
+	env := []string{"MESH_HOST_VERSIONS=" + filepath.Join(root, upgrade.DefaultVersionsDir), "MESH_HOST_STATE_DIR=" + state}
+	if err := d.background("mesh-host", env, "sh", filepath.Join(root, launcherPath), "--root", root); err != nil {
 		return err
 	}
 	if err := wait(30*time.Second, func() error {
@@ -137,22 +155,74 @@ func (d *demo) up(decl string) error {
 	mc := fmt.Sprintf("%s --data %s", d.path("bin", "meshctl"), d.path("control"))
 	mh := fmt.Sprintf("%s --root %s --state-dir %s", d.path("bin", "mesh-host"), d.path("root"), d.path("state"))
 	fmt.Fprintf(d.out, `
-The mesh is up: meshctl serve on an embedded broker at nats://%s, and one
-host, %q, holding %s in the state %s declares.
-Logs are in %s. Try:
+The mesh is up: meshctl serve on an embedded broker at nats://%[1]s, and one
+host, %[2]q, installed from the tarball into %[3]s (the machine it
+manages), running under the launcher from %[3]s/opt/mesh-host/versions,
+holding %[3]s in the state %[4]s declares. Logs are in %[5]s. Try:
 
-  %s nodes
-  %s journal %s --why file:/etc/motd
-  %s journal
-  %s status
+  %[6]s nodes
+  %[6]s journal %[2]s --why file:/etc/motd
+  %[7]s journal
+  %[7]s status
 
-Change a file under %s by hand, then run "%s check" (or wait for the
-drift timer), and look at the journal again. Edit %s, raise its revision,
-and push it with "%s declare %s %s".
+Change a file under %[3]s by hand, then run "%[7]s check" (or wait for the
+drift timer), and look at the journal again. Edit %[4]s, raise its revision,
+and push it with "%[6]s declare %[2]s %[4]s".
 
-Stop both services with: go run ./testbeds/demo --dir %s down
-`, d.listen, node, d.path("root"), decl, d.path("logs"), mc, mc, node, mh, mh, d.path("root"), mh, decl, mc, node, decl, d.dir)
+Deliver the host's next version (it stands aside, the launcher starts the
+new one, nodes shows it):
+
+  go run ./packaging/build --version next --out %[8]s
+  %[6]s release %[8]s/mesh-host-next-linux-*.release.tar.gz --nodes %[2]s
+
+Stop both services with: go run ./testbeds/demo --dir %[9]s down
+`, d.listen, node, d.path("root"), decl, d.path("logs"), mc, mh, d.path("dist"), d.dir)
 	return nil
+}
+
+// launcherPath is where the tarball's install.sh puts the launcher, under
+// its --prefix.
+const launcherPath = "usr/lib/mesh-host/launcher"
+
+// install lays out the tarball (the built binary, the launcher, the unit,
+// the install scripts) in dist/ and runs its install.sh into the sandbox
+// root. Run again with a changed binary, it adds that as a newer version,
+// which the launcher then starts.
+func (d *demo) install() error {
+	dist := d.path("dist")
+	if err := os.MkdirAll(dist, 0o755); err != nil {
+		return err
+	}
+	bin, err := os.ReadFile(d.bins.MeshHost)
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{
+		"mesh-host": bin, "launcher": upgrade.Launcher, "arrive": packaging.Arrive,
+		"install.sh": packaging.InstallScript, "mesh-host.service": packaging.Unit,
+	} {
+		if err := os.WriteFile(filepath.Join(dist, name), data, 0o755); err != nil {
+			return err
+		}
+	}
+	root, err := filepath.Abs(d.path("root"))
+	if err != nil {
+		return err
+	}
+	out, err := exec.Command("sh", filepath.Join(dist, "install.sh"), "--prefix", root).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("install.sh: %v\n%s", err, out)
+	}
+	fmt.Fprintf(d.out, "%s", firstLine(out))
+	return nil
+}
+
+func firstLine(b []byte) string {
+	s := string(b)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i+1]
+	}
+	return s
 }
 
 // meshctl runs an operator command and returns its output.
@@ -167,14 +237,17 @@ func (d *demo) meshctl(args ...string) (string, error) {
 }
 
 // background starts a service in its own session, so it outlives the demo
-// command, with its output in logs/NAME.log and its pid in NAME.pid.
-func (d *demo) background(name, bin string, args ...string) error {
+// command, with its output in logs/NAME.log and its pid in NAME.pid. The
+// host's service is the launcher, told where the versions and the state
+// are.
+func (d *demo) background(name string, env []string, bin string, args ...string) error {
 	log, err := os.OpenFile(d.path("logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer log.Close()
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
