@@ -182,8 +182,12 @@ func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired je
 		s.Log.Warn("malformed hello", "node", node, "err", fmt.Sprintf("it names node %q", h.Node))
 		return
 	}
-	if m.Reply == "" {
-		s.Log.Warn("malformed hello", "node", node, "err", "no reply subject")
+	// The answer goes only to the node's own inbox. The control service
+	// may publish anywhere, so a reply subject a node chose freely would
+	// make it a confused deputy: a Welcome published to another node's
+	// subjects, or to the JetStream API ($JS.API.STREAM.DELETE.…).
+	if !strings.HasPrefix(m.Reply, linkproto.InboxPrefix(mesh, node)+".") {
+		s.Log.Warn("malformed hello", "node", node, "err", fmt.Sprintf("reply subject %q is not under the node's inbox %s", m.Reply, linkproto.InboxPrefix(mesh, node)))
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)

@@ -138,3 +138,49 @@ func TestEnsureIsIdempotent(t *testing.T) {
 		t.Errorf("desired bucket history %d, want 16", st.History())
 	}
 }
+
+// TestHelloIsAnsweredOnlyToTheNodesInbox: a node cannot make the control
+// service publish its answer anywhere else: not into another node's inbox,
+// not into the JetStream API, where a Welcome sent to a delete subject
+// would delete the events stream.
+func TestHelloIsAnsweredOnlyToTheNodesInbox(t *testing.T) {
+	b := newBed(t)
+	b.serve()
+	a := b.node("a")
+	helloAnswered(t, a, 0)
+
+	// What the control plane would receive if the service were fooled.
+	elsewhere := []string{
+		"$JS.API.STREAM.DELETE." + linkproto.EventsStream,
+		linkproto.InboxPrefix(testMesh, "b") + ".stolen",
+		linkproto.DeclarationSubject(testMesh, "b"),
+	}
+	got := make(chan string, 16)
+	for _, subj := range elsewhere {
+		sub, err := b.nc.Subscribe(subj, func(m *nats.Msg) { got <- m.Subject })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	if err := b.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	hello := linkproto.Marshal(linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: "a", Version: "test"})
+	for _, reply := range elsewhere {
+		if err := a.nc.PublishMsg(&nats.Msg{Subject: linkproto.HelloSubject(testMesh, "a"), Reply: reply, Data: hello}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A hello answered normally after them shows the service has read
+	// them all (one subscription, in order).
+	helloAnswered(t, a, 0)
+	select {
+	case subj := <-got:
+		t.Errorf("the service published a welcome to %s", subj)
+	default:
+	}
+	if _, err := b.js.Stream(context.Background(), linkproto.EventsStream); err != nil {
+		t.Errorf("the events stream: %v", err)
+	}
+}
