@@ -15,7 +15,7 @@ import (
 func TestSubjectsStayUnderTheNodesOwnPermissions(t *testing.T) {
 	const mesh, node = "home", "web-1"
 	down := []string{linkproto.DeclarationSubject(mesh, node), linkproto.InboxPrefix(mesh, node) + ".x"}
-	up := []string{linkproto.HelloSubject(mesh, node), linkproto.HeartbeatSubject(mesh, node), linkproto.EventsSubject(mesh, node)}
+	up := []string{linkproto.HelloSubject(mesh, node), linkproto.HeartbeatSubject(mesh, node), linkproto.EventsSubject(mesh, node), linkproto.SyncSubject(mesh, node)}
 	for _, s := range down {
 		if !matches(linkproto.NodeSubscribe(mesh, node), s) {
 			t.Errorf("%s is outside the node's subscribe permission %s", s, linkproto.NodeSubscribe(mesh, node))
@@ -44,8 +44,8 @@ func TestSubjectsStayUnderTheNodesOwnPermissions(t *testing.T) {
 	if !matches(linkproto.AnyMeshHeartbeats, linkproto.HeartbeatSubject(mesh, node)) || !matches(linkproto.AllHeartbeats(mesh), linkproto.HeartbeatSubject(mesh, node)) {
 		t.Error("the heartbeats stream does not capture a node's heartbeat subject")
 	}
-	if !matches(linkproto.AllHellos(mesh), linkproto.HelloSubject(mesh, node)) {
-		t.Error("the control service does not hear a node's hello")
+	if !matches(linkproto.AllHellos(mesh), linkproto.HelloSubject(mesh, node)) || !matches(linkproto.AllSyncs(mesh), linkproto.SyncSubject(mesh, node)) {
+		t.Error("the control service does not hear a node's hello or sync")
 	}
 	m, n, err := linkproto.NodeOf(linkproto.HeartbeatSubject(mesh, node))
 	if err != nil || m != mesh || n != node {

@@ -90,6 +90,24 @@ type Welcome struct {
 	EventsThrough uint64 `json:"events_through"`
 }
 
+// Sync is a node's question, as a request on SyncSubject: how much of my
+// journal does the events stream hold? Sent is the last record the node
+// published.
+type Sync struct {
+	Protocol int    `json:"protocol"`
+	Node     string `json:"node"`
+	Sent     uint64 `json:"sent"`
+}
+
+// Synced answers a Sync: EventsThrough is the journal sequence of the
+// node's last record in the events stream; 0 for none. A node publishes
+// its records in order on one connection, so the stream holds every one up
+// to it that this connection sent.
+type Synced struct {
+	Protocol      int    `json:"protocol"`
+	EventsThrough uint64 `json:"events_through"`
+}
+
 // Heartbeat is a node's report, on HeartbeatSubject: on link up, after
 // every apply, and every Interval while idle.
 type Heartbeat struct {
@@ -193,6 +211,8 @@ func (m *Ack) version() int         { return m.Protocol }
 func (m *Hello) version() int       { return m.Protocol }
 func (m *Welcome) version() int     { return m.Protocol }
 func (m *Heartbeat) version() int   { return m.Protocol }
+func (m *Sync) version() int        { return m.Protocol }
+func (m *Synced) version() int      { return m.Protocol }
 
 // Decode reads data as the message type of into, refusing it when it is
 // over limit bytes, not JSON of that type, or of a protocol version this

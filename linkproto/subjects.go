@@ -29,7 +29,7 @@ import (
 //
 // History:
 //   - 1 (2026-11-29): declaration push and ack, hello and welcome, heartbeat,
-//     journal events.
+//     journal events (no stream acknowledgements: sync and synced instead).
 const ProtocolVersion = 1
 
 // Subjects. MESH and NODE are names (see ValidName); the functions below
@@ -57,8 +57,18 @@ const (
 	heartbeatToken = "heartbeat"
 	// eventsToken: mesh.MESH.up.NODE.events carries journal records, one
 	// per message, captured by the events stream and deduplicated by the
-	// message id MsgID(mesh, node, seq).
+	// message id MsgID(mesh, node, seq). The node publishes them without
+	// a reply subject, and the stream sends no acknowledgements (see
+	// syncToken).
 	eventsToken = "events"
+	// syncToken: mesh.MESH.up.NODE.sync is a Sync request, answered by
+	// any control service with a Synced: how much of the node's journal
+	// the events stream holds. It stands in for JetStream's own
+	// acknowledgements, which the streams do not send: the server sends
+	// an acknowledgement to whatever reply subject the publisher gave,
+	// with the account's rights, not the node's, so a node could aim it
+	// at another node's subjects or the KV bucket.
+	syncToken = "sync"
 )
 
 // JetStream names, used by the control plane only: nodes never see them.
@@ -129,6 +139,10 @@ func HeartbeatSubject(mesh, node string) string {
 // EventsSubject is where node publishes its journal.
 func EventsSubject(mesh, node string) string { return subject(mesh, upToken, node, eventsToken) }
 
+// SyncSubject is where node asks how much of its journal the events stream
+// holds.
+func SyncSubject(mesh, node string) string { return subject(mesh, upToken, node, syncToken) }
+
 // NodeSubscribe is everything node may subscribe to.
 func NodeSubscribe(mesh, node string) string { return subject(mesh, downToken, node, ">") }
 
@@ -140,6 +154,7 @@ func NodePublish(mesh, node string) string { return subject(mesh, upToken, node,
 func AllHellos(mesh string) string     { return subject(mesh, upToken, "*", helloToken) }
 func AllHeartbeats(mesh string) string { return subject(mesh, upToken, "*", heartbeatToken) }
 func AllEvents(mesh string) string     { return subject(mesh, upToken, "*", eventsToken) }
+func AllSyncs(mesh string) string      { return subject(mesh, upToken, "*", syncToken) }
 
 // AnyMeshHeartbeats and AnyMeshEvents are the streams' subjects: one stream
 // serves every mesh on the broker.

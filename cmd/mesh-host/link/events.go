@@ -6,32 +6,47 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
-// Retry of the events publisher after a failed publish while the link stays
-// up (the stream missing, or refusing): from eventsRetryMin, doubling to
-// eventsRetryMax.
+// Timings of the events publisher. A sync asks the control plane how much
+// of the journal the events stream holds; the stream sends no
+// acknowledgements of its own (linkproto's syncToken says why).
 const (
+	// syncEvery is how often the publisher asks while records are sent
+	// and not yet known to be held.
+	syncEvery = 50 * time.Millisecond
+	// syncTimeout bounds one sync's wait for an answer.
+	syncTimeout = 2 * time.Second
+	// stallAfter: when the stream says it holds less than was sent, and
+	// nothing moved for this long on an answering control plane, the rest
+	// was lost on the way (the stream refused it, or is missing): send it
+	// again from where the stream stops.
+	stallAfter = 5 * time.Second
+	// eventsRetryMin and eventsRetryMax bound the pause before sending
+	// again after a stall.
 	eventsRetryMin = time.Second
 	eventsRetryMax = 60 * time.Second
 )
 
+// errStalled ends a round of publishing that the stream stopped taking.
+var errStalled = errors.New("the events stream holds less than was sent, and it stopped moving")
+
 // publishEvents sends the journal upward from the acknowledged mark on,
-// following it as it grows, until ctx ends. A failed publish voids the
-// ones in flight; it starts over from the mark after a pause, and
-// JetStream's deduplication swallows what is sent twice.
-func (l *Link) publishEvents(ctx context.Context, js jetstream.JetStream) {
+// following it as it grows, until ctx ends. A round that stalls starts over
+// from the mark after a pause; JetStream's deduplication by message id
+// swallows what is sent twice.
+func (l *Link) publishEvents(ctx context.Context, nc *nats.Conn) {
 	for attempt := 0; ; attempt++ {
 		before := l.acked.Load()
-		err := l.publishFrom(ctx, js, before+1)
+		err := l.publishFrom(ctx, nc, before+1)
 		if ctx.Err() != nil {
 			return
 		}
@@ -39,7 +54,7 @@ func (l *Link) publishEvents(ctx context.Context, js jetstream.JetStream) {
 			attempt = 0
 		}
 		wait := backoff(attempt, eventsRetryMin, eventsRetryMax)
-		l.log.Warn("events: publish failed; starting over from the acknowledged mark", "acked", l.acked.Load(), "retry_in", wait.Round(time.Millisecond), "err", err)
+		l.log.Warn("events: starting over from the acknowledged mark", "acked", l.acked.Load(), "retry_in", wait.Round(time.Millisecond), "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -50,99 +65,131 @@ func (l *Link) publishEvents(ctx context.Context, js jetstream.JetStream) {
 	}
 }
 
-// inFlight is one published record awaiting its acknowledgement.
-type inFlight struct {
-	seq uint64
-	f   jetstream.PubAckFuture
-}
-
-// publishFrom publishes records from seq from on, in order, at most
-// maxInFlight unacknowledged, until ctx ends or a publish fails.
-func (l *Link) publishFrom(ctx context.Context, js jetstream.JetStream, from uint64) error {
+// publishFrom publishes records from seq from on, in order, on the one
+// connection (so the stream stores them in that order), at most
+// maxInFlight beyond what the stream is known to hold, until ctx ends or
+// the round stalls. Publishing carries no reply subject: nothing the
+// server sends in answer could be aimed anywhere.
+func (l *Link) publishFrom(ctx context.Context, nc *nats.Conn, from uint64) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	pending := make(chan inFlight, maxInFlight)
-	slots := make(chan struct{}, maxInFlight)
-	acksDone := make(chan struct{})
+	var sent atomic.Uint64
+	sent.Store(from - 1)
+	moved := make(chan struct{}, 1) // the acknowledged mark moved
+	wake := make(chan struct{}, 1)  // something was sent
+	syncDone := make(chan struct{})
 	go func() {
-		defer close(acksDone)
-		cancel(l.collectAcks(ctx, pending, slots))
+		defer close(syncDone)
+		cancel(l.syncAcks(ctx, nc, &sent, wake, moved))
 	}()
 	subj := linkproto.EventsSubject(l.cfg.Mesh, l.cfg.Node)
 	err := l.j.Follow(ctx, from, func(r event.Record) error {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
+		for r.Seq > l.acked.Load()+maxInFlight {
+			select {
+			case <-moved:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		msg := &nats.Msg{Subject: subj, Header: nats.Header{}, Data: eventBody(r)}
+		msg.Header.Set(linkproto.HeaderMsgID, linkproto.MsgID(l.cfg.Mesh, l.cfg.Node, r.Seq))
 		msg.Header.Set(linkproto.HeaderSeq, strconv.FormatUint(r.Seq, 10))
-		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(linkproto.MsgID(l.cfg.Mesh, l.cfg.Node, r.Seq)))
-		if err != nil {
+		if err := nc.PublishMsg(msg); err != nil {
 			return fmt.Errorf("publish record %d: %w", r.Seq, err)
 		}
-		pending <- inFlight{seq: r.Seq, f: f} // never blocks: a slot was taken
+		sent.Store(r.Seq)
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
 		return nil
 	})
 	if errors.Is(err, journal.ErrClosed) {
 		err = context.Canceled
 	}
 	cancel(err)
-	<-acksDone
+	<-syncDone
 	return context.Cause(ctx)
 }
 
-// collectAcks waits for the acknowledgements in publish order, so acked
-// moves over a contiguous prefix only, and persists the mark in batches.
-// It returns the first publish error, or nil when ctx ends; it persists the
-// mark before it returns.
-func (l *Link) collectAcks(ctx context.Context, pending <-chan inFlight, slots <-chan struct{}) error {
+// syncAcks asks the control plane how much the stream holds while records
+// are sent and not known to be held, moves the acknowledged mark over what
+// it holds, and persists the mark in batches. It returns errStalled when
+// the stream holds less than was sent and stops moving; nil when ctx ends.
+// A control plane that does not answer is waited for: the records are in
+// the stream or on the way, and a new connection starts over anyway.
+func (l *Link) syncAcks(ctx context.Context, nc *nats.Conn, sent *atomic.Uint64, wake <-chan struct{}, moved chan<- struct{}) error {
 	defer l.mark()
-	var (
-		cur    *inFlight
-		ok     <-chan *jetstream.PubAck
-		failed <-chan error
-		tick   *time.Timer
-		tickC  <-chan time.Time
-	)
-	defer func() {
-		if tick != nil {
-			tick.Stop()
-		}
-	}()
+	lastMove := time.Now()
+	idle := 0
 	for {
-		next := pending
-		if cur != nil {
-			next = nil
-		}
-		select {
-		case p := <-next:
-			cur = &p
-			ok, failed = p.f.Ok(), p.f.Err()
-		case <-ok:
-			l.acked.Store(cur.seq)
-			cur, ok, failed = nil, nil, nil
-			<-slots
-			switch {
-			case l.acked.Load()-l.marked.Load() >= markAfter:
-				l.mark()
-			case tickC == nil:
-				if tick == nil {
-					tick = time.NewTimer(markEvery)
-				} else {
-					tick.Reset(markEvery)
-				}
-				tickC = tick.C
+		if sent.Load() <= l.acked.Load() {
+			l.mark() // caught up: persist, then wait for more
+			lastMove = time.Now()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-wake:
+				continue
 			}
-		case err := <-failed:
-			return fmt.Errorf("record %d: %w", cur.seq, err)
-		case <-tickC:
-			tickC = nil
-			l.mark()
+		}
+		wait := syncEvery
+		if idle > 0 {
+			wait = backoff(idle-1, syncEvery, syncTimeout)
+		}
+		t := time.NewTimer(wait)
+		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
+		case <-t.C:
+		}
+		through, err := l.sync(ctx, nc, sent.Load())
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			idle++
+			l.log.Debug("events: no answer to a sync", "err", err)
+			continue
+		}
+		idle = 0
+		// What this connection sent, the stream holds up to through; a
+		// through beyond sent is from before (the records are the same).
+		through = min(through, sent.Load())
+		if through > l.acked.Load() {
+			l.acked.Store(through)
+			lastMove = time.Now()
+			select {
+			case moved <- struct{}{}:
+			default:
+			}
+			if l.acked.Load()-l.marked.Load() >= markAfter || time.Since(l.markedAt) >= markEvery {
+				l.mark()
+			}
+			continue
+		}
+		if time.Since(lastMove) > stallAfter {
+			return fmt.Errorf("%w: it holds through %d of %d sent", errStalled, l.acked.Load(), sent.Load())
 		}
 	}
+}
+
+// sync asks the control plane how much of the journal the stream holds.
+func (l *Link) sync(ctx context.Context, nc *nats.Conn, sent uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
+	q := linkproto.Marshal(linkproto.Sync{Protocol: linkproto.ProtocolVersion, Node: l.cfg.Node, Sent: sent})
+	m, err := nc.RequestWithContext(ctx, linkproto.SyncSubject(l.cfg.Mesh, l.cfg.Node), q)
+	if err != nil {
+		return 0, err
+	}
+	var s linkproto.Synced
+	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &s); err != nil {
+		l.refuse(linkproto.SyncSubject(l.cfg.Mesh, l.cfg.Node), "synced: "+err.Error(), len(m.Data))
+		return 0, err
+	}
+	return s.EventsThrough, nil
 }
 
 // mark persists the acknowledged mark if it moved.
@@ -158,6 +205,7 @@ func (l *Link) mark() {
 		return
 	}
 	l.marked.Store(a)
+	l.markedAt = time.Now()
 }
 
 // eventBody encodes r for the events stream. A record whose stored payload

@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -52,11 +51,9 @@ const (
 	// about 20 s, even when no write fails.
 	pingInterval = 5 * time.Second
 	maxPingsOut  = 3
-	// maxInFlight bounds the events published and not yet acknowledged.
-	maxInFlight = 256
-	// ackTimeout fails a publish whose acknowledgement never comes, so the
-	// publisher starts over from the acknowledged mark.
-	ackTimeout = 30 * time.Second
+	// maxInFlight bounds the events published beyond what the stream is
+	// known to hold.
+	maxInFlight = 4096
 	// markEvery and markAfter batch MarkAcked, an fsync'd write: at most
 	// every markEvery, or at once after markAfter acknowledgements.
 	markEvery = 100 * time.Millisecond
@@ -131,6 +128,9 @@ type Link struct {
 	// a contiguous run of the journal; marked is how much of it is
 	// persisted with MarkAcked.
 	acked, marked atomic.Uint64
+	// markedAt is when marked last moved; only the publisher's sync loop
+	// reads and writes it.
+	markedAt time.Time
 
 	refusals refusalLimiter
 }
@@ -239,10 +239,6 @@ func (l *Link) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("link: subscribe: %w", err)
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxInFlight), jetstream.WithPublishAsyncTimeout(ackTimeout))
-	if err != nil {
-		return fmt.Errorf("link: %w", err)
-	}
 
 	var (
 		sess    *session // running while the link is up
@@ -279,7 +275,7 @@ func (l *Link) Run(ctx context.Context) error {
 			everUp = true
 			l.journalLink(event.LinkUp, broker, why)
 			l.log.Info("link up", "broker", broker)
-			sess = l.startSession(ctx, nc, js)
+			sess = l.startSession(ctx, nc)
 		}
 	}
 }

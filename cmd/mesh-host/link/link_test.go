@@ -546,8 +546,43 @@ func createEventsStream(t *testing.T, url string) {
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: linkproto.EventsStream, Subjects: []string{linkproto.AnyMeshEvents},
-		Duplicates: 10 * time.Minute, Storage: jetstream.FileStorage,
+		Duplicates: 10 * time.Minute, Storage: jetstream.FileStorage, NoAck: true,
 	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncResponder answers the node's syncs as a control service does: with
+// the last of its records the events stream holds. Its connection
+// reconnects (and resubscribes) across a broker restart.
+func syncResponder(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = nc.QueueSubscribe(linkproto.AllSyncs(testMesh), linkproto.ControlQueue, func(m *nats.Msg) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var through uint64
+		st, err := js.Stream(ctx, linkproto.EventsStream)
+		if err != nil {
+			return // the broker is restarting: the node asks again
+		}
+		last, err := st.GetLastMsgForSubject(ctx, linkproto.EventsSubject(testMesh, testNode))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return
+		default:
+			through, _ = strconv.ParseUint(last.Header.Get(linkproto.HeaderSeq), 10, 64)
+		}
+		m.Respond(linkproto.Marshal(linkproto.Synced{Protocol: linkproto.ProtocolVersion, EventsThrough: through}))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -587,6 +622,7 @@ func TestEventsExactlyOnceAcrossBrokerRestart(t *testing.T) {
 	b := newBed(t, func(b *bed, _ *Config) {
 		url = b.srv.ClientURL()
 		createEventsStream(t, url)
+		syncResponder(t, b.nc)
 		appendRecords(t, b.j, 300) // before the link starts
 	})
 	acked := func(want uint64) func() bool {
@@ -628,6 +664,7 @@ func TestEventsExactlyOnceAcrossBrokerRestart(t *testing.T) {
 func TestEventsStartWhereTheStreamHolds(t *testing.T) {
 	b := newBed(t, func(b *bed, _ *Config) {
 		createEventsStream(t, b.srv.ClientURL())
+		syncResponder(t, b.nc)
 		appendRecords(t, b.j, 50)
 		controlResponder(t, b.nc, make(chan linkproto.Hello, 1), func(linkproto.Hello) linkproto.Welcome {
 			return linkproto.Welcome{Protocol: linkproto.ProtocolVersion, EventsThrough: 40}

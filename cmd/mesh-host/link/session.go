@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -34,12 +33,12 @@ func (s *session) stop() {
 	<-s.done
 }
 
-func (l *Link) startSession(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) *session {
+func (l *Link) startSession(ctx context.Context, nc *nats.Conn) *session {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &session{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		l.runSession(ctx, nc, js)
+		l.runSession(ctx, nc)
 	}()
 	return s
 }
@@ -49,7 +48,7 @@ func (l *Link) startSession(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 // start where the stream says it holds them; if nobody answers, they start
 // from the journal's acknowledged mark and hello is retried meanwhile, for
 // the declaration.
-func (l *Link) runSession(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) {
+func (l *Link) runSession(ctx context.Context, nc *nats.Conn) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if w, err := l.hello(ctx, nc); err == nil {
@@ -58,7 +57,7 @@ func (l *Link) runSession(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 		l.log.Info("no answer to hello; retrying in the background", "err", err)
 		wg.Go(func() { l.helloUntilAnswered(ctx, nc) })
 	}
-	wg.Go(func() { l.publishEvents(ctx, js) })
+	wg.Go(func() { l.publishEvents(ctx, nc) })
 	l.heartbeats(ctx, nc)
 }
 

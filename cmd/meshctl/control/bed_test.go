@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -104,6 +103,7 @@ func (b *bed) client(now time.Time) *Client {
 type node struct {
 	name string
 	nc   *nats.Conn
+	js   jetstream.JetStream // the control side's, to look at the stream
 	mu   sync.Mutex
 	errs []error
 }
@@ -118,7 +118,7 @@ func (b *bed) node(name string) *node {
 	if err := os.WriteFile(creds, []byte(tok.Creds), 0o600); err != nil {
 		b.t.Fatal(err)
 	}
-	n := &node{name: name}
+	n := &node{name: name, js: b.js}
 	n.nc, err = nats.Connect(tok.URLs[0],
 		nats.UserCredentials(creds),
 		nats.CustomInboxPrefix(linkproto.InboxPrefix(tok.Mesh, name)),
@@ -165,30 +165,66 @@ func (n *node) noErrors(t *testing.T) {
 	}
 }
 
-// publishEvent sends a journal record upward as the node does, and returns
-// the events stream's acknowledgement.
-func (n *node) publishEvent(t *testing.T, r event.Record) jetstream.PubAck {
+// publishEvent sends a journal record upward as the node does (no reply
+// subject: the stream sends no acknowledgements) and waits until the events
+// stream holds it.
+func (n *node) publishEvent(t *testing.T, r event.Record) {
 	t.Helper()
 	body, err := linkproto.EventBody(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := nats.NewMsg(linkproto.EventsSubject(testMesh, n.name))
+	subj := linkproto.EventsSubject(testMesh, n.name)
+	m := nats.NewMsg(subj)
 	m.Header.Set(linkproto.HeaderMsgID, linkproto.MsgID(testMesh, n.name, r.Seq))
 	m.Header.Set(linkproto.HeaderSeq, fmt.Sprint(r.Seq))
 	m.Data = body
-	reply, err := n.nc.RequestMsg(m, 5*time.Second)
-	if err != nil {
+	if err := n.nc.PublishMsg(m); err != nil {
 		t.Fatalf("%s publishes record %d: %v", n.name, r.Seq, err)
 	}
-	var ack struct {
-		jetstream.PubAck
-		Error *jetstream.APIError `json:"error"`
+	if err := n.nc.Flush(); err != nil {
+		t.Fatal(err)
 	}
-	if err := json.Unmarshal(reply.Data, &ack); err != nil || ack.Error != nil || ack.Stream != linkproto.EventsStream {
-		t.Fatalf("%s's record %d: acknowledgement %s (err %v)", n.name, r.Seq, reply.Data, err)
+	waitFor(t, 5*time.Second, func() error {
+		if n.stored(t, r.Seq) == 0 {
+			return fmt.Errorf("the events stream does not hold %s's record %d", n.name, r.Seq)
+		}
+		return nil
+	})
+}
+
+// stored counts the messages of the events stream holding n's record seq.
+func (n *node) stored(t *testing.T, seq uint64) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := n.js.OrderedConsumer(ctx, linkproto.EventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{linkproto.EventsSubject(testMesh, n.name)}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ack.PubAck
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for left := info.NumPending; left > 0; {
+		batch, err := c.FetchNoWait(int(min(left, 256)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			if m.Headers().Get(linkproto.HeaderSeq) == fmt.Sprint(seq) {
+				count++
+			}
+		}
+		if got == 0 {
+			break
+		}
+		left -= uint64(got)
+	}
+	return count
 }
 
 // hello says hello as the node does and returns the welcome, or an error

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -125,8 +126,8 @@ func TestNodeCannotPublishAnotherNodesEvents(t *testing.T) {
 	m.Header.Set(linkproto.HeaderMsgID, linkproto.MsgID(testMesh, "b", 1))
 	m.Header.Set(linkproto.HeaderSeq, "1")
 	m.Data = body
-	if _, err := a.nc.RequestMsg(m, deniedWait); err == nil {
-		t.Fatal("the events stream acknowledged a's record for b")
+	if err := a.nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
 	}
 	a.violation(t, linkproto.EventsSubject(testMesh, "b"))
 	// a's own record is stored after the forged one would have been.
@@ -317,14 +318,13 @@ func TestNodeOwnSubjects(t *testing.T) {
 		t.Fatalf("a's ack: %+v, %v", ack, err)
 	}
 
-	// Its records reach the events stream, acknowledged into its inbox,
-	// each once.
+	// Its records reach the events stream, each once.
 	r := event.New(event.HostStarted, 0, "", event.HostStartedPayload{Version: "test"})
 	r.Seq, r.Time = 1, time.Now()
-	first := a.publishEvent(t, r)
-	again := a.publishEvent(t, r)
-	if first.Duplicate || !again.Duplicate || again.Sequence != first.Sequence {
-		t.Fatalf("acks %+v then %+v; want the second a duplicate of the first", first, again)
+	a.publishEvent(t, r)
+	a.publishEvent(t, r)
+	if n := a.stored(t, 1); n != 1 {
+		t.Fatalf("record 1 sent twice is stored %d times, want once", n)
 	}
 
 	// Its hello is answered.
@@ -356,5 +356,64 @@ func TestNodeCredentialsSayExactlyThis(t *testing.T) {
 	}
 	if claims.BearerToken {
 		t.Error("a bearer token: the node's key must sign its connection")
+	}
+}
+
+// TestNodeCannotAimTheStreamsAcksAtTheAPI: the streams answer a node's
+// publish on its own events or heartbeat subject with an acknowledgement
+// to the reply subject the node chose. Aimed at the JetStream API (a
+// stream delete, a purge), that answer must not act on anything.
+func TestNodeCannotAimTheStreamsAcksAtTheAPI(t *testing.T) {
+	b := newBed(t)
+	a := b.node("a")
+	r := event.New(event.HostStarted, 0, "", event.HostStartedPayload{Version: "test"})
+	r.Seq, r.Time = 1, time.Now()
+	a.publishEvent(t, r)
+	targets := []string{
+		"$JS.API.STREAM.DELETE." + linkproto.EventsStream,
+		"$JS.API.STREAM.PURGE." + linkproto.EventsStream,
+		"$JS.API.STREAM.DELETE." + linkproto.HeartbeatsStream,
+		"$KV." + linkproto.DesiredBucket + "." + linkproto.DesiredKey(testMesh, "b"),
+	}
+	for i, target := range targets {
+		body, _ := linkproto.EventBody(event.Record{Seq: uint64(i + 2), Time: time.Now(), Kind: event.HostStarted})
+		for _, subj := range []string{linkproto.EventsSubject(testMesh, "a"), linkproto.HeartbeatSubject(testMesh, "a")} {
+			m := &nats.Msg{Subject: subj, Reply: target, Data: body, Header: nats.Header{}}
+			m.Header.Set(linkproto.HeaderSeq, fmt.Sprint(i+2))
+			if err := a.nc.PublishMsg(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := a.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The node's own publishes were stored (they are its subjects), and
+	// nothing else happened: both streams are there, the events stream
+	// still holds the first record, and b has no desired state.
+	ctx := context.Background()
+	waitFor(t, 5*time.Second, func() error {
+		s, err := b.js.Stream(ctx, linkproto.EventsStream)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs < uint64(1+len(targets)) {
+			return fmt.Errorf("events stream holds %d messages", info.State.Msgs)
+		}
+		return nil
+	})
+	if _, err := b.js.Stream(ctx, linkproto.HeartbeatsStream); err != nil {
+		t.Errorf("the heartbeats stream: %v", err)
+	}
+	kv, err := b.js.KeyValue(ctx, linkproto.DesiredBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, linkproto.DesiredKey(testMesh, "b")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("b's desired state after a's publishes: %v", err)
 	}
 }

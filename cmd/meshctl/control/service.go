@@ -94,6 +94,10 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		// payloads), so a larger one is a node misbehaving: refused
 		// rather than stored. The margin is for the headers.
 		MaxMsgSize: linkproto.MaxEventSize + 1024,
+		// No acknowledgements: the server would send them, with the
+		// account's rights, to any reply subject the node chose (another
+		// node's subjects, the KV bucket). Nodes ask with a Sync instead.
+		NoAck: true,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
@@ -105,6 +109,7 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		Storage:           jetstream.FileStorage,
 		MaxMsgsPerSubject: 1,
 		MaxMsgSize:        linkproto.MaxReportSize,
+		NoAck:             true, // as the events stream, and nobody waits for one
 	}); err != nil {
 		return nil, nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
 	}
@@ -159,6 +164,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to hellos: %w", err)
 	}
 	defer sub.Unsubscribe()
+	syncs, err := s.Conn.QueueSubscribe(linkproto.AllSyncs(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
+		s.sync(ctx, events, m)
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to syncs: %w", err)
+	}
+	defer syncs.Unsubscribe()
 	s.Log.Info("answering hellos", "mesh", s.Mesh, "subject", linkproto.AllHellos(s.Mesh))
 	<-ctx.Done()
 	return nil
@@ -182,12 +194,8 @@ func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired je
 		s.Log.Warn("malformed hello", "node", node, "err", fmt.Sprintf("it names node %q", h.Node))
 		return
 	}
-	// The answer goes only to the node's own inbox. The control service
-	// may publish anywhere, so a reply subject a node chose freely would
-	// make it a confused deputy: a Welcome published to another node's
-	// subjects, or to the JetStream API ($JS.API.STREAM.DELETE.…).
-	if !strings.HasPrefix(m.Reply, linkproto.InboxPrefix(mesh, node)+".") {
-		s.Log.Warn("malformed hello", "node", node, "err", fmt.Sprintf("reply subject %q is not under the node's inbox %s", m.Reply, linkproto.InboxPrefix(mesh, node)))
+	if err := replyToInbox(m, mesh, node); err != nil {
+		s.Log.Warn("malformed hello", "node", node, "err", err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
@@ -207,6 +215,46 @@ func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired je
 		revision = w.Declaration.Revision
 	}
 	s.Log.Debug("hello answered", "node", node, "version", h.Version, "events_through", w.EventsThrough, "declaration", revision)
+}
+
+// replyToInbox checks that m asks for its answer in node's own inbox. The
+// control service may publish anywhere, so a reply subject a node chose
+// freely would make it a confused deputy: an answer published to another
+// node's subjects, or to the JetStream API ($JS.API.STREAM.DELETE.…).
+func replyToInbox(m *nats.Msg, mesh, node string) error {
+	if !strings.HasPrefix(m.Reply, linkproto.InboxPrefix(mesh, node)+".") {
+		return fmt.Errorf("reply subject %q is not under the node's inbox %s", m.Reply, linkproto.InboxPrefix(mesh, node))
+	}
+	return nil
+}
+
+// sync answers one Sync with how much of the node's journal the events
+// stream holds. Like a hello, a sync that is not one is left unanswered.
+func (s *Service) sync(ctx context.Context, events jetstream.Stream, m *nats.Msg) {
+	mesh, node, err := linkproto.NodeOf(m.Subject)
+	if err != nil || mesh != s.Mesh {
+		s.Log.Warn("sync on an unexpected subject", "subject", m.Subject, "err", err)
+		return
+	}
+	var q linkproto.Sync
+	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &q); err != nil || q.Node != node {
+		s.Log.Warn("malformed sync", "node", node, "err", err, "names", q.Node)
+		return
+	}
+	if err := replyToInbox(m, mesh, node); err != nil {
+		s.Log.Warn("malformed sync", "node", node, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	through, err := eventsThrough(ctx, events, mesh, node)
+	if err != nil {
+		s.Log.Error("cannot answer a sync", "node", node, "err", err)
+		return
+	}
+	if err := m.Respond(linkproto.Marshal(linkproto.Synced{Protocol: linkproto.ProtocolVersion, EventsThrough: through})); err != nil {
+		s.Log.Error("cannot answer a sync", "node", node, "err", err)
+	}
 }
 
 // welcome is the answer to node's hello: how much of its journal the events

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -182,5 +183,59 @@ func TestHelloIsAnsweredOnlyToTheNodesInbox(t *testing.T) {
 	}
 	if _, err := b.js.Stream(context.Background(), linkproto.EventsStream); err != nil {
 		t.Errorf("the events stream: %v", err)
+	}
+}
+
+// TestSyncSaysHowMuchTheStreamHolds: a node's sync is answered, in its own
+// inbox only, with the last of its records the events stream holds.
+func TestSyncSaysHowMuchTheStreamHolds(t *testing.T) {
+	b := newBed(t)
+	b.serve()
+	a := b.node("a")
+	sync := func() (uint64, error) {
+		q := linkproto.Marshal(linkproto.Sync{Protocol: linkproto.ProtocolVersion, Node: "a"})
+		m, err := a.nc.Request(linkproto.SyncSubject(testMesh, "a"), q, time.Second)
+		if err != nil {
+			return 0, err
+		}
+		var s linkproto.Synced
+		if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &s); err != nil {
+			return 0, err
+		}
+		return s.EventsThrough, nil
+	}
+	waitFor(t, 10*time.Second, func() error {
+		n, err := sync()
+		if err == nil && n != 0 {
+			return fmt.Errorf("events through %d before any record", n)
+		}
+		return err
+	})
+	for seq := uint64(1); seq <= 5; seq++ {
+		r := event.New(event.HostStarted, 0, "", event.HostStartedPayload{Version: "test"})
+		r.Seq, r.Time = seq, time.Now()
+		a.publishEvent(t, r)
+	}
+	if n, err := sync(); err != nil || n != 5 {
+		t.Errorf("sync after five records: %d, %v", n, err)
+	}
+	// Aimed elsewhere, it is not answered at all.
+	got := make(chan string, 1)
+	sub, err := b.nc.Subscribe(linkproto.DeclarationSubject(testMesh, "b"), func(m *nats.Msg) { got <- m.Subject })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	q := linkproto.Marshal(linkproto.Sync{Protocol: linkproto.ProtocolVersion, Node: "a"})
+	if err := a.nc.PublishMsg(&nats.Msg{Subject: linkproto.SyncSubject(testMesh, "a"), Reply: linkproto.DeclarationSubject(testMesh, "b"), Data: q}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sync(); err != nil { // read after the stray one, in order
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		t.Errorf("a sync was answered into %s", s)
+	default:
 	}
 }
