@@ -392,6 +392,12 @@ func TestPredecessorFailingTooHaltsNamingTheMachine(t *testing.T) {
 	if code != upgrade.HaltStatus {
 		t.Fatalf("the launcher exited %d, want %d:\n%s", code, upgrade.HaltStatus, u.h.Log())
 	}
+	// The halt is left for the next start to journal, once the machine is
+	// fixed.
+	ds, err := upgrade.Decisions(u.h.StateDir)
+	if err != nil || len(ds) == 0 || ds[len(ds)-1].Verb != upgrade.VerbHalted || ds[len(ds)-1].From != u.first || ds[len(ds)-1].To != bad.Version() {
+		t.Errorf("launcher decisions %+v (%v); want the halt of %s after %s last", ds, err, u.first, bad.Version())
+	}
 	host, _ := os.Hostname()
 	log := u.h.Log()
 	for _, want := range []string{host, bad.Version(), u.first, "machine"} {

@@ -54,7 +54,10 @@
 #   78  halted (EX_CONFIG; the unit's RestartPreventExitStatus=): the
 #       known-good version failed too, or the version that failed has no
 #       known-good version to roll back to. The message names the machine,
-#       the versions and their exit codes.
+#       the versions and their exit codes; it is also appended to
+#       STATE-DIR/launcher/decision as "halted FAILED OTHER EXIT-CODE
+#       MESSAGE" (OTHER: the version rolled back from, else FAILED), which
+#       the host's next start journals as version.halted.
 #
 # Keep in step with package upgrade (upgrade.go), which reads and writes the
 # same files by the same rules.
@@ -295,12 +298,18 @@ while :; do
 	machine=$(uname -n 2>/dev/null || echo unknown)
 	b=$(field1 "$ldir/bad")
 	bcode=$(field2 "$ldir/bad")
+	other=$v
 	if [ -n "$b" ] && [ "$b" != "$v" ]; then
-		say "HALT on machine $machine: the machine, not the binary, is the problem. Version $b failed (last exit code $bcode) and the known-good version $v failed too (exit code $code). Fix the machine, then remove $ldir/failures and restart the service."
+		other=$b
+		msg="HALT on machine $machine: the machine, not the binary, is the problem. Version $b failed (last exit code $bcode) and the known-good version $v failed too (exit code $code). Fix the machine, then remove $ldir/failures and restart the service."
 	elif [ "$v" = "$kg" ]; then
-		say "HALT on machine $machine: the machine, not the binary, is the problem. The known-good version $v, the newest there is, failed $n starts in a row (last exit code $code); there is nothing to roll back to. Fix the machine, then remove $ldir/failures and restart the service."
+		msg="HALT on machine $machine: the machine, not the binary, is the problem. The known-good version $v, the newest there is, failed $n starts in a row (last exit code $code); there is nothing to roll back to. Fix the machine, then remove $ldir/failures and restart the service."
 	else
-		say "HALT on machine $machine: version $v failed $n starts in a row (last exit code $code) and no known-good version is on disk to roll back to. Remove $ldir/failures and restart the service once a version that starts is delivered."
+		msg="HALT on machine $machine: version $v failed $n starts in a row (last exit code $code) and no known-good version is on disk to roll back to. Remove $ldir/failures and restart the service once a version that starts is delivered."
 	fi
+	say "$msg"
+	# Left for the host's next start to journal: a halt is a decision
+	# about this machine like a rollback, and the journal keeps them all.
+	add "$ldir/decision" "halted $v $other $code $msg"
 	exit "$halt_status"
 done

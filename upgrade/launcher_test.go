@@ -271,6 +271,12 @@ func TestLauncherHalts(t *testing.T) {
 				t.Errorf("the halt does not say %q:\n%s", want, stderr)
 			}
 		}
+		// The rollback, then the halt, both left for the host to journal.
+		ds, _ := upgrade.Decisions(b.state)
+		if len(ds) != 2 || ds[0].Verb != upgrade.VerbRolledBack || ds[1].Verb != upgrade.VerbHalted ||
+			ds[1].From != "good" || ds[1].To != "broken" || ds[1].ExitCode != 2 {
+			t.Errorf("decisions %+v, want the rollback from broken, then good's halt", ds)
+		}
 		// Restarted by hand (or a reboot), it tries the known-good version
 		// once more and halts again.
 		os.Remove(b.log)
@@ -298,8 +304,12 @@ func TestLauncherHaltsWithNothingToRollBackTo(t *testing.T) {
 		if !strings.Contains(stderr, "HALT on machine "+host) || !strings.Contains(stderr, "nothing to roll back to") || !strings.Contains(stderr, "exit code 3") {
 			t.Errorf("the halt says:\n%s", stderr)
 		}
-		if ds, _ := upgrade.Decisions(b.state); len(ds) != 0 {
-			t.Errorf("decisions %+v with nothing rolled back", ds)
+		// Nothing was rolled back; the halt itself is recorded, for the
+		// host's next start to journal.
+		ds, _ := upgrade.Decisions(b.state)
+		if len(ds) != 1 || ds[0].Verb != upgrade.VerbHalted || ds[0].From != "only" || ds[0].To != "only" || ds[0].ExitCode != 3 ||
+			!strings.Contains(ds[0].Reason, "nothing to roll back to") {
+			t.Errorf("decisions %+v, want one halt of only with exit code 3", ds)
 		}
 
 		// No known-good record at all.

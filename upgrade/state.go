@@ -131,7 +131,7 @@ func Decisions(stateDir string) ([]Decision, error) {
 
 func parseDecision(line string) (Decision, bool) {
 	f := strings.SplitN(line, " ", 5)
-	if len(f) < 4 || f[0] != VerbRolledBack || !ValidName(f[1]) || !ValidName(f[2]) {
+	if len(f) < 4 || (f[0] != VerbRolledBack && f[0] != VerbHalted) || !ValidName(f[1]) || !ValidName(f[2]) {
 		return Decision{}, false
 	}
 	code, err := strconv.Atoi(f[3])

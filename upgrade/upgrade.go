@@ -40,7 +40,8 @@
 //	STATE-DIR/launcher/bad       "VERSION EXIT-CODE": rolled back from; not
 //	                             started again while it is the newest
 //	STATE-DIR/launcher/decision  one line per launcher decision,
-//	                             "rolled-back FROM TO EXIT-CODE REASON...",
+//	                             "rolled-back FROM TO EXIT-CODE REASON..."
+//	                             or "halted FAILED OTHER EXIT-CODE MESSAGE...",
 //	                             journaled by the host's next start, which
 //	                             then removes the file
 //
@@ -104,6 +105,10 @@ const (
 const (
 	// VerbRolledBack: "rolled-back FROM TO EXIT-CODE REASON...".
 	VerbRolledBack = "rolled-back"
+	// VerbHalted: "halted FAILED OTHER EXIT-CODE MESSAGE...": FAILED is
+	// the version whose failure halted the launcher, OTHER the one rolled
+	// back from before it (FAILED again when there was none).
+	VerbHalted = "halted"
 )
 
 // Errors of this package.

@@ -102,11 +102,19 @@ func (h *hostVersion) atStart(j *journal.Journal) error {
 		h.log.Warn("launcher decisions", "err", err)
 	}
 	for _, d := range ds {
-		p := event.VersionRolledBackPayload{From: d.From, To: d.To, Reason: d.Reason}
-		if p.Reason == "" {
-			p.Reason = fmt.Sprintf("exit code %d", d.ExitCode)
+		reason := d.Reason
+		if reason == "" {
+			reason = fmt.Sprintf("exit code %d", d.ExitCode)
 		}
-		if _, err := j.Append(event.New(event.VersionRolledBack, 0, "", p)); err != nil {
+		rec := event.New(event.VersionRolledBack, 0, "", event.VersionRolledBackPayload{From: d.From, To: d.To, Reason: reason})
+		if d.Verb == upgrade.VerbHalted {
+			p := event.VersionHaltedPayload{Failed: d.From, ExitCode: d.ExitCode, Reason: reason}
+			if d.To != d.From {
+				p.Other = d.To
+			}
+			rec = event.New(event.VersionHalted, 0, "", p)
+		}
+		if _, err := j.Append(rec); err != nil {
 			return fmt.Errorf("journal the launcher's decision: %w", err)
 		}
 	}

@@ -322,7 +322,8 @@ func TestLauncherDecisionsJournaled(t *testing.T) {
 	placeVersion(t, b.versions, "good", 1, "")
 	ldir := filepath.Join(b.state, upgrade.LauncherDir)
 	os.MkdirAll(ldir, 0o700)
-	os.WriteFile(filepath.Join(ldir, upgrade.DecisionFile), []byte("rolled-back bad good 1 bad failed 3 starts in a row, the last with exit code 1\n"), 0o644)
+	os.WriteFile(filepath.Join(ldir, upgrade.DecisionFile), []byte("rolled-back bad good 1 bad failed 3 starts in a row, the last with exit code 1\n"+
+		"halted good bad 2 HALT on machine m: the machine, not the binary, is the problem.\n"), 0o644)
 	b.start("good")
 	rs := b.records(event.VersionRolledBack)
 	if len(rs) != 1 {
@@ -332,6 +333,15 @@ func TestLauncherDecisionsJournaled(t *testing.T) {
 	json.Unmarshal(rs[0].Payload, &p)
 	if p != (event.VersionRolledBackPayload{From: "bad", To: "good", Reason: "bad failed 3 starts in a row, the last with exit code 1"}) {
 		t.Errorf("got %+v", p)
+	}
+	hs := b.records(event.VersionHalted)
+	if len(hs) != 1 {
+		t.Fatalf("%d version.halted records", len(hs))
+	}
+	var h event.VersionHaltedPayload
+	json.Unmarshal(hs[0].Payload, &h)
+	if h != (event.VersionHaltedPayload{Failed: "good", Other: "bad", ExitCode: 2, Reason: "HALT on machine m: the machine, not the binary, is the problem."}) {
+		t.Errorf("got %+v", h)
 	}
 	if _, err := os.Stat(filepath.Join(ldir, upgrade.DecisionFile)); !os.IsNotExist(err) {
 		t.Errorf("the decision file is still there: %v", err)

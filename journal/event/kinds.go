@@ -24,6 +24,7 @@ const (
 	LinkDown            Kind = "link.down"
 	JournalCompacted    Kind = "journal.compacted"
 	LinkRefused         Kind = "link.refused"
+	VersionHalted       Kind = "version.halted"
 )
 
 // payloads maps each known kind to a constructor of its payload.
@@ -44,6 +45,7 @@ var payloads = map[Kind]func() any{
 	LinkDown:            func() any { return new(LinkPayload) },
 	JournalCompacted:    func() any { return new(JournalCompactedPayload) },
 	LinkRefused:         func() any { return new(LinkRefusedPayload) },
+	VersionHalted:       func() any { return new(VersionHaltedPayload) },
 }
 
 // Known reports whether this binary knows kind k.
@@ -56,7 +58,7 @@ func Kinds() []Kind {
 		DeclarationReceived, DeclarationRefused, ReconcileStarted, ReconcileCompleted,
 		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
 		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
-		LinkRefused,
+		LinkRefused, VersionHalted,
 	}
 }
 
@@ -199,6 +201,17 @@ type VersionRolledBackPayload struct {
 	From   string `json:"from"`
 	To     string `json:"to"`
 	Reason string `json:"reason"`
+}
+
+// VersionHaltedPayload records that the launcher halted while no host ran:
+// Failed failed its starts to the limit (after Other was rolled back from,
+// when Other differs), so the machine, not the binary, is the problem.
+// Journaled by the next host that starts, once the machine is fixed.
+type VersionHaltedPayload struct {
+	Failed   string `json:"failed"`
+	Other    string `json:"other,omitempty"`
+	ExitCode int    `json:"exit_code"`
+	Reason   string `json:"reason"`
 }
 
 // LinkRefusedPayload records a message from the link that the host refused:
