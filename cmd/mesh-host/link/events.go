@@ -45,6 +45,9 @@ var errStalled = errors.New("the events stream holds less than was sent, and it 
 // swallows what is sent twice.
 func (l *Link) publishEvents(ctx context.Context, nc *nats.Conn) {
 	for attempt := 0; ; attempt++ {
+		if err := l.startFromStream(ctx, nc); err != nil {
+			return // ctx ended
+		}
 		before := l.acked.Load()
 		err := l.publishFrom(ctx, nc, before+1)
 		if ctx.Err() != nil {
@@ -60,6 +63,45 @@ func (l *Link) publishEvents(ctx context.Context, nc *nats.Conn) {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-t.C:
+		}
+	}
+}
+
+// startFromStream waits until a control plane says how much of the journal
+// the stream holds, and moves the acknowledged mark up to it. Sending
+// before knowing would send again what the stream may hold already, which
+// its deduplication no longer catches once its window has passed; the
+// journal keeps the records meanwhile. It returns an error only when ctx
+// ends.
+func (l *Link) startFromStream(ctx context.Context, nc *nats.Conn) error {
+	for attempt := 0; ; attempt++ {
+		through, err := l.sync(ctx, nc, l.acked.Load())
+		if err == nil {
+			info, ierr := l.j.Info()
+			switch {
+			case ierr != nil:
+				l.log.Error("read the journal", "err", ierr)
+			case through > info.Head:
+				// The stream holds more of this node than its journal
+				// has: the state directory was replaced. Nothing to skip.
+				l.log.Warn("the events stream holds records beyond this journal's head; was the state directory replaced?",
+					"events_through", through, "head", info.Head)
+			case through > l.acked.Load():
+				l.acked.Store(through)
+				l.mark()
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		l.log.Debug("events: waiting for a control plane to say what the stream holds", "err", err)
+		t := time.NewTimer(backoff(attempt, syncEvery, eventsRetryMax))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
 		case <-t.C:
 		}
 	}

@@ -715,3 +715,26 @@ func TestClip(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// TestEventsWaitForAControlPlane: with no control plane to say what the
+// stream holds, nothing is sent (sending blind could store records twice
+// once the stream's deduplication window has passed); the journal keeps
+// them, and they go up once a control plane answers.
+func TestEventsWaitForAControlPlane(t *testing.T) {
+	var url string
+	b := newBed(t, func(b *bed, _ *Config) {
+		url = b.srv.ClientURL()
+		createEventsStream(t, url)
+		appendRecords(t, b.j, 20)
+	})
+	b.waitUp()
+	// Give a blind sender every chance to show itself.
+	time.Sleep(500 * time.Millisecond)
+	if seqs := streamRecords(t, url); len(seqs) != 0 {
+		t.Fatalf("records %v sent with no control plane answering", seqs)
+	}
+	syncResponder(t, b.nc)
+	in, _ := b.j.Info()
+	eventually(t, "records acknowledged once a control plane answers", func() bool { return b.link.Acked() >= in.Head })
+	exactlyOnce(t, streamRecords(t, url), in.Head)
+}
