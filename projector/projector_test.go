@@ -762,6 +762,13 @@ func TestStored(t *testing.T) {
 			if want := Replay(State{}, recs[:end]); !Equal(got, want) {
 				t.Fatalf("Load after Fold(%d..%d):\n%s", pos, end, strings.Join(Diff(got, want), "\n"))
 			}
+			d, err := LoadDesired(st)
+			if err != nil {
+				t.Fatalf("LoadDesired: %v", err)
+			}
+			if !Equal(State{Desired: d}, State{Desired: got.Desired}) {
+				t.Fatalf("LoadDesired after Fold(%d..%d) = %+v, Load says %+v", pos, end, d, got.Desired)
+			}
 			pos = end
 		}
 	})
@@ -803,6 +810,9 @@ func TestStoredErrors(t *testing.T) {
 		if _, err := Load(bad); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("Load of %v: got error %v, want ErrCorrupt", bad, err)
 		}
+	}
+	if _, err := LoadDesired(memStore{"desired": []byte("[")}); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("LoadDesired of a damaged desired key: got error %v, want ErrCorrupt", err)
 	}
 }
 

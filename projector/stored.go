@@ -77,6 +77,21 @@ func Load(r Reader) (State, error) {
 	return s, nil
 }
 
+// LoadDesired reads only the Desired part of the State stored by
+// Stored.Fold (nil before the first declaration): what admitting a new
+// declaration needs, without decoding every owned resource.
+func LoadDesired(r Reader) (*Desired, error) {
+	b := r.Get([]byte(keyDesired))
+	if len(b) == 0 {
+		return nil, nil
+	}
+	d := new(Desired)
+	if err := json.Unmarshal(b, d); err != nil {
+		return nil, fmt.Errorf("%w: desired: %w", ErrCorrupt, err)
+	}
+	return d, nil
+}
+
 // encodeCore is the core key's value: s without Desired and Owned.
 func encodeCore(s State) ([]byte, error) {
 	s.Desired, s.Owned = nil, nil

@@ -287,11 +287,7 @@ func (h *Host) Run(args ...string) Result {
 // it.
 func (h *Host) Records() []event.Record {
 	h.bed.tb.Helper()
-	r := h.Run("journal", "--json")
-	if r.Code != 0 {
-		h.bed.tb.Fatalf("mesh-host journal: %s", r)
-	}
-	recs, err := DecodeRecords(r.Stdout)
+	recs, err := h.TryRecords()
 	if err != nil {
 		h.bed.tb.Fatalf("mesh-host journal --json: %v", err)
 	}
@@ -485,4 +481,27 @@ func (p *process) signal(sig syscall.Signal) {
 	if p.cmd != nil {
 		_ = p.cmd.Process.Signal(sig)
 	}
+}
+
+// NodeVersions is the running version of each node, as `meshctl nodes`
+// shows it from the nodes' heartbeats ("" for a node never heard).
+func (b *Bed) NodeVersions() (map[string]string, error) {
+	r := b.Meshctl("nodes", "--json")
+	if r.Code != 0 {
+		return nil, errors.New(r.String())
+	}
+	var nodes []struct {
+		Node      string `json:"node"`
+		Heartbeat struct {
+			Version string `json:"version"`
+		} `json:"heartbeat"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil {
+		return nil, fmt.Errorf("meshctl nodes --json: %v: %s", err, r.Stdout)
+	}
+	out := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		out[n.Node] = n.Heartbeat.Version
+	}
+	return out, nil
 }

@@ -302,19 +302,13 @@ func BenchmarkReleaseTo10Nodes(b *testing.B) {
 		b.Fatal(err)
 	}
 	allOn := func(version string) error {
-		r := bed.Meshctl("nodes", "--json")
-		var nodes []struct {
-			Node      string `json:"node"`
-			Heartbeat struct {
-				Version string `json:"version"`
-			} `json:"heartbeat"`
-		}
-		if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil {
-			return fmt.Errorf("%v: %s", err, r)
+		vs, err := bed.NodeVersions()
+		if err != nil {
+			return err
 		}
 		on := 0
-		for _, nd := range nodes {
-			if nd.Heartbeat.Version == version {
+		for _, v := range vs {
+			if v == version {
 				on++
 			}
 		}

@@ -107,25 +107,15 @@ func (u *upgradeBed) release(t *testing.T, bin string) testbeds.Release {
 
 // nodeVersion is the version meshctl nodes reports for web-1.
 func (u *upgradeBed) nodeVersion() (string, error) {
-	r := u.Meshctl("nodes", "--json")
-	if r.Code != 0 {
-		return "", errors.New(r.String())
+	vs, err := u.NodeVersions()
+	if err != nil {
+		return "", err
 	}
-	var nodes []struct {
-		Node      string `json:"node"`
-		Heartbeat struct {
-			Version string `json:"version"`
-		} `json:"heartbeat"`
+	v, ok := vs["web-1"]
+	if !ok {
+		return "", errors.New("web-1 not listed yet")
 	}
-	if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil {
-		return "", fmt.Errorf("%v: %s", err, r.Stdout)
-	}
-	for _, n := range nodes {
-		if n.Node == "web-1" {
-			return n.Heartbeat.Version, nil
-		}
-	}
-	return "", errors.New("web-1 not listed yet")
+	return v, nil
 }
 
 // waitVersion waits until the control plane hears web-1 run version.

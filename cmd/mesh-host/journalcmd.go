@@ -99,27 +99,7 @@ func (c *journalCmd) why(e *env, j *journal.Journal) error {
 			break
 		}
 	}
-	out := journalview.NewPrinter(e.stdout, c.JSON)
-	if !c.JSON {
-		fmt.Fprintf(e.stdout, "%s is as it is because of, newest first:\n", c.Why)
-	}
-	for _, r := range chain {
-		if err := out.Print(r); err != nil {
-			return err
-		}
-	}
-	if err := out.Flush(); err != nil {
-		return err
-	}
-	last := chain[len(chain)-1]
-	if !c.JSON && !journalview.IsOrigin(last.Kind) {
-		if last.Cause == 0 {
-			fmt.Fprintf(e.stdout, "(#%d names no cause)\n", last.Seq)
-		} else {
-			fmt.Fprintf(e.stdout, "(#%d was caused by #%d, which was compacted away)\n", last.Seq, last.Cause)
-		}
-	}
-	return nil
+	return journalview.PrintWhy(e.stdout, c.Why, chain, c.JSON, "was compacted away")
 }
 
 // parseSince reads --since: a sequence number, an RFC 3339 time, or a

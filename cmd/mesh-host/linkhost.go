@@ -6,6 +6,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/projector"
@@ -54,7 +55,14 @@ func (h *linkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 
 	h.held.admitting.Lock()
 	defer h.held.admitting.Unlock()
-	s, _, err := storedState(j)
+	// Admission needs the declaration accepted last, not what is owned:
+	// read that alone, as pushes come on the latency-critical path.
+	var s projector.State
+	err = j.Projection(func(v journal.View, _ uint64) error {
+		var err error
+		s.Desired, err = projector.LoadDesired(v)
+		return err
+	})
 	if err != nil {
 		ack.Reason = fmt.Sprintf("read the stored state: %v", err)
 		return ack

@@ -118,3 +118,33 @@ func clip(s string) string {
 func IsOrigin(k event.Kind) bool {
 	return k == event.DeclarationReceived || k == event.DeclarationRefused || k == event.DriftObserved
 }
+
+// PrintWhy prints a cause chain, newest first, as `journal --why` shows it:
+// the records, and, when the chain does not reach a record that starts one
+// (IsOrigin), why it stops. gone says what became of a cause that is not
+// there ("was compacted away", "the events stream does not hold").
+func PrintWhy(w io.Writer, resource string, chain []event.Record, asJSON bool, gone string) error {
+	out := NewPrinter(w, asJSON)
+	if !asJSON {
+		fmt.Fprintf(w, "%s is as it is because of, newest first:\n", resource)
+	}
+	for _, r := range chain {
+		if err := out.Print(r); err != nil {
+			return err
+		}
+	}
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	if len(chain) == 0 || asJSON {
+		return nil
+	}
+	if last := chain[len(chain)-1]; !IsOrigin(last.Kind) {
+		if last.Cause == 0 {
+			fmt.Fprintf(w, "(#%d names no cause)\n", last.Seq)
+		} else {
+			fmt.Fprintf(w, "(#%d was caused by #%d, which %s)\n", last.Seq, last.Cause, gone)
+		}
+	}
+	return nil
+}

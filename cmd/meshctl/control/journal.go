@@ -149,25 +149,5 @@ func (c *Client) PrintWhy(ctx context.Context, w io.Writer, node, resource strin
 	if err != nil {
 		return err
 	}
-	out := journalview.NewPrinter(w, asJSON)
-	if !asJSON {
-		fmt.Fprintf(w, "%s is as it is because of, newest first:\n", resource)
-	}
-	for _, r := range chain {
-		if err := out.Print(r); err != nil {
-			return err
-		}
-	}
-	if err := out.Flush(); err != nil {
-		return err
-	}
-	last := chain[len(chain)-1]
-	if !asJSON && !journalview.IsOrigin(last.Kind) {
-		if last.Cause == 0 {
-			fmt.Fprintf(w, "(#%d names no cause)\n", last.Seq)
-		} else {
-			fmt.Fprintf(w, "(#%d was caused by #%d, which the events stream does not hold)\n", last.Seq, last.Cause)
-		}
-	}
-	return nil
+	return journalview.PrintWhy(w, resource, chain, asJSON, "the events stream does not hold")
 }
