@@ -105,7 +105,7 @@ func TestDecodeRefusesWhatItCannotTrust(t *testing.T) {
 		{"two values", good + good, linkproto.ErrMalformed, "data after the message"},
 		{"wrong type", `{"protocol":"1"}`, linkproto.ErrMalformed, "cannot unmarshal string"},
 		{"no protocol", strings.Replace(good, `"protocol":1,`, ``, 1), linkproto.ErrVersion, "the message has no protocol field"},
-		{"newer protocol", strings.Replace(good, `"protocol":1`, `"protocol":99`, 1), linkproto.ErrVersion, "protocol 99 is newer than this end's 1"},
+		{"newer protocol", strings.Replace(good, `"protocol":1`, `"protocol":99`, 1), linkproto.ErrVersion, "protocol 99 is newer than this end's 2"},
 		{"other node", strings.Replace(good, `"node":"n"`, `"node":"m"`, 1), linkproto.ErrWrongNode, "the declaration is for home/m, this is home/n"},
 		{"other mesh", strings.Replace(good, `"mesh":"home"`, `"mesh":"work"`, 1), linkproto.ErrWrongNode, "for work/n"},
 		{"no revision", strings.Replace(good, `"revision":3,"document"`, `"document"`, 1), linkproto.ErrMalformed, "revision: must be at least 1"},
@@ -137,7 +137,7 @@ func TestHeartbeatSumsUpTheState(t *testing.T) {
 		},
 	}
 	h := linkproto.HeartbeatOf(s)
-	want := linkproto.Heartbeat{Protocol: 1, Head: 40, Desired: 7, Applied: 6, Result: event.ResultFailed, LastReconcile: done, Owned: 3, Drifted: 1, Failed: 1}
+	want := linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion, Head: 40, Desired: 7, Applied: 6, Result: event.ResultFailed, LastReconcile: done, Owned: 3, Drifted: 1, Failed: 1}
 	if h != want {
 		t.Errorf("HeartbeatOf = %+v\nwant %+v", h, want)
 	}
@@ -178,7 +178,9 @@ func TestEventBodyOmitsOnlyWhatIsTooLarge(t *testing.T) {
 
 func TestTokenRoundTripAndRefusals(t *testing.T) {
 	creds := "-----BEGIN NATS USER JWT-----\nx\n------END NATS USER JWT------\n-----BEGIN USER NKEY SEED-----\ny\n------END USER NKEY SEED------\n"
-	tok := linkproto.Token{Protocol: 1, Mesh: "home", Node: "web-1", URLs: []string{"nats://127.0.0.1:4222"}, Creds: creds}
+	key, _ := linkproto.NewSigningKey()
+	pub, _ := key.PublicKey()
+	tok := linkproto.Token{Protocol: 1, Mesh: "home", Node: "web-1", URLs: []string{"nats://127.0.0.1:4222"}, Creds: creds, SigningKey: pub}
 	got, err := linkproto.ParseToken(" " + tok.Encode() + "\n")
 	if err != nil || got.Node != "web-1" || got.Creds != creds || got.URLs[0] != tok.URLs[0] {
 		t.Fatalf("ParseToken = %+v, %v", got, err)
@@ -192,7 +194,9 @@ func TestTokenRoundTripAndRefusals(t *testing.T) {
 	for _, c := range []struct{ name, token, msg string }{
 		{"no prefix", "abc", `does not start with "meshtoken1."`},
 		{"cut short", tok.Encode()[:30] + "!", "was it cut short?"},
-		{"newer", enc(func(t *linkproto.Token) { t.Protocol = 2 }), "protocol 2; this host speaks 1"},
+		{"newer", enc(func(t *linkproto.Token) { t.Protocol = 99 }), "protocol 99; this host speaks 2"},
+		{"no signing key", enc(func(t *linkproto.Token) { t.SigningKey = "" }), "signing_key: "},
+		{"a user key as signing key", enc(func(t *linkproto.Token) { t.SigningKey = "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4" }), "signing_key: "},
 		{"no urls", enc(func(t *linkproto.Token) { t.URLs = nil }), "urls: no broker address"},
 		{"bad url", enc(func(t *linkproto.Token) { t.URLs = []string{"http://x"} }), `"http://x" is not a broker address`},
 		{"bad creds", enc(func(t *linkproto.Token) { t.Creds = "secret" }), "creds: not a NATS credentials file"},

@@ -52,6 +52,14 @@ type Declaration struct {
 	// Document is the declaration's JSON (package declaration's wire
 	// form); its own mesh, node and revision must equal the fields above.
 	Document json.RawMessage `json:"document"`
+	// Operator names who made the declaration (the identity meshctl ran
+	// as). It is inside the signed part: the node journals it as a fact.
+	Operator string `json:"operator,omitempty"`
+	// Signer and Signature are the mesh's declaration key (public) and its
+	// signature over SignedBytes. A node refuses a declaration without
+	// them, or signed by another key.
+	Signer    string `json:"signer,omitempty"`
+	Signature string `json:"signature,omitempty"`
 }
 
 // Ack answers a Declaration. Accepted means journaled at Seq and to be
@@ -77,6 +85,9 @@ type Hello struct {
 	Revision uint64 `json:"revision"`
 	// Head is the node's journal head.
 	Head uint64 `json:"head"`
+	// Nonce is fresh for every hello; the Welcome signs it back, so an
+	// old welcome replayed by the broker does not verify.
+	Nonce string `json:"nonce,omitempty"`
 }
 
 // Welcome answers a Hello.
@@ -88,6 +99,11 @@ type Welcome struct {
 	// EventsThrough is the highest journal sequence of the node the events
 	// stream holds; 0 for none.
 	EventsThrough uint64 `json:"events_through"`
+	// Nonce is the Hello's; Signer and Signature sign the welcome with the
+	// mesh's declaration key (see Welcome.Sign).
+	Nonce     string `json:"nonce,omitempty"`
+	Signer    string `json:"signer,omitempty"`
+	Signature string `json:"signature,omitempty"`
 }
 
 // Sync is a node's question, as a request on SyncSubject: how much of my
@@ -97,6 +113,8 @@ type Sync struct {
 	Protocol int    `json:"protocol"`
 	Node     string `json:"node"`
 	Sent     uint64 `json:"sent"`
+	// Nonce is fresh for every sync; the Synced signs it back.
+	Nonce string `json:"nonce,omitempty"`
 }
 
 // Synced answers a Sync: EventsThrough is the journal sequence of the
@@ -106,6 +124,11 @@ type Sync struct {
 type Synced struct {
 	Protocol      int    `json:"protocol"`
 	EventsThrough uint64 `json:"events_through"`
+	// Nonce is the Sync's; Signer and Signature sign the answer with the
+	// mesh's declaration key (see Synced.Sign).
+	Nonce     string `json:"nonce,omitempty"`
+	Signer    string `json:"signer,omitempty"`
+	Signature string `json:"signature,omitempty"`
 }
 
 // Heartbeat is a node's report, on HeartbeatSubject: on link up, after
@@ -260,6 +283,11 @@ func (d *Declaration) For(mesh, node string) error {
 		return fmt.Errorf("%w: revision: must be at least 1", ErrMalformed)
 	case len(d.Document) == 0 || bytes.Equal(d.Document, []byte("null")):
 		return fmt.Errorf("%w: document: required", ErrMalformed)
+	}
+	if d.Operator != "" {
+		if err := ValidOperator(d.Operator); err != nil {
+			return fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
 	}
 	return nil
 }

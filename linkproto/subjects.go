@@ -30,7 +30,11 @@ import (
 // History:
 //   - 1 (2026-11-29): declaration push and ack, hello and welcome, heartbeat,
 //     journal events (no stream acknowledgements: sync and synced instead).
-const ProtocolVersion = 1
+//   - 2 (2026-12-02): declarations, welcomes and synceds are signed with the
+//     mesh's declaration key, and a declaration names its operator; hellos
+//     and syncs carry a nonce the answer signs. A node refuses what is not
+//     signed, so a version-1 control plane cannot drive a version-2 node.
+const ProtocolVersion = 2
 
 // Subjects. MESH and NODE are names (see ValidName); the functions below
 // fill them in. Nothing else in the mesh builds a subject.

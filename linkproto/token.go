@@ -26,6 +26,9 @@ type Token struct {
 	URLs     []string `json:"urls"`
 	// Creds is the node's NATS credentials file: its user JWT and nkey seed.
 	Creds string `json:"creds"`
+	// SigningKey is the public half of the mesh's declaration key: the
+	// only key whose declarations the node obeys.
+	SigningKey string `json:"signing_key"`
 }
 
 // Encode renders t as one line of text.
@@ -55,6 +58,9 @@ func ParseToken(s string) (Token, error) {
 		return Token{}, fmt.Errorf("%w: urls: no broker address", ErrBadToken)
 	case !strings.Contains(t.Creds, "BEGIN NATS USER JWT") || !strings.Contains(t.Creds, "BEGIN USER NKEY SEED"):
 		return Token{}, fmt.Errorf("%w: creds: not a NATS credentials file", ErrBadToken)
+	}
+	if err := ValidSigningKey(t.SigningKey); err != nil {
+		return Token{}, fmt.Errorf("%w: signing_key: %v", ErrBadToken, err)
 	}
 	if err := ValidName(t.Mesh); err != nil {
 		return Token{}, fmt.Errorf("%w: mesh: %v", ErrBadToken, err)

@@ -77,6 +77,10 @@ func (d *differ) desired(a, b *Desired) {
 	same(d, p+".digest", a.Digest, b.Digest)
 	sameElems(d, p+".resources", a.Resources, b.Resources)
 	same(d, p+".seq", a.Seq, b.Seq)
+	same(d, p+".source", a.Source, b.Source)
+	same(d, p+".operator", a.Operator, b.Operator)
+	same(d, p+".signer", a.Signer, b.Signer)
+	same(d, p+".signature", a.Signature, b.Signature)
 	if !bytes.Equal(a.Document, b.Document) {
 		at := 0
 		for at < len(a.Document) && at < len(b.Document) && a.Document[at] == b.Document[at] {

@@ -149,6 +149,10 @@ func (f *folder) fold(s *State, r event.Record) {
 				Resources: nilIfEmpty(p.Resources),
 				Seq:       r.Seq,
 				Document:  nilIfEmpty(p.Document),
+				Source:    p.Source,
+				Operator:  p.Operator,
+				Signer:    p.Signer,
+				Signature: p.Signature,
 			}
 		}
 	case event.HostStarted:

@@ -70,8 +70,10 @@ func TestFold(t *testing.T) {
 		Revision: 7, Digest: "sha256:decl", Source: "push",
 		Resources: []event.DeclaredResource{{ID: motd, SpecDigest: "sha256:aa"}},
 		Document:  []byte(`{"resources":[]}`),
+		Operator:  "ops@example", Signer: "NSIGNER", Signature: "c2ln",
 	}
-	desired := &Desired{Revision: 7, Digest: "sha256:decl", Resources: declared.Resources, Seq: 1, Document: declared.Document}
+	desired := &Desired{Revision: 7, Digest: "sha256:decl", Resources: declared.Resources, Seq: 1, Document: declared.Document,
+		Source: "push", Operator: "ops@example", Signer: "NSIGNER", Signature: "c2ln"}
 	tests := []struct {
 		name string
 		recs []event.Record

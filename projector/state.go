@@ -55,6 +55,13 @@ type Desired struct {
 	// Seq is the seq of the declaration.received record.
 	Seq      uint64 `json:"seq"`
 	Document []byte `json:"document,omitempty"`
+	// Source, Operator, Signer and Signature are the record's: where the
+	// declaration came from and, from the mesh, who made it and the
+	// signature that proves it (a compacted journal keeps them here).
+	Source    string `json:"source,omitempty"`
+	Operator  string `json:"operator,omitempty"`
+	Signer    string `json:"signer,omitempty"`
+	Signature string `json:"signature,omitempty"`
 }
 
 // Owned is one resource the host has applied and not deleted.

@@ -8,6 +8,9 @@
 package testbeds
 
 import (
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/nats-io/nkeys"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -175,6 +178,17 @@ func (b *Bed) URL() string { return "nats://" + b.Control.Listen }
 // CredsFile is the control user's credentials: a test that speaks NATS
 // directly uses them, as the stock nats CLI would.
 func (b *Bed) CredsFile() string { return filepath.Join(b.Control.DataDir, "control.creds") }
+
+// DeclarationKey is the mesh's declaration key, read from the authority
+// as meshctl reads it: a test that pushes by hand signs with it, as the
+// control plane does.
+func (b *Bed) DeclarationKey() (nkeys.KeyPair, error) {
+	a, err := control.Open(b.Control.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	return a.DeclarationKey(), nil
+}
 
 // Control is the bed's `meshctl serve` process.
 type Control struct {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -282,14 +283,34 @@ func TestBadMessagesAreRefusedAndTheHostLivesOn(t *testing.T) {
 	doc := func(node string, rev int) string {
 		return fmt.Sprintf(`{"mesh":"home","node":%q,"revision":%d,"resources":[]}`, node, rev)
 	}
-	push := func(node string, rev int, document string) string {
-		return fmt.Sprintf(`{"protocol":1,"mesh":"home","node":%q,"revision":%d,"document":%s}`, node, rev, document)
+	// What the control user may publish, a broker turned attacker may too:
+	// every push below but the unsigned and forged ones is signed with the
+	// mesh's key, so that the host's later checks are what refuse it.
+	key, err := b.DeclarationKey()
+	if err != nil {
+		t.Fatal(err)
 	}
+	otherKey, _ := linkproto.NewSigningKey()
+	signedBy := func(k nkeys.KeyPair, node string, rev int, document string) string {
+		d := linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: "home", Node: node, Revision: uint64(rev), Document: json.RawMessage(document), Operator: "attacker"}
+		if k != nil {
+			if err := d.Sign(k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return string(linkproto.Marshal(d))
+	}
+	push := func(node string, rev int, document string) string { return signedBy(key, node, rev, document) }
+	setuid := `{"mesh":"home","node":"web-1","revision":1,"resources":[{"file":{"path":"/usr/local/bin/x","content":"x","mode":"4755"}}]}`
+	tampered := strings.Replace(push("web-1", 1, doc("web-1", 1)), `"resources":[]`, `"resources":[{"file":{"path":"/etc/x","content":"x"}}]`, 1)
 	corpus := []struct{ name, body, reason string }{
 		{"not json", "{{{", "malformed message"},
 		{"binary", "\x00\xff\xfe", "malformed message"},
 		{"no protocol", `{"mesh":"home","node":"web-1","revision":1,"document":{}}`, "no protocol field"},
-		{"future protocol", strings.Replace(push("web-1", 1, doc("web-1", 1)), `"protocol":1`, `"protocol":7`, 1), "protocol 7 is newer"},
+		{"future protocol", strings.Replace(push("web-1", 1, doc("web-1", 1)), `"protocol":2`, `"protocol":7`, 1), "protocol 7 is newer"},
+		{"unsigned", signedBy(nil, "web-1", 1, setuid), "unsigned"},
+		{"signed by another key", signedBy(otherKey, "web-1", 1, setuid), "does not trust"},
+		{"changed after signing", tampered, "bad signature"},
 		{"another node", push("web-2", 1, doc("web-2", 1)), "for another node"},
 		{"document for another node", push("web-1", 1, doc("web-2", 1)), "web-2"},
 		{"bad document", push("web-1", 1, `{"mesh":"home","node":"web-1","revision":1,"resources":[{"file":{"path":"../etc/shadow","content":"x"}}]}`), "resources[0].file.path"},
@@ -313,6 +334,11 @@ func TestBadMessagesAreRefusedAndTheHostLivesOn(t *testing.T) {
 	}
 	if !h.Running() {
 		t.Fatal("the host died of a bad message")
+	}
+	for _, p := range []string{"usr/local/bin/x", "etc/x"} {
+		if _, err := os.Lstat(filepath.Join(h.Root, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a forged declaration was applied: /%s: %v", p, err)
+		}
 	}
 	recs := h.Records()
 	var refusals int

@@ -16,6 +16,7 @@ import (
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/projector"
 )
 
@@ -58,7 +59,7 @@ func (c *applyCmd) Run(e *env) error {
 			return refuse(j, source, decl, err)
 		}
 		specs := decl.Expanded()
-		recv, err := appendDeclaration(j, decl, specs, source)
+		recv, err := appendDeclaration(j, decl, specs, source, nil)
 		unlock()
 		if err != nil {
 			return failed("journal the declaration: %v", err)
@@ -127,13 +128,22 @@ func journalRefusal(j *journal.Journal, source string, d *declaration.Declaratio
 }
 
 // appendDeclaration journals an accepted declaration, document and all, so
-// the host can reconcile from its journal alone while offline.
-func appendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []drivers.Spec, source string) (uint64, error) {
-	doc, err := d.MarshalJSON()
-	if err != nil {
-		return 0, err
+// the host can reconcile from its journal alone while offline. signed is
+// the message it arrived in from the mesh, nil for a file: its document is
+// journaled as it arrived, with the operator and the signature, so that
+// the record alone proves where it came from.
+func appendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []drivers.Spec, source string, signed *linkproto.Declaration) (uint64, error) {
+	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source}
+	if signed != nil {
+		p.Document = signed.Document
+		p.Operator, p.Signer, p.Signature = signed.Operator, signed.Signer, signed.Signature
+	} else {
+		doc, err := d.MarshalJSON()
+		if err != nil {
+			return 0, err
+		}
+		p.Document = doc
 	}
-	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source, Document: doc}
 	for _, spec := range specs {
 		p.Resources = append(p.Resources, event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)})
 	}

@@ -26,6 +26,9 @@ type linkConfig struct {
 	Mesh string   `json:"mesh"`
 	Node string   `json:"node"`
 	URLs []string `json:"urls"`
+	// SigningKey is the mesh's declaration key (public): the host obeys
+	// declarations signed by it and nothing else.
+	SigningKey string `json:"signing_key"`
 }
 
 type enrolCmd struct {
@@ -61,7 +64,7 @@ func (c *enrolCmd) Run(e *env) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return failed("%v", err)
 	}
-	cfg, err := json.MarshalIndent(linkConfig{Mesh: tok.Mesh, Node: tok.Node, URLs: tok.URLs}, "", "  ")
+	cfg, err := json.MarshalIndent(linkConfig{Mesh: tok.Mesh, Node: tok.Node, URLs: tok.URLs, SigningKey: tok.SigningKey}, "", "  ")
 	if err != nil {
 		return failed("%v", err)
 	}
@@ -99,6 +102,9 @@ func readLinkConfig(dir string) (linkConfig, error) {
 	}
 	if len(c.URLs) == 0 {
 		return c, fmt.Errorf("%s: urls: no broker address", path)
+	}
+	if err := linkproto.ValidSigningKey(c.SigningKey); err != nil {
+		return c, fmt.Errorf("%s: signing_key: %v: an enrolment from before declarations were signed; enrol again with a new token (`meshctl enrol %s`)", path, err, c.Node)
 	}
 	return c, nil
 }

@@ -19,11 +19,22 @@ type journalCmd struct {
 	Resource string   `name:"resource" placeholder:"ID" help:"Only records about this resource (file:/etc/motd)."`
 	Follow   bool     `name:"follow" short:"f" help:"Keep printing records as they are appended."`
 	Why      string   `name:"why" placeholder:"ID" help:"Why is this resource as it is: walk the causes back from its latest record to the declaration or drift behind it."`
+	Verify   bool     `name:"verify" help:"Prove that every declaration taken from the link was signed by the mesh's key (exit 1 if one was not)."`
+	Key      string   `name:"key" placeholder:"PUBKEY" help:"With --verify: the mesh's signing key to verify against (default: the one link.json holds)."`
 }
 
 func (c *journalCmd) Run(e *env) error {
 	if c.Why != "" && (c.Follow || c.Since != "" || len(c.Kind) > 0 || c.Resource != "") {
 		return refused("--why takes no other filter")
+	}
+	if c.Verify {
+		if c.Why != "" || c.Follow || c.Since != "" || len(c.Kind) > 0 || c.Resource != "" || c.JSON {
+			return refused("--verify takes no other flag but --key")
+		}
+		return e.withJournal(func(j *journal.Journal) error { return verifyDeclarations(e, j, c.Key) })
+	}
+	if c.Key != "" {
+		return refused("--key goes with --verify")
 	}
 	from, since, err := parseSince(c.Since, e.now())
 	if err != nil {

@@ -44,6 +44,11 @@ func (h *linkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 		}
 		return ack
 	}
+	// The link verified the signature; a declaration reaching here
+	// without one is a bug that must not become a journaled fact.
+	if d.Signature == "" {
+		return refuse(nil, fmt.Errorf("revision %d: %w: the link passed an unsigned declaration", d.Revision, linkproto.ErrUnsigned))
+	}
 	decl, err := declaration.ParseJSON("link", d.Document)
 	if err != nil {
 		return refuse(nil, err)
@@ -80,7 +85,7 @@ func (h *linkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 	if err := h.e.admissible(decl, s); err != nil {
 		return refuse(decl, err)
 	}
-	seq, err := appendDeclaration(j, decl, decl.Expanded(), source)
+	seq, err := appendDeclaration(j, decl, decl.Expanded(), source, d)
 	if err != nil {
 		ack.Reason = fmt.Sprintf("journal the declaration: %v", err)
 		return ack

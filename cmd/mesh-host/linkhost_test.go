@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -29,8 +31,25 @@ func newTestLinkHost(t *testing.T) (*linkHost, *journal.Journal) {
 	return newLinkHost(e, &heldJournal{j: j}), j
 }
 
+// The mesh's declaration key in these tests (a fixed one, so that golden
+// files can name it).
+const (
+	testSigningKeySeed = "SNAFUKXKTKNTW4XZM76AGTSNS6ZDDPDUIWJYLVD7YNXLBVJTTMO6LV65CM"
+	testSigningKeyPub  = "NBJMG7EVNEJ7C57O2KAFOHOG5BJED3YA5DKTA46N3YCCGR7M4CLGGN7F"
+)
+
+// push is revision rev of document as the link hands it to the host:
+// signed by the mesh, by operator tester.
 func push(rev uint64, document string) *linkproto.Declaration {
-	return &linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: "lab", Node: "web-1", Revision: rev, Document: json.RawMessage(document)}
+	d := &linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: "lab", Node: "web-1", Revision: rev, Document: json.RawMessage(document), Operator: "tester"}
+	key, err := nkeys.FromSeed([]byte(testSigningKeySeed))
+	if err != nil {
+		panic(err)
+	}
+	if err := d.Sign(key); err != nil {
+		panic(err)
+	}
+	return d
 }
 
 func doc(rev uint64, motd string) string {
@@ -62,6 +81,17 @@ func TestAccept(t *testing.T) {
 	json.Unmarshal(r.Payload, &p)
 	if r.Kind != event.DeclarationReceived || r.Seq != ack.Seq || p.Revision != 2 || p.Source != "link:pushed" || len(p.Document) == 0 {
 		t.Errorf("journaled %s %+v", r.Kind, p)
+	}
+	// The record keeps the signature over the document as it arrived: it
+	// alone proves the mesh sent it.
+	if p.Operator != "tester" || p.Signer != testSigningKeyPub ||
+		linkproto.VerifyStored(testSigningKeyPub, "lab", "web-1", p.Revision, p.Operator, p.Document, p.Signer, p.Signature) != nil {
+		t.Errorf("journaled without a signature that verifies: %+v", p)
+	}
+	unsigned := push(3, doc(3, "forged\n"))
+	unsigned.Signature, unsigned.Signer = "", ""
+	if ack := h.Accept(context.Background(), unsigned, event.TriggerPushed); ack.Accepted {
+		t.Errorf("an unsigned declaration handed to Accept was accepted")
 	}
 	select {
 	case tr := <-h.wake:

@@ -174,7 +174,8 @@ func cmdMkToken(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	creds := "-----BEGIN NATS USER JWT-----\neyJ0ZXN0IjoidG9rZW4ifQ\n------END NATS USER JWT------\n\n" +
 		"-----BEGIN USER NKEY SEED-----\nSUAPLACEHOLDER\n------END USER NKEY SEED------\n"
-	tok := linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: args[0], Node: args[1], URLs: []string{args[2]}, Creds: creds}.Encode()
+	tok := linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: args[0], Node: args[1], URLs: []string{args[2]}, Creds: creds,
+		SigningKey: testSigningKeyPub}.Encode()
 	ts.Setenv("TOKEN", tok)
 	ts.Check(os.WriteFile(ts.MkAbs("token.txt"), []byte(tok+"\n"), 0o600))
 }

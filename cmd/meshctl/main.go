@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"os/user"
 	"syscall"
 	"time"
 
@@ -39,8 +40,9 @@ const (
 // cli is the grammar. Global flags say where the authority lives and which
 // broker to talk to.
 type cli struct {
-	Data string   `name:"data" env:"MESHCTL_DATA" default:"/var/lib/meshctl" type:"path" help:"Directory of the authority: keys, credentials and control.json."`
-	NATS []string `name:"nats" env:"MESHCTL_NATS" placeholder:"URL" help:"Broker address(es) (default: those control.json records). serve: use this broker instead of embedding one."`
+	Data     string   `name:"data" env:"MESHCTL_DATA" default:"/var/lib/meshctl" type:"path" help:"Directory of the authority: keys, credentials and control.json."`
+	NATS     []string `name:"nats" env:"MESHCTL_NATS" placeholder:"URL" help:"Broker address(es) (default: those control.json records). serve: use this broker instead of embedding one."`
+	Operator string   `name:"operator" env:"MESHCTL_OPERATOR" placeholder:"NAME" help:"Who is declaring: signed into every declaration and shown by the nodes' journals (default: USER@HOSTNAME)."`
 
 	Init       initCmd       `cmd:"" help:"Create the authority of a mesh in the data directory (once; later runs reuse it)."`
 	Enrol      enrolCmd      `cmd:"" help:"Print an enrolment token for a node: its credentials and where to connect. The token is a secret."`
@@ -169,7 +171,25 @@ func (e *env) client() (*control.Client, *nats.Conn, error) {
 		return nil, nil, err
 	}
 	c.Now = e.now
+	c.Key = a.DeclarationKey()
+	c.Operator = e.operator()
 	return c, nc, nil
+}
+
+// operator is who the operator's commands say declared: --operator, or
+// the user and machine meshctl runs as.
+func (e *env) operator() string {
+	if e.cli.Operator != "" {
+		return e.cli.Operator
+	}
+	name := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if host, err := os.Hostname(); err == nil && host != "" {
+		name += "@" + host
+	}
+	return name
 }
 
 type versionCmd struct{}

@@ -150,7 +150,15 @@ func desired(t *testing.T, nc *nats.Conn, node string) *declaration.Declaration 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := declaration.DecodeStored(e.Value())
+	// The entry is the signed push; the declaration is its document.
+	var push linkproto.Declaration
+	if err := linkproto.Decode(e.Value(), linkproto.MaxDeclarationSize, &push); err != nil {
+		t.Fatal(err)
+	}
+	if push.Signature == "" || push.Operator == "" {
+		t.Errorf("%s's stored declaration is not signed by an operator: %s", node, e.Value())
+	}
+	d, err := declaration.DecodeStored(push.Document)
 	if err != nil {
 		t.Fatal(err)
 	}

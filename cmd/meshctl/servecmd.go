@@ -74,7 +74,7 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	{ // Streams and bucket in place, then every node's hello answered.
 		ctx, cancel := context.WithCancel(e.ctx)
-		svc := &control.Service{Conn: nc, Mesh: a.Mesh, Log: log, EventsMaxAge: c.EventsMaxAge}
+		svc := &control.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: log, EventsMaxAge: c.EventsMaxAge}
 		g.Add(func() error {
 			return svc.Run(ctx)
 		}, func(error) { cancel() })

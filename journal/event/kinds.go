@@ -79,6 +79,14 @@ type DeclarationReceivedPayload struct {
 	Source    string             `json:"source"` // "file:PATH" or "push"
 	Resources []DeclaredResource `json:"resources"`
 	Document  []byte             `json:"document,omitempty"`
+	// Operator names who made the declaration; Signer and Signature are
+	// the mesh's signature over it as it arrived (Document holds the
+	// signed bytes), so `mesh-host journal --verify` can prove, at any
+	// later time, that the mesh sent it. A declaration applied from a file
+	// on the machine has none of them.
+	Operator  string `json:"operator,omitempty"`
+	Signer    string `json:"signer,omitempty"`
+	Signature string `json:"signature,omitempty"`
 }
 
 // DeclarationRefusedPayload records a declaration the host would not take,

@@ -88,6 +88,16 @@ func describe(payload []byte) string {
 		}
 		var val string
 		switch {
+		case key == "signature":
+			// Shown as the signer; `journal --verify` checks it.
+			continue
+		case key == "signer":
+			var signer string
+			_ = json.Unmarshal(raw, &signer)
+			key, val = "signed", signer
+			if len(val) > 12 {
+				val = val[:12] + "…"
+			}
 		case key == "document":
 			var doc []byte
 			_ = json.Unmarshal(raw, &doc)

@@ -28,10 +28,14 @@ func (l *Link) onDeclaration(ctx context.Context, m *nats.Msg) {
 			l.reply(m, l.refusedAck(0, reason))
 		}
 	}()
-	d, err := linkproto.DecodeDeclaration(m.Data, l.cfg.Mesh, l.cfg.Node)
+	d, err := l.decodeDeclaration(m.Data)
 	if err != nil {
+		revision := uint64(0)
+		if d != nil {
+			revision = d.Revision
+		}
 		l.refuse(m.Subject, err.Error(), len(m.Data))
-		l.reply(m, l.refusedAck(0, err.Error()))
+		l.reply(m, l.refusedAck(revision, err.Error()))
 		return
 	}
 	ack := l.host.Accept(ctx, d, event.TriggerPushed)
@@ -39,6 +43,21 @@ func (l *Link) onDeclaration(ctx context.Context, m *nats.Msg) {
 	ack.Reason = clip(ack.Reason, maxReason)
 	l.log.Info("declaration pushed", "revision", d.Revision, "accepted", ack.Accepted, "seq", ack.Seq, "reason", ack.Reason)
 	l.reply(m, ack)
+}
+
+// decodeDeclaration decodes a declaration for this node and checks that
+// the mesh signed it; nothing else reaches the host. On a refusal of a
+// declaration that decoded, the declaration is returned with the error,
+// for its revision.
+func (l *Link) decodeDeclaration(data []byte) (*linkproto.Declaration, error) {
+	d, err := linkproto.DecodeDeclaration(data, l.cfg.Mesh, l.cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Verify(l.cfg.Trust); err != nil {
+		return d, fmt.Errorf("declaration revision %d refused: %w", d.Revision, err)
+	}
+	return d, nil
 }
 
 func (l *Link) refusedAck(revision uint64, reason string) linkproto.Ack {

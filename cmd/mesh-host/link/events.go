@@ -221,13 +221,18 @@ func (l *Link) syncAcks(ctx context.Context, nc *nats.Conn, sent *atomic.Uint64,
 func (l *Link) sync(ctx context.Context, nc *nats.Conn, sent uint64) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
-	q := linkproto.Marshal(linkproto.Sync{Protocol: linkproto.ProtocolVersion, Node: l.cfg.Node, Sent: sent})
+	nonce := linkproto.NewNonce()
+	q := linkproto.Marshal(linkproto.Sync{Protocol: linkproto.ProtocolVersion, Node: l.cfg.Node, Sent: sent, Nonce: nonce})
 	m, err := nc.RequestWithContext(ctx, linkproto.SyncSubject(l.cfg.Mesh, l.cfg.Node), q)
 	if err != nil {
 		return 0, err
 	}
 	var s linkproto.Synced
 	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &s); err != nil {
+		l.refuse(linkproto.SyncSubject(l.cfg.Mesh, l.cfg.Node), "synced: "+err.Error(), len(m.Data))
+		return 0, err
+	}
+	if err := s.Verify(l.cfg.Trust, l.cfg.Mesh, l.cfg.Node, nonce); err != nil {
 		l.refuse(linkproto.SyncSubject(l.cfg.Mesh, l.cfg.Node), "synced: "+err.Error(), len(m.Data))
 		return 0, err
 	}

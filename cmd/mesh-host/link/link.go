@@ -76,6 +76,10 @@ type Config struct {
 	// CredsFile is the node's NATS credentials file; empty for none (a
 	// test broker without authentication).
 	CredsFile string
+	// Trust is the mesh's signing key (public), learnt at enrolment: the
+	// link hands the host only declarations it signed, and believes only
+	// welcomes and synceds it signed.
+	Trust string
 	// Version is the running host's version, for hellos and heartbeats.
 	Version string
 	// HeartbeatInterval is how often the host reports while idle;
@@ -145,6 +149,9 @@ func New(cfg Config, host Host, j Journal) (*Link, error) {
 	}
 	if len(cfg.URLs) == 0 {
 		return nil, fmt.Errorf("%w: no broker address", ErrConfig)
+	}
+	if err := linkproto.ValidSigningKey(cfg.Trust); err != nil {
+		return nil, fmt.Errorf("%w: the mesh's signing key: %v (enrol again with a new token)", ErrConfig, err)
 	}
 	if host == nil || j == nil {
 		return nil, fmt.Errorf("%w: a host and a journal are required", ErrConfig)

@@ -18,12 +18,30 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/projector"
 )
+
+// testKey is the mesh's declaration key in these tests; otherKey is a key
+// the node does not trust.
+var testKey, otherKey = mustSigningKey(), mustSigningKey()
+
+func mustSigningKey() nkeys.KeyPair {
+	kp, err := linkproto.NewSigningKey()
+	if err != nil {
+		panic(err)
+	}
+	return kp
+}
+
+func publicKey(kp nkeys.KeyPair) string {
+	pub, _ := kp.PublicKey()
+	return pub
+}
 
 const (
 	testMesh = "lab"
@@ -137,7 +155,7 @@ func newBed(t *testing.T, configure func(*bed, *Config)) *bed {
 	b.host = &testHost{j: b.j}
 	b.nc = b.connect()
 	cfg := Config{
-		Mesh: testMesh, Node: testNode, URLs: []string{b.srv.ClientURL()}, Version: "v-test",
+		Mesh: testMesh, Node: testNode, URLs: []string{b.srv.ClientURL()}, Version: "v-test", Trust: publicKey(testKey),
 		HeartbeatInterval: time.Hour, HelloTimeout: 200 * time.Millisecond,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -246,9 +264,14 @@ func (b *bed) push(data []byte) linkproto.Ack {
 	return ack
 }
 
+// declaration is revision rev, signed by the mesh's key.
 func declaration(rev uint64) linkproto.Declaration {
 	doc := fmt.Sprintf(`{"mesh":%q,"node":%q,"revision":%d,"resources":[]}`, testMesh, testNode, rev)
-	return linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: testMesh, Node: testNode, Revision: rev, Document: json.RawMessage(doc)}
+	d := linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: testMesh, Node: testNode, Revision: rev, Document: json.RawMessage(doc), Operator: "tester"}
+	if err := d.Sign(testKey); err != nil {
+		panic(err)
+	}
+	return d
 }
 
 func TestPushAccepted(t *testing.T) {
@@ -327,6 +350,118 @@ func TestBadMessagesRefused(t *testing.T) {
 	}
 }
 
+// TestForgedDeclarationsRefused is the broker turned attacker: whatever it
+// pushes that the mesh did not sign, as it is, is refused by name and
+// journaled as link.refused, and the host is never handed it.
+func TestForgedDeclarationsRefused(t *testing.T) {
+	b := newBed(t, nil)
+	b.waitUp()
+	good := declaration(7)
+	corpus := []struct {
+		name   string
+		d      linkproto.Declaration
+		reason string
+	}{
+		{"unsigned", func() linkproto.Declaration { d := good; d.Signer, d.Signature = "", ""; return d }(), "unsigned"},
+		{"signed by another key", func() linkproto.Declaration {
+			d := good
+			if err := d.Sign(otherKey); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}(), "does not trust"},
+		{"another key, named as the mesh's", func() linkproto.Declaration {
+			d := good
+			d.Sign(otherKey)
+			d.Signer = publicKey(testKey)
+			return d
+		}(), "bad signature"},
+		{"document changed", func() linkproto.Declaration {
+			d := good
+			d.Document = json.RawMessage(strings.Replace(string(d.Document), `"resources":[]`, `"resources":[{"file":{"path":"/etc/x","content":"x"}}]`, 1))
+			return d
+		}(), "bad signature"},
+		{"revision raised", func() linkproto.Declaration { d := good; d.Revision = 8; return d }(), "bad signature"},
+		{"operator changed", func() linkproto.Declaration { d := good; d.Operator = "mallory"; return d }(), "bad signature"},
+		{"signature garbage", func() linkproto.Declaration { d := good; d.Signature = "!!!"; return d }(), "does not decode"},
+		{"another node's, signed", func() linkproto.Declaration {
+			d := good
+			d.Node = "web-2"
+			d.Sign(testKey)
+			return d
+		}(), "another node"},
+	}
+	for _, c := range corpus {
+		ack := b.push(linkproto.Marshal(c.d))
+		if ack.Accepted || !strings.Contains(ack.Reason, c.reason) {
+			t.Errorf("%s: got %+v, want refused: %s", c.name, ack, c.reason)
+		}
+	}
+	if got := b.host.accepted(); len(got) != 0 {
+		t.Fatalf("the host was handed %d forged declarations", len(got))
+	}
+	if n := len(b.records(event.LinkRefused)); n != len(corpus) {
+		t.Errorf("got %d link.refused records, want %d", n, len(corpus))
+	}
+	if ack := b.push(linkproto.Marshal(good)); !ack.Accepted {
+		t.Fatalf("the signed declaration: got %+v, want accepted", ack)
+	}
+}
+
+// TestForgedWelcomesIgnored: a welcome the mesh did not sign for this very
+// hello (unsigned, another key, or an old one replayed) is refused whole:
+// its declaration is not accepted and its events mark is not believed.
+func TestForgedWelcomesIgnored(t *testing.T) {
+	var replay atomic.Pointer[linkproto.Welcome]
+	for _, c := range []struct {
+		name  string
+		forge func(h linkproto.Hello) linkproto.Welcome
+	}{
+		{"unsigned", func(h linkproto.Hello) linkproto.Welcome {
+			d := declaration(5)
+			return linkproto.Welcome{Protocol: linkproto.ProtocolVersion, Declaration: &d, EventsThrough: 40, Nonce: h.Nonce}
+		}},
+		{"another key", func(h linkproto.Hello) linkproto.Welcome {
+			d := declaration(5)
+			w := linkproto.Welcome{Protocol: linkproto.ProtocolVersion, Declaration: &d, EventsThrough: 40, Nonce: h.Nonce}
+			w.Sign(otherKey, testMesh, testNode)
+			return w
+		}},
+		{"replayed", func(h linkproto.Hello) linkproto.Welcome {
+			if w := replay.Load(); w != nil {
+				return *w
+			}
+			d := declaration(5)
+			w := linkproto.Welcome{Protocol: linkproto.ProtocolVersion, Declaration: &d, EventsThrough: 40, Nonce: "an older hello's"}
+			w.Sign(testKey, testMesh, testNode)
+			return w
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hellos := make(chan linkproto.Hello, 10)
+			b := newBed(t, func(b *bed, _ *Config) {
+				appendRecords(t, b.j, 50)
+				controlResponder(t, b.nc, hellos, c.forge)
+			})
+			b.waitUp()
+			eventually(t, "the welcome refused", func() bool {
+				for _, r := range b.records(event.LinkRefused) {
+					if strings.Contains(string(r.Payload), "welcome") {
+						return true
+					}
+				}
+				return false
+			})
+			if got := b.host.accepted(); len(got) != 0 {
+				t.Errorf("the host was handed the welcome's declaration")
+			}
+			if b.link.Acked() != 0 {
+				t.Errorf("the forged welcome's events mark was believed: acked %d", b.link.Acked())
+			}
+		})
+	}
+}
+
 func TestRefusalsRateLimited(t *testing.T) {
 	var now atomic.Pointer[time.Time]
 	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -369,7 +504,16 @@ func controlResponder(t *testing.T, nc *nats.Conn, hellos chan<- linkproto.Hello
 		case hellos <- h:
 		default:
 		}
-		m.Respond(linkproto.Marshal(welcome(h)))
+		w := welcome(h)
+		// A welcome made with a nonce is the test's own (a forgery);
+		// any other is signed as the control service signs.
+		if w.Nonce == "" {
+			w.Nonce = h.Nonce
+			if err := w.Sign(testKey, testMesh, testNode); err != nil {
+				t.Error(err)
+			}
+		}
+		m.Respond(linkproto.Marshal(w))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -431,7 +575,7 @@ func TestOfflineAtStart(t *testing.T) {
 	l.Close()
 	j := openJournal(t, t.TempDir()+"/journal.db")
 	b := &bed{t: t, j: j, host: &testHost{j: j}, dir: t.TempDir()}
-	b.start(Config{Mesh: testMesh, Node: testNode, URLs: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)},
+	b.start(Config{Mesh: testMesh, Node: testNode, URLs: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}, Trust: publicKey(testKey),
 		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, HelloTimeout: 100 * time.Millisecond})
 	if n := len(b.records(event.LinkUp)); n != 0 {
 		t.Fatalf("link.up with no broker")
@@ -577,7 +721,16 @@ func syncResponder(t *testing.T, nc *nats.Conn) {
 		default:
 			through, _ = strconv.ParseUint(last.Header.Get(linkproto.HeaderSeq), 10, 64)
 		}
-		m.Respond(linkproto.Marshal(linkproto.Synced{Protocol: linkproto.ProtocolVersion, EventsThrough: through}))
+		var q linkproto.Sync
+		if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &q); err != nil {
+			t.Errorf("sync: %v", err)
+			return
+		}
+		answer := linkproto.Synced{Protocol: linkproto.ProtocolVersion, EventsThrough: through, Nonce: q.Nonce}
+		if err := answer.Sign(testKey, testMesh, testNode); err != nil {
+			t.Error(err)
+		}
+		m.Respond(linkproto.Marshal(answer))
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func (l *Link) runSession(ctx context.Context, nc *nats.Conn) {
 
 // hello asks the control plane for this node's declaration, once.
 func (l *Link) hello(ctx context.Context, nc *nats.Conn) (*linkproto.Welcome, error) {
-	h := linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: l.cfg.Node, Version: l.cfg.Version}
+	h := linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: l.cfg.Node, Version: l.cfg.Version, Nonce: linkproto.NewNonce()}
 	s, err := l.host.State()
 	if err != nil {
 		return nil, err
@@ -81,6 +81,12 @@ func (l *Link) hello(ctx context.Context, nc *nats.Conn) (*linkproto.Welcome, er
 	}
 	var w linkproto.Welcome
 	if err := linkproto.Decode(m.Data, linkproto.MaxDeclarationSize, &w); err != nil {
+		l.refuse(subj, "welcome: "+err.Error(), len(m.Data))
+		return nil, err
+	}
+	// Nothing of a welcome is believed unless the mesh signed it for this
+	// hello: its events mark would make the node stop sending records.
+	if err := w.Verify(l.cfg.Trust, l.cfg.Mesh, l.cfg.Node, h.Nonce); err != nil {
 		l.refuse(subj, "welcome: "+err.Error(), len(m.Data))
 		return nil, err
 	}
@@ -117,7 +123,7 @@ func (l *Link) welcomed(ctx context.Context, w *linkproto.Welcome, first bool) {
 		subj := linkproto.HelloSubject(l.cfg.Mesh, l.cfg.Node)
 		// The nested declaration gets the checks a push gets.
 		data := linkproto.Marshal(w.Declaration)
-		d, err := linkproto.DecodeDeclaration(data, l.cfg.Mesh, l.cfg.Node)
+		d, err := l.decodeDeclaration(data)
 		if err != nil {
 			l.refuse(subj, "welcome: "+err.Error(), len(data))
 		} else {

@@ -31,9 +31,12 @@ const (
 	accountSeedFile  = "mesh.nk"
 	accountJWTFile   = "mesh.jwt"
 	signingSeedFile  = "mesh-signing.nk"
-	controlCredsFile = "control.creds"
-	configFile       = "control.json"
-	jetstreamDir     = "jetstream"
+	// declarationsSeedFile signs what nodes obey: declarations, welcomes,
+	// synceds. Its public half travels in every enrolment token.
+	declarationsSeedFile = "declarations.nk"
+	controlCredsFile     = "control.creds"
+	configFile           = "control.json"
+	jetstreamDir         = "jetstream"
 )
 
 // Config is DIR/control.json: which mesh the authority serves, where its
@@ -64,6 +67,7 @@ type Authority struct {
 	accountPub  string
 	accountJWT  string
 	signer      nkeys.KeyPair
+	declKey     nkeys.KeyPair
 }
 
 // Init returns the authority in dir, creating it for mesh (DefaultMesh
@@ -174,6 +178,9 @@ func create(dir, mesh string) error {
 			return err
 		}
 	}
+	if err := createDeclarationKey(dir); err != nil {
+		return err
+	}
 	if err := writeConfig(dir, Config{Mesh: mesh}); err != nil {
 		return err
 	}
@@ -233,10 +240,51 @@ func Open(dir string) (*Authority, error) {
 	if _, err := os.Stat(a.ControlCreds()); err != nil {
 		return nil, err
 	}
+	seed, err = read(declarationsSeedFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		// An authority made before declarations were signed gains its key
+		// here; nodes enrolled before it must be enrolled again to learn it.
+		if err = createDeclarationKey(dir); err == nil {
+			seed, err = read(declarationsSeedFile)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if a.declKey, err = nkeys.FromSeed([]byte(seed)); err != nil {
+		return nil, fmt.Errorf("%s: %w", declarationsSeedFile, err)
+	}
+	if pub, _ := a.declKey.PublicKey(); linkproto.ValidSigningKey(pub) != nil {
+		return nil, fmt.Errorf("%s is not a mesh signing key", declarationsSeedFile)
+	}
 	if err := linkproto.ValidName(a.Mesh); err != nil {
 		return nil, fmt.Errorf("%s: mesh: %w", configFile, err)
 	}
 	return a, nil
+}
+
+// createDeclarationKey writes a new declaration key into dir.
+func createDeclarationKey(dir string) error {
+	kp, err := linkproto.NewSigningKey()
+	if err != nil {
+		return err
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, declarationsSeedFile), append(seed, '\n'))
+}
+
+// DeclarationKey is the mesh's declaration key: what signs declarations,
+// welcomes and synceds.
+func (a *Authority) DeclarationKey() nkeys.KeyPair { return a.declKey }
+
+// SigningKey is the public half of the declaration key: what every node
+// trusts, learnt from its enrolment token.
+func (a *Authority) SigningKey() string {
+	pub, _ := a.declKey.PublicKey()
+	return pub
 }
 
 // ControlCreds is the path of the control user's credentials file: full
@@ -281,7 +329,7 @@ func (a *Authority) Enrol(node string, urls []string) (linkproto.Token, error) {
 	if len(urls) == 0 {
 		return linkproto.Token{}, fmt.Errorf("%w: run `meshctl serve` once (it records where it listens) or give --url", ErrNoBroker)
 	}
-	return linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: a.Mesh, Node: node, URLs: urls, Creds: string(creds)}, nil
+	return linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: a.Mesh, Node: node, URLs: urls, Creds: string(creds), SigningKey: a.SigningKey()}, nil
 }
 
 // userCreds signs a user of the mesh account with signer and returns its

@@ -59,7 +59,7 @@ func newBed(t *testing.T) *bed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Service{Conn: nc, Mesh: testMesh, Log: log}
+	s := &Service{Conn: nc, Mesh: testMesh, Key: a.DeclarationKey(), Log: log}
 	if err := s.Ensure(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func (b *bed) serve() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	s := &Service{Conn: nc, Mesh: testMesh, Log: b.log}
+	s := &Service{Conn: nc, Mesh: testMesh, Key: b.a.DeclarationKey(), Log: b.log}
 	go func() { done <- s.Run(ctx) }()
 	b.t.Cleanup(func() {
 		cancel()
@@ -94,6 +94,7 @@ func (b *bed) client(now time.Time) *Client {
 		b.t.Fatal(err)
 	}
 	c.Now = func() time.Time { return now }
+	c.Key, c.Operator = b.a.DeclarationKey(), "tester@bed"
 	return c
 }
 
@@ -102,10 +103,12 @@ func (b *bed) client(now time.Time) *Client {
 // error the broker reports is kept in errs.
 type node struct {
 	name string
-	nc   *nats.Conn
-	js   jetstream.JetStream // the control side's, to look at the stream
-	mu   sync.Mutex
-	errs []error
+	// trust is the signing key its token carried.
+	trust string
+	nc    *nats.Conn
+	js    jetstream.JetStream // the control side's, to look at the stream
+	mu    sync.Mutex
+	errs  []error
 }
 
 func (b *bed) node(name string) *node {
@@ -118,7 +121,7 @@ func (b *bed) node(name string) *node {
 	if err := os.WriteFile(creds, []byte(tok.Creds), 0o600); err != nil {
 		b.t.Fatal(err)
 	}
-	n := &node{name: name, js: b.js}
+	n := &node{name: name, js: b.js, trust: tok.SigningKey}
 	n.nc, err = nats.Connect(tok.URLs[0],
 		nats.UserCredentials(creds),
 		nats.CustomInboxPrefix(linkproto.InboxPrefix(tok.Mesh, name)),
@@ -230,7 +233,7 @@ func (n *node) stored(t *testing.T, seq uint64) int {
 // hello says hello as the node does and returns the welcome, or an error
 // when none comes within timeout.
 func (n *node) hello(revision uint64, timeout time.Duration) (*linkproto.Welcome, error) {
-	h := linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: n.name, Version: "test", Revision: revision}
+	h := linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: n.name, Version: "test", Revision: revision, Nonce: linkproto.NewNonce()}
 	reply, err := n.nc.Request(linkproto.HelloSubject(testMesh, n.name), linkproto.Marshal(h), timeout)
 	if err != nil {
 		return nil, err
@@ -238,6 +241,16 @@ func (n *node) hello(revision uint64, timeout time.Duration) (*linkproto.Welcome
 	var w linkproto.Welcome
 	if err := linkproto.Decode(reply.Data, linkproto.MaxDeclarationSize, &w); err != nil {
 		return nil, err
+	}
+	// As the host does: the welcome is signed for this hello, and its
+	// declaration by the mesh.
+	if err := w.Verify(n.trust, testMesh, n.name, h.Nonce); err != nil {
+		return nil, err
+	}
+	if w.Declaration != nil {
+		if err := w.Declaration.Verify(n.trust); err != nil {
+			return nil, err
+		}
 	}
 	return &w, nil
 }

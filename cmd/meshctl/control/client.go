@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -44,7 +45,11 @@ type Client struct {
 	Mesh string
 	// Now is the clock heartbeats' ages are measured by.
 	Now func() time.Time
-	js  jetstream.JetStream
+	// Key signs what the client declares (the authority's declaration
+	// key), and Operator is who it says declared it.
+	Key      nkeys.KeyPair
+	Operator string
+	js       jetstream.JetStream
 }
 
 // NewClient returns a client of mesh over nc.

@@ -39,7 +39,10 @@ func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *dec
 	if err != nil {
 		return err
 	}
-	if err := c.store(ctx, node, d, push.Document); err != nil {
+	if err := c.sign(push); err != nil {
+		return err
+	}
+	if err := c.store(ctx, node, d, push); err != nil {
 		return err
 	}
 
@@ -116,10 +119,27 @@ func Push(d *declaration.Declaration, mesh, node string) (*linkproto.Declaration
 	return push, nil
 }
 
-// store puts doc into the desired-state bucket unless it is already there,
-// refusing to go back a revision or to reuse one. The write is conditional
-// on the entry read, so two operators declaring at once cannot both win.
-func (c *Client) store(ctx context.Context, node string, d *declaration.Declaration, doc []byte) error {
+// sign names the operator in push and signs it with the mesh's declaration
+// key. What is stored and pushed is the signed push, so a welcome forwards
+// the signature as it was made and the broker holds nothing it could alter
+// unnoticed.
+func (c *Client) sign(push *linkproto.Declaration) error {
+	if c.Key == nil {
+		return errors.New("no declaration key to sign with (the authority's declarations.nk)")
+	}
+	if err := linkproto.ValidOperator(c.Operator); err != nil {
+		return fmt.Errorf("%w: %v (give --operator)", ErrRefused, err)
+	}
+	push.Operator = c.Operator
+	return push.Sign(c.Key)
+}
+
+// store puts the signed push into the desired-state bucket unless it is
+// already there, refusing to go back a revision or to reuse one. The write
+// is conditional on the entry read, so two operators declaring at once
+// cannot both win.
+func (c *Client) store(ctx context.Context, node string, d *declaration.Declaration, push *linkproto.Declaration) error {
+	doc := linkproto.Marshal(push)
 	kv, err := c.desired(ctx)
 	if err != nil {
 		return err
@@ -132,9 +152,9 @@ func (c *Client) store(ctx context.Context, node string, d *declaration.Declarat
 	case err != nil:
 		return fmt.Errorf("read the desired state of %s: %w", node, err)
 	default:
-		stored, err := declaration.DecodeStored(entry.Value())
+		stored, err := decodeStoredEntry(entry.Value(), c.Mesh, node)
 		if err != nil {
-			return fmt.Errorf("the stored desired state of %s does not decode: %w", node, err)
+			return err
 		}
 		switch {
 		case d.Revision < stored.Revision:

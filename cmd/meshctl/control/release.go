@@ -304,8 +304,8 @@ func (c *Client) Release(ctx context.Context, out io.Writer, node string, res *d
 	case err != nil:
 		return fmt.Errorf("read the desired state of %s: %w", node, err)
 	default:
-		if stored, err = declaration.DecodeStored(entry.Value()); err != nil {
-			return fmt.Errorf("the stored desired state of %s does not decode: %w", node, err)
+		if stored, err = decodeStoredEntry(entry.Value(), c.Mesh, node); err != nil {
+			return err
 		}
 	}
 	d, changed, err := WithRelease(stored, c.Mesh, node, res)

@@ -12,7 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -26,6 +28,9 @@ type Service struct {
 	Conn *nats.Conn
 	// Mesh is the mesh whose hellos it answers.
 	Mesh string
+	// Key signs every welcome and synced (the authority's declaration
+	// key): a node acts on neither unless it verifies.
+	Key nkeys.KeyPair
 	// Log receives what the service does and the malformed hellos it
 	// drops.
 	Log *slog.Logger
@@ -128,6 +133,9 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 // Run sets up the streams (trying again until the broker answers), then
 // answers hellos until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
+	if s.Key == nil {
+		return errors.New("the control service has no declaration key to sign its answers with")
+	}
 	js, err := jetstream.New(s.Conn)
 	if err != nil {
 		return err
@@ -201,6 +209,10 @@ func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired je
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	w, err := welcome(ctx, events, desired, mesh, node, h.Revision)
+	if err == nil {
+		w.Nonce = h.Nonce
+		err = w.Sign(s.Key, mesh, node)
+	}
 	if err != nil {
 		// Unanswered, the node says hello again.
 		s.Log.Error("cannot answer a hello", "node", node, "err", err)
@@ -252,7 +264,12 @@ func (s *Service) sync(ctx context.Context, events jetstream.Stream, m *nats.Msg
 		s.Log.Error("cannot answer a sync", "node", node, "err", err)
 		return
 	}
-	if err := m.Respond(linkproto.Marshal(linkproto.Synced{Protocol: linkproto.ProtocolVersion, EventsThrough: through})); err != nil {
+	answer := linkproto.Synced{Protocol: linkproto.ProtocolVersion, EventsThrough: through, Nonce: q.Nonce}
+	if err := answer.Sign(s.Key, mesh, node); err != nil {
+		s.Log.Error("cannot answer a sync", "node", node, "err", err)
+		return
+	}
+	if err := m.Respond(linkproto.Marshal(answer)); err != nil {
 		s.Log.Error("cannot answer a sync", "node", node, "err", err)
 	}
 }
@@ -317,14 +334,50 @@ func storedDesired(ctx context.Context, desired jetstream.KeyValue, mesh, node s
 	return storedDeclaration(e.Value(), mesh, node)
 }
 
-func storedDeclaration(doc []byte, mesh, node string) (*linkproto.Declaration, error) {
-	var h storedHead
-	if err := json.Unmarshal(doc, &h); err != nil {
+// storedDeclaration reads a desired-state entry: the signed push that
+// declare stored. An entry stored before declarations were signed is the
+// bare document; it is returned unsigned, and nodes refuse it until it is
+// declared again.
+func storedDeclaration(value []byte, mesh, node string) (*linkproto.Declaration, error) {
+	var probe struct {
+		Document json.RawMessage `json:"document"`
+	}
+	if err := json.Unmarshal(value, &probe); err != nil {
 		return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
 	}
-	d := &linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: mesh, Node: node, Revision: h.Revision, Document: doc}
-	if err := d.For(h.Mesh, h.Node); err != nil {
+	var d linkproto.Declaration
+	if len(probe.Document) > 0 {
+		if err := linkproto.Decode(value, linkproto.MaxDeclarationSize, &d); err != nil {
+			return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
+		}
+	} else {
+		d = linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Document: value}
+	}
+	var h storedHead
+	if err := json.Unmarshal(d.Document, &h); err != nil {
 		return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
+	}
+	if d.Mesh == "" {
+		d.Mesh, d.Node, d.Revision = h.Mesh, h.Node, h.Revision
+	}
+	if h.Mesh != d.Mesh || h.Node != d.Node || h.Revision != d.Revision {
+		return nil, fmt.Errorf("the stored desired state of %s: its document is revision %d for %s/%s, its envelope revision %d for %s/%s", node, h.Revision, h.Mesh, h.Node, d.Revision, d.Mesh, d.Node)
+	}
+	if err := d.For(mesh, node); err != nil {
+		return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
+	}
+	return &d, nil
+}
+
+// decodeStoredEntry reads a desired-state entry as a declaration.
+func decodeStoredEntry(value []byte, mesh, node string) (*declaration.Declaration, error) {
+	push, err := storedDeclaration(value, mesh, node)
+	if err != nil {
+		return nil, err
+	}
+	d, err := declaration.DecodeStored(push.Document)
+	if err != nil {
+		return nil, fmt.Errorf("the stored desired state of %s does not decode: %w", node, err)
 	}
 	return d, nil
 }

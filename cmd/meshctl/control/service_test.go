@@ -106,7 +106,7 @@ func TestMalformedHelloIsNotAnswered(t *testing.T) {
 func TestEnsureIsIdempotent(t *testing.T) {
 	b := newBed(t)
 	ctx := context.Background()
-	s := &Service{Conn: b.nc, Mesh: testMesh, Log: b.log}
+	s := &Service{Conn: b.nc, Mesh: testMesh, Key: b.a.DeclarationKey(), Log: b.log}
 	for range 2 {
 		if err := s.Ensure(ctx); err != nil {
 			t.Fatal(err)
@@ -193,13 +193,17 @@ func TestSyncSaysHowMuchTheStreamHolds(t *testing.T) {
 	b.serve()
 	a := b.node("a")
 	sync := func() (uint64, error) {
-		q := linkproto.Marshal(linkproto.Sync{Protocol: linkproto.ProtocolVersion, Node: "a"})
+		nonce := linkproto.NewNonce()
+		q := linkproto.Marshal(linkproto.Sync{Protocol: linkproto.ProtocolVersion, Node: "a", Nonce: nonce})
 		m, err := a.nc.Request(linkproto.SyncSubject(testMesh, "a"), q, time.Second)
 		if err != nil {
 			return 0, err
 		}
 		var s linkproto.Synced
 		if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &s); err != nil {
+			return 0, err
+		}
+		if err := s.Verify(a.trust, testMesh, "a", nonce); err != nil {
 			return 0, err
 		}
 		return s.EventsThrough, nil

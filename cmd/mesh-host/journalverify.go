@@ -1,0 +1,100 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+// verifyDeclarations is `journal --verify`: it proves, from the journal
+// alone, that every declaration the host took from its link was signed by
+// the mesh's key (link.json's, or key when given), checking each record's
+// signature over the document as it was journaled. A declaration applied
+// from a file on the machine is listed as local: nothing signed it, and it
+// did not come from the mesh. What compaction dropped is checked in the
+// snapshot's desired state, which keeps the latest declaration's
+// signature. It fails when any declaration from the link does not verify.
+func verifyDeclarations(e *env, j *journal.Journal, key string) error {
+	if key == "" {
+		cfg, err := readLinkConfig(e.cli.StateDir)
+		if err != nil {
+			return refused("no key to verify with: %v (or give --key)", err)
+		}
+		key = cfg.SigningKey
+	} else if err := linkproto.ValidSigningKey(key); err != nil {
+		return refused("--key: %v", err)
+	}
+	cfg, _ := readLinkConfig(e.cli.StateDir)
+	mesh, node := cfg.Mesh, cfg.Node
+
+	var tally verifyTally
+	w := e.stdout
+	fmt.Fprintf(w, "verifying every declaration in %s against the mesh's key %s\n", j.Path(), key)
+
+	// The snapshot's desired declaration stands for what was compacted away.
+	var snap projector.State
+	var snapSeq uint64
+	err := j.Snapshot(func(v journal.View, seq uint64) error {
+		var err error
+		snap, err = projector.Load(v)
+		snapSeq = seq
+		return err
+	})
+	if err != nil {
+		return failed("%v", err)
+	}
+	if d := snap.Desired; d != nil && snapSeq > 0 {
+		tally.check(w, fmt.Sprintf("snapshot through #%d: revision %d", snapSeq, d.Revision), key, mesh, node,
+			d.Revision, d.Source, d.Operator, d.Document, d.Signer, d.Signature)
+	}
+	err = j.ScanKind(event.DeclarationReceived, 1, func(r event.Record) error {
+		var p event.DeclarationReceivedPayload
+		if err := json.Unmarshal(r.Payload, &p); err != nil {
+			tally.failed++
+			fmt.Fprintf(w, "#%d: FAILED: the record does not decode: %v\n", r.Seq, err)
+			return nil
+		}
+		tally.check(w, fmt.Sprintf("#%d: revision %d", r.Seq, p.Revision), key, mesh, node,
+			p.Revision, p.Source, p.Operator, p.Document, p.Signer, p.Signature)
+		return nil
+	})
+	if err != nil {
+		return failed("%v", err)
+	}
+	fmt.Fprintf(w, "%d from the mesh, verified; %d local; %d failed\n", tally.verified, tally.local, tally.failed)
+	if tally.failed > 0 {
+		return failed("%d declaration(s) in the journal are not proven to come from the mesh", tally.failed)
+	}
+	return nil
+}
+
+type verifyTally struct{ verified, local, failed int }
+
+// check verifies one stored declaration and prints a line about it.
+func (t *verifyTally) check(w io.Writer, what, key, mesh, node string, revision uint64, source, operator string, doc []byte, signer, signature string) {
+	if !strings.HasPrefix(source, "link:") {
+		t.local++
+		fmt.Fprintf(w, "%s: local (%s), not from the mesh: nothing signed it\n", what, source)
+		return
+	}
+	if mesh == "" {
+		// Not enrolled now: the document names whom it was for.
+		var head struct{ Mesh, Node string }
+		if err := json.Unmarshal(doc, &head); err == nil {
+			mesh, node = head.Mesh, head.Node
+		}
+	}
+	if err := linkproto.VerifyStored(key, mesh, node, revision, operator, doc, signer, signature); err != nil {
+		t.failed++
+		fmt.Fprintf(w, "%s: FAILED: %v\n", what, err)
+		return
+	}
+	t.verified++
+	fmt.Fprintf(w, "%s: signed by the mesh, declared by %q\n", what, operator)
+}

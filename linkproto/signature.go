@@ -1,0 +1,228 @@
+package linkproto
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/nats-io/nkeys"
+)
+
+// Signatures. The control plane signs what a node obeys with the mesh's
+// declaration key (an ed25519 nkey); the node learnt its public half at
+// enrolment and trusts nothing else. The broker carries the signed bytes
+// and cannot change them: it can delay or drop a declaration, never forge
+// one. Each signed message signs its own context string, so a signature
+// over one kind of message never verifies as another.
+const (
+	// declarationContext starts the bytes a Declaration's signature covers.
+	declarationContext = "mesh-host declaration 1"
+	// welcomeContext and syncedContext start the bytes of a Welcome's and
+	// a Synced's: how much of its journal the stream holds, which the node
+	// acts on (it stops resending what the answer says is held).
+	welcomeContext = "mesh-host welcome 1"
+	syncedContext  = "mesh-host synced 1"
+)
+
+// MaxOperatorLen bounds the name of the operator a declaration carries.
+const MaxOperatorLen = 128
+
+// Errors of verification. Each names what a node refuses.
+var (
+	// ErrUnsigned is returned for a message with no signature.
+	ErrUnsigned = errors.New("unsigned")
+	// ErrUntrustedSigner is returned for a message signed by a key other
+	// than the mesh's.
+	ErrUntrustedSigner = errors.New("signed by a key this node does not trust")
+	// ErrBadSignature is returned for a signature that does not verify:
+	// the message was changed after it was signed, or the signature is
+	// not one.
+	ErrBadSignature = errors.New("bad signature")
+)
+
+// NewSigningKey makes a mesh's declaration key.
+func NewSigningKey() (nkeys.KeyPair, error) {
+	return nkeys.CreatePair(nkeys.PrefixByteServer)
+}
+
+// ValidSigningKey reports whether pub is the public half of a declaration
+// key.
+func ValidSigningKey(pub string) error {
+	if !nkeys.IsValidPublicServerKey(pub) {
+		return fmt.Errorf("%q is not a mesh signing key (a public nkey starting with N)", pub)
+	}
+	return nil
+}
+
+// ValidOperator reports whether s can name the operator who made a
+// declaration: not empty, at most MaxOperatorLen bytes of printable text.
+func ValidOperator(s string) error {
+	if s == "" {
+		return errors.New("operator: required (who made the declaration)")
+	}
+	if len(s) > MaxOperatorLen || !utf8.ValidString(s) {
+		return fmt.Errorf("operator: at most %d bytes of UTF-8 text", MaxOperatorLen)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("operator: %q holds a character that is not printable", s)
+		}
+	}
+	return nil
+}
+
+// signedBytes is the unambiguous encoding of context and fields: each
+// field is preceded by its length, so no two lists of fields encode alike.
+func signedBytes(context string, fields ...[]byte) []byte {
+	n := len(context) + 1
+	for _, f := range fields {
+		n += binary.MaxVarintLen64 + len(f)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, context...)
+	b = append(b, 0)
+	for _, f := range fields {
+		b = binary.AppendUvarint(b, uint64(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+func sign(key nkeys.KeyPair, data []byte) (signer, signature string, err error) {
+	pub, err := key.PublicKey()
+	if err != nil {
+		return "", "", err
+	}
+	sig, err := key.Sign(data)
+	if err != nil {
+		return "", "", err
+	}
+	return pub, base64.RawURLEncoding.EncodeToString(sig), nil
+}
+
+// verify checks signature by signer over data, and that signer is trusted.
+func verify(what, trusted, signer, signature string, data []byte) error {
+	switch {
+	case signature == "" && signer == "":
+		return fmt.Errorf("%w: the %s carries no signature", ErrUnsigned, what)
+	case signer != trusted:
+		return fmt.Errorf("%w: the %s is signed by %s; this node trusts %s", ErrUntrustedSigner, what, short(signer), short(trusted))
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(signature)
+	if err != nil {
+		return fmt.Errorf("%w: the %s's signature does not decode: %v", ErrBadSignature, what, err)
+	}
+	kp, err := nkeys.FromPublicKey(trusted)
+	if err != nil {
+		return fmt.Errorf("the trusted key: %w", err)
+	}
+	if err := kp.Verify(data, sig); err != nil {
+		return fmt.Errorf("%w: the %s was changed after it was signed, or not signed by %s", ErrBadSignature, what, short(trusted))
+	}
+	return nil
+}
+
+// short names a key in a message: enough to tell two apart.
+func short(key string) string {
+	if key == "" {
+		return "no key"
+	}
+	if len(key) > 12 {
+		return key[:12] + "…"
+	}
+	return key
+}
+
+// SignedBytes is what d's signature covers: mesh, node, revision, the
+// operator and the document exactly as it travels.
+func (d *Declaration) SignedBytes() []byte {
+	return signedBytes(declarationContext, []byte(d.Mesh), []byte(d.Node),
+		[]byte(strconv.FormatUint(d.Revision, 10)), []byte(d.Operator), d.Document)
+}
+
+// Sign signs d with key, the mesh's declaration key.
+func (d *Declaration) Sign(key nkeys.KeyPair) error {
+	var err error
+	d.Signer, d.Signature, err = sign(key, d.SignedBytes())
+	return err
+}
+
+// Verify checks that d is signed by trusted, the mesh's declaration key,
+// and unchanged since. It says nothing about whom d is for: For does.
+func (d *Declaration) Verify(trusted string) error {
+	return verify("declaration", trusted, d.Signer, d.Signature, d.SignedBytes())
+}
+
+// VerifyStored checks a declaration a node journaled: its fields as the
+// record keeps them. It is Verify for a declaration no longer in its
+// message.
+func VerifyStored(trusted, mesh, node string, revision uint64, operator string, document []byte, signer, signature string) error {
+	d := Declaration{Mesh: mesh, Node: node, Revision: revision, Operator: operator, Document: document, Signer: signer, Signature: signature}
+	return d.Verify(trusted)
+}
+
+func (w *Welcome) signedBytes(mesh, node string) []byte {
+	decl := ""
+	if w.Declaration != nil {
+		decl = w.Declaration.Signature
+	}
+	return signedBytes(welcomeContext, []byte(mesh), []byte(node), []byte(w.Nonce),
+		[]byte(strconv.FormatUint(w.EventsThrough, 10)), []byte(decl))
+}
+
+// Sign signs w, the answer to node's hello, with key.
+func (w *Welcome) Sign(key nkeys.KeyPair, mesh, node string) error {
+	var err error
+	w.Signer, w.Signature, err = sign(key, w.signedBytes(mesh, node))
+	return err
+}
+
+// Verify checks that w answers node's hello that carried nonce, signed by
+// trusted. A welcome that answers another hello is a replay.
+func (w *Welcome) Verify(trusted, mesh, node, nonce string) error {
+	if err := verify("welcome", trusted, w.Signer, w.Signature, w.signedBytes(mesh, node)); err != nil {
+		return err
+	}
+	if w.Nonce != nonce {
+		return fmt.Errorf("%w: the welcome answers another hello", ErrBadSignature)
+	}
+	return nil
+}
+
+func (s *Synced) signedBytes(mesh, node string) []byte {
+	return signedBytes(syncedContext, []byte(mesh), []byte(node), []byte(s.Nonce),
+		[]byte(strconv.FormatUint(s.EventsThrough, 10)))
+}
+
+// Sign signs s, the answer to node's sync, with key.
+func (s *Synced) Sign(key nkeys.KeyPair, mesh, node string) error {
+	var err error
+	s.Signer, s.Signature, err = sign(key, s.signedBytes(mesh, node))
+	return err
+}
+
+// Verify checks that s answers node's sync that carried nonce, signed by
+// trusted.
+func (s *Synced) Verify(trusted, mesh, node, nonce string) error {
+	if err := verify("synced", trusted, s.Signer, s.Signature, s.signedBytes(mesh, node)); err != nil {
+		return err
+	}
+	if s.Nonce != nonce {
+		return fmt.Errorf("%w: the synced answers another sync", ErrBadSignature)
+	}
+	return nil
+}
+
+// NewNonce returns a fresh nonce for a hello or a sync.
+func NewNonce() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("linkproto: no randomness: " + err.Error())
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

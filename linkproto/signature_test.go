@@ -1,0 +1,116 @@
+package linkproto_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+func signingKey(t *testing.T) (nkeys.KeyPair, string) {
+	t.Helper()
+	kp, err := linkproto.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	return kp, pub
+}
+
+// TestDeclarationSignatureCoversEveryField: changing any field a node acts
+// on, or signing with another key, makes verification fail with the error
+// that names it.
+func TestDeclarationSignatureCoversEveryField(t *testing.T) {
+	key, trusted := signingKey(t)
+	other, _ := signingKey(t)
+	signed := func() linkproto.Declaration {
+		d := linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: "home", Node: "n", Revision: 3, Operator: "ops@desk",
+			Document: []byte(`{"mesh":"home","node":"n","revision":3,"resources":[]}`)}
+		if err := d.Sign(key); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := signed()
+	if err := d.Verify(trusted); err != nil {
+		t.Fatalf("a signed declaration: %v", err)
+	}
+	if err := linkproto.VerifyStored(trusted, d.Mesh, d.Node, d.Revision, d.Operator, d.Document, d.Signer, d.Signature); err != nil {
+		t.Fatalf("VerifyStored: %v", err)
+	}
+	for _, c := range []struct {
+		name   string
+		change func(*linkproto.Declaration)
+		want   error
+	}{
+		{"mesh", func(d *linkproto.Declaration) { d.Mesh = "work" }, linkproto.ErrBadSignature},
+		{"node", func(d *linkproto.Declaration) { d.Node = "m" }, linkproto.ErrBadSignature},
+		{"revision", func(d *linkproto.Declaration) { d.Revision = 4 }, linkproto.ErrBadSignature},
+		{"operator", func(d *linkproto.Declaration) { d.Operator = "mallory" }, linkproto.ErrBadSignature},
+		{"document", func(d *linkproto.Declaration) { d.Document = append([]byte(nil), d.Document[:len(d.Document)-1]...) }, linkproto.ErrBadSignature},
+		{"operator moved into the node", func(d *linkproto.Declaration) { d.Node, d.Operator = d.Node+"ops@desk", "" }, linkproto.ErrBadSignature},
+		{"no signature", func(d *linkproto.Declaration) { d.Signer, d.Signature = "", "" }, linkproto.ErrUnsigned},
+		{"another key", func(d *linkproto.Declaration) { d.Sign(other) }, linkproto.ErrUntrustedSigner},
+		{"another key's signature under the mesh's name", func(d *linkproto.Declaration) { d.Sign(other); d.Signer = trusted }, linkproto.ErrBadSignature},
+	} {
+		d := signed()
+		c.change(&d)
+		if err := d.Verify(trusted); !errors.Is(err, c.want) {
+			t.Errorf("%s changed: Verify = %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+// TestAnswersAreBoundToTheirQuestion: a welcome or synced verifies only
+// for the hello or sync whose nonce it signed, for its own node, and a
+// signature over one kind of message is no signature over another.
+func TestAnswersAreBoundToTheirQuestion(t *testing.T) {
+	key, trusted := signingKey(t)
+	w := linkproto.Welcome{Protocol: linkproto.ProtocolVersion, EventsThrough: 40, Nonce: "n1"}
+	if err := w.Sign(key, "home", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Verify(trusted, "home", "a", "n1"); err != nil {
+		t.Fatalf("welcome: %v", err)
+	}
+	if err := w.Verify(trusted, "home", "a", "n2"); !errors.Is(err, linkproto.ErrBadSignature) {
+		t.Errorf("a welcome replayed to another hello: %v", err)
+	}
+	if err := w.Verify(trusted, "home", "b", "n1"); !errors.Is(err, linkproto.ErrBadSignature) {
+		t.Errorf("a welcome for node a verified for b: %v", err)
+	}
+	raised := w
+	raised.EventsThrough = 1 << 40
+	if err := raised.Verify(trusted, "home", "a", "n1"); !errors.Is(err, linkproto.ErrBadSignature) {
+		t.Errorf("a raised events mark verified: %v", err)
+	}
+	s := linkproto.Synced{Protocol: linkproto.ProtocolVersion, EventsThrough: 40, Nonce: "n1", Signer: w.Signer, Signature: w.Signature}
+	if err := s.Verify(trusted, "home", "a", "n1"); !errors.Is(err, linkproto.ErrBadSignature) {
+		t.Errorf("a welcome's signature verified as a synced's: %v", err)
+	}
+	if err := s.Sign(key, "home", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Verify(trusted, "home", "a", "n1"); err != nil {
+		t.Errorf("synced: %v", err)
+	}
+	if a, b := linkproto.NewNonce(), linkproto.NewNonce(); a == b || len(a) < 20 {
+		t.Errorf("nonces %q and %q", a, b)
+	}
+}
+
+func TestOperatorNamesAreBounded(t *testing.T) {
+	for _, ok := range []string{"ops@desk", "Jörg Müller", "ci:pipeline/42"} {
+		if err := linkproto.ValidOperator(ok); err != nil {
+			t.Errorf("ValidOperator(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", strings.Repeat("x", linkproto.MaxOperatorLen+1), "a\nb", "a\x1b[31m", "\xff"} {
+		if err := linkproto.ValidOperator(bad); err == nil {
+			t.Errorf("ValidOperator(%q) accepted it", bad)
+		}
+	}
+}
