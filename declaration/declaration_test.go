@@ -338,7 +338,7 @@ func TestJSONMessages(t *testing.T) {
 		{"unknown field",
 			head + "resources:\n- file: {path: /a, content: x, perms: \"0644\"}\n",
 			`{"mesh":"home","node":"web-1","revision":3,"resources":[{"file":{"path":"/a","content":"x","perms":"0644"}}]}`,
-			`resources[0].file.perms: unknown field (known: path, content, mode, owner, group)`, ""},
+			`resources[0].file.perms: unknown field (known: path, content, mode, owner, group, secret)`, ""},
 		{"two keys",
 			head + "resources:\n- file: {path: /a, content: x}\n  directory: {path: /b}\n",
 			`{"mesh":"home","node":"web-1","revision":3,"resources":[{"file":{"path":"/a","content":"x"},"directory":{"path":"/b"}}]}`,
@@ -467,5 +467,43 @@ func TestUnmarshalJSONInMessage(t *testing.T) {
 	err = json.Unmarshal([]byte(`{"declaration": {"mesh":"home","node":"n","revision":1,"resources":[{"package":{"name":"Nginx"}}]}}`), &msg)
 	if !errors.Is(err, declaration.ErrInvalid) {
 		t.Errorf("got %v, want ErrInvalid", err)
+	}
+}
+
+// TestSecretContent: content: {secret: NAME} names a secret; the wire form
+// carries it as the secret field, sealed or not, and round-trips; nothing
+// of a secret's value is in a declaration before the control plane seals
+// it, and what it seals is never the value.
+func TestSecretContent(t *testing.T) {
+	d, err := declaration.ParseYAML("s.yaml", []byte("mesh: home\nnode: web-1\nrevision: 1\nresources:\n  - file:\n      path: /etc/db.pass\n      content: {secret: db-password}\n      mode: \"0600\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := d.Resources[0].(*drivers.FileSpec)
+	if f.Secret == nil || f.Secret.Name != "db-password" || f.Content != "" || f.Secret.Sealed != "" {
+		t.Fatalf("parsed %+v %+v", f, f.Secret)
+	}
+	f.Secret.Sealed, f.Secret.Sender = "c2VhbGVk", "X"+strings.Repeat("A", 55)
+	wire, err := d.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(wire), `"secret":{"name":"db-password","sealed":"c2VhbGVk","sender":"XAAAA`) {
+		t.Errorf("wire form: %s", wire)
+	}
+	for name, parse := range map[string]func([]byte) (*declaration.Declaration, error){
+		"ParseJSON":    func(b []byte) (*declaration.Declaration, error) { return declaration.ParseJSON("wire", b) },
+		"DecodeStored": declaration.DecodeStored,
+	} {
+		back, err := parse(wire)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if s := back.Resources[0].(*drivers.FileSpec).Secret; s == nil || s.Name != f.Secret.Name || s.Sealed != f.Secret.Sealed || s.Sender != f.Secret.Sender {
+			t.Errorf("%s: secret %+v, want %+v", name, s, f.Secret)
+		}
+		if back.Digest() != d.Digest() {
+			t.Errorf("%s: the digest changed in the round trip", name)
+		}
 	}
 }

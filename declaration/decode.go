@@ -358,7 +358,10 @@ func (d *decoder) spec(kd kind, n *yaml.Node, path string) (drivers.Spec, *yaml.
 		fpath := join(path, sf.name)
 		f, ok := fs[sf.name]
 		if !ok {
+			_, secret := fs["secret"]
 			switch {
+			case sf.required && sf.name == "content" && kd.kind == drivers.KindFile && secret:
+				// The secret is the content.
 			case sf.required && sf.name == "content" && kd.kind == drivers.KindFile:
 				d.fail(n, fpath, `required field is missing (content: "" declares an empty file)`)
 			case sf.required:
@@ -368,11 +371,96 @@ func (d *decoder) spec(kd kind, n *yaml.Node, path string) (drivers.Spec, *yaml.
 			}
 			continue
 		}
+		if kd.kind == drivers.KindFile && sf.name == "content" && f.value.Kind == yaml.MappingNode {
+			// content: {secret: NAME}, the way a person writes it.
+			if _, both := fs["secret"]; both {
+				d.fail(f.value, fpath, "a secret is given twice: as content and as secret")
+				continue
+			}
+			sec := d.secretRef(f.value, fpath)
+			if sec != nil {
+				spec.(*drivers.FileSpec).Secret = sec
+			}
+			continue
+		}
 		if d.value(ptr.Elem().Field(sf.index), sf, f.value, fpath) && sf.name == keyName {
 			key = f.value
 		}
 	}
+	if fspec, ok := spec.(*drivers.FileSpec); ok && fspec.Secret != nil && fspec.Content != "" {
+		d.fail(fs["content"].value, join(path, "content"), "give content or a secret, not both")
+	}
 	return spec, key, join(path, keyName)
+}
+
+// secretRef decodes content: {secret: NAME}.
+func (d *decoder) secretRef(n *yaml.Node, path string) *drivers.Secret {
+	fs := d.fields(n, path, []string{"secret"})
+	f, ok := fs["secret"]
+	if !ok {
+		d.fail(n, path, `must be a string, or {secret: NAME} for a secret's value`)
+		return nil
+	}
+	name, ok := d.str(f.value, join(path, "secret"))
+	if !ok {
+		return nil
+	}
+	if !secretNameRegexp.MatchString(name) {
+		d.fail(f.value, join(path, "secret"), "%q is not a secret's name: lower-case letters, digits, '.', '-' and '_', at most 63", name)
+		return nil
+	}
+	return &drivers.Secret{Name: name}
+}
+
+// secret decodes the secret field: its name and, in a declaration a node
+// receives, the sealed value and who sealed it.
+func (d *decoder) secret(n *yaml.Node, path string) *drivers.Secret {
+	if n.Kind != yaml.MappingNode {
+		d.wrong(n, path, "a mapping of name, sealed and sender")
+		return nil
+	}
+	fs := d.fields(n, path, []string{"name", "sealed", "sender"})
+	out := &drivers.Secret{}
+	good := true
+	for _, c := range []struct {
+		name string
+		dst  *string
+		re   *regexp.Regexp
+		max  int
+		what string
+	}{
+		{"name", &out.Name, secretNameRegexp, 63, "a secret's name: lower-case letters, digits, '.', '-' and '_'"},
+		{"sealed", &out.Sealed, sealedRegexp, maxSealed, "a sealed value (base64url)"},
+		{"sender", &out.Sender, curveKeyRegexp, 56, "a public sealing key (X…)"},
+	} {
+		f, ok := fs[c.name]
+		if !ok {
+			continue
+		}
+		v, ok := d.str(f.value, join(path, c.name))
+		if !ok {
+			good = false
+			continue
+		}
+		if len(v) > c.max || !c.re.MatchString(v) {
+			d.fail(f.value, join(path, c.name), "is not %s", c.what)
+			good = false
+			continue
+		}
+		*c.dst = v
+	}
+	if _, ok := fs["name"]; !ok {
+		d.fail(n, join(path, "name"), "required field is missing")
+		return nil
+	}
+	if (out.Sealed == "") != (out.Sender == "") && good {
+		d.fail(n, path, "sealed and sender go together")
+		return nil
+	}
+	if !good {
+		return nil
+	}
+	return out
 }
 
 // value decodes one field's value into dst and checks it against the
@@ -399,6 +487,12 @@ func (d *decoder) value(dst reflect.Value, sf specField, n *yaml.Node, path stri
 			return false
 		}
 		dst.SetBool(b)
+	case sf.typ == secretType:
+		sec := d.secret(n, path)
+		if sec == nil {
+			return false
+		}
+		dst.Set(reflect.ValueOf(sec))
 	case sf.typ == modeType:
 		if n.Kind == yaml.ScalarNode && (n.ShortTag() == "!!int" || n.ShortTag() == "!!float") {
 			d.fail(n, path, "must be an octal string such as \"0644\", not the number %s: quote it", n.Value)

@@ -33,7 +33,17 @@ const (
 	packagePattern = `^[a-z0-9][a-z0-9+.-]*$`
 	unitPattern    = `^[A-Za-z0-9:_.@\\-]+\.(service|socket|timer|target|path|mount)$`
 	namePattern    = `^[^:/]+$`
+	// secretNamePattern names a secret in the control plane's store.
+	secretNamePattern = `^[a-z0-9][a-z0-9_.-]{0,62}$`
+	// sealedPattern is a sealed value: unpadded base64url.
+	sealedPattern = `^[A-Za-z0-9_-]+$`
+	// curveKeyPattern is a public curve (sealing) nkey.
+	curveKeyPattern = `^X[A-Z2-7]{55}$`
 )
+
+// maxSealed bounds a sealed value: a secret is a password or a key, not a
+// payload.
+const maxSealed = 256 << 10
 
 var unitSuffixes = []string{".service", ".socket", ".timer", ".target", ".path", ".mount"}
 
@@ -61,6 +71,8 @@ var rules = map[drivers.Kind]map[string]rule{
 		"mode":    modeRule("Permission mode as an octal string; defaults to \"0644\"."),
 		"owner":   nameRule("User owning the file, by name; defaults to root."),
 		"group":   nameRule("Group owning the file, by name; defaults to root."),
+		"secret": {desc: "The file's content is the secret of this name, sealed to the node by the control plane; " +
+			"content is then empty (in YAML, content: {secret: NAME} says the same)."},
 	},
 	drivers.KindDirectory: {
 		"path":  {desc: "Absolute, clean path of the directory.", pattern: pathPattern, check: plainPath},
@@ -117,7 +129,10 @@ type specField struct {
 	rule     rule
 }
 
-var modeType = reflect.TypeFor[*drivers.Mode]()
+var (
+	modeType   = reflect.TypeFor[*drivers.Mode]()
+	secretType = reflect.TypeFor[*drivers.Secret]()
+)
 
 // kinds are the kinds in the order messages list them. Their fields come
 // from the spec types' json tags: a field without omitempty is required.
@@ -183,8 +198,11 @@ func kindNames() []string {
 }
 
 var (
-	modeRegexp    = regexp.MustCompile(modePattern)
-	packageRegexp = regexp.MustCompile(packagePattern)
+	modeRegexp       = regexp.MustCompile(modePattern)
+	secretNameRegexp = regexp.MustCompile(secretNamePattern)
+	sealedRegexp     = regexp.MustCompile(sealedPattern)
+	curveKeyRegexp   = regexp.MustCompile(curveKeyPattern)
+	packageRegexp    = regexp.MustCompile(packagePattern)
 )
 
 // patterns holds every rule's pattern, compiled.

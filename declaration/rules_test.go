@@ -20,7 +20,7 @@ func TestRulesCoverFields(t *testing.T) {
 			if f.rule.desc == "" {
 				t.Errorf("%s.%s: no rule", k.kind, f.name)
 			}
-			if f.typ.Kind() != reflect.String && f.typ.Kind() != reflect.Bool && f.typ != modeType {
+			if f.typ.Kind() != reflect.String && f.typ.Kind() != reflect.Bool && f.typ != modeType && f.typ != secretType {
 				t.Errorf("%s.%s: type %s has no decoder", k.kind, f.name, f.typ)
 			}
 		}

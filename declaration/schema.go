@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+
+	"github.com/mesh-host/mesh-host/drivers"
 )
 
 // Schema returns the JSON Schema (draft 2020-12) of a declaration, the same
@@ -29,6 +31,15 @@ func Schema() ([]byte, error) {
 			s, err := fieldSchema(f)
 			if err != nil {
 				return nil, fmt.Errorf("%s.%s: %w", k.kind, f.name, err)
+			}
+			if k.kind == drivers.KindFile && f.name == "content" {
+				// content: {secret: NAME} is how a person names a secret.
+				s = map[string]any{"description": s["description"], "oneOf": []any{
+					map[string]any{"type": "string"},
+					map[string]any{"type": "object", "properties": map[string]any{
+						"secret": map[string]any{"description": "The secret's name in the control plane's store.", "type": "string", "pattern": secretNamePattern},
+					}, "required": []string{"secret"}, "additionalProperties": false},
+				}}
 			}
 			props[f.name] = s
 			if f.required {
@@ -91,6 +102,16 @@ func fieldSchema(f specField) (map[string]any, error) {
 		s["type"] = "string"
 	case f.typ.Kind() == reflect.Bool:
 		s["type"] = "boolean"
+		return s, nil
+	case f.typ == secretType:
+		s["type"] = "object"
+		s["properties"] = map[string]any{
+			"name":   map[string]any{"description": "The secret's name in the control plane's store.", "type": "string", "pattern": secretNamePattern},
+			"sealed": map[string]any{"description": "The value sealed to the node (set by the control plane).", "type": "string", "pattern": sealedPattern, "maxLength": maxSealed},
+			"sender": map[string]any{"description": "The mesh's sealing key (set by the control plane).", "type": "string", "pattern": curveKeyPattern},
+		}
+		s["required"] = []string{"name"}
+		s["additionalProperties"] = false
 		return s, nil
 	default:
 		return nil, fmt.Errorf("no schema for type %s", f.typ)

@@ -55,6 +55,45 @@ type FileSpec struct {
 	// etc/group; they default to root.
 	Owner string `json:"owner,omitempty"`
 	Group string `json:"group,omitempty"`
+	// Secret, when set, is the file's content instead of Content (which
+	// is then empty): a value the declaration names and that travels and
+	// is stored sealed to the node.
+	Secret *Secret `json:"secret,omitempty"`
+}
+
+// Secret is a file's content that is never held in the clear by anything
+// that is kept: the declaration names it, the control plane seals it to
+// the node's own key, and the journal, the events stream and every output
+// hold the sealed form only. The host opens it in memory when it
+// reconciles and Provides the value to the driver; it is never encoded
+// (the unexported fields have no JSON), so spec digests and records are
+// over the sealed form.
+type Secret struct {
+	// Name is the secret's name in the control plane's store.
+	Name string `json:"name"`
+	// Sealed is the value sealed to the node's key (base64), and Sender
+	// the mesh's sealing key that sealed it; both empty in a declaration
+	// as an operator writes it, both set in one a node receives.
+	Sealed string `json:"sealed,omitempty"`
+	Sender string `json:"sender,omitempty"`
+
+	value     []byte
+	digestKey []byte
+	opened    bool
+}
+
+// Provide gives the secret its opened value and the node's digest key:
+// what the file driver writes, and the key of the keyed digest it reports
+// the file's content by, so that no record holds a plain hash of the
+// value (a low-entropy password would be guessable from one).
+func (s *Secret) Provide(value, digestKey []byte) {
+	s.value, s.digestKey, s.opened = value, digestKey, true
+}
+
+// Opened returns the value and the digest key given by Provide; ok is
+// false when the secret was not opened.
+func (s *Secret) Opened() (value, digestKey []byte, ok bool) {
+	return s.value, s.digestKey, s.opened
 }
 
 // DirectorySpec is a directory. Removing it never removes what is in it

@@ -10,6 +10,7 @@ package file
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -141,6 +142,9 @@ func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.FileSpec
 type wanted struct {
 	path    string
 	content []byte
+	// digestKey is set for a secret's content: the file's content is then
+	// told by a keyed digest, never a plain one.
+	digestKey []byte
 	drivers.Attrs
 }
 
@@ -149,13 +153,26 @@ func (d *Driver) want(s *drivers.FileSpec) (wanted, error) {
 	if err != nil {
 		return wanted{}, fmt.Errorf("file %s: %w", s.Path, err)
 	}
-	return wanted{path: s.Path, content: []byte(s.Content), Attrs: a}, nil
+	w := wanted{path: s.Path, content: []byte(s.Content), Attrs: a}
+	if sec := s.Secret; sec != nil {
+		value, key, ok := sec.Opened()
+		switch {
+		case !ok:
+			return wanted{}, fmt.Errorf("file %s: %w: secret %q was not opened for this node", s.Path, drivers.ErrInvalidSpec, sec.Name)
+		case len(key) == 0:
+			return wanted{}, fmt.Errorf("file %s: %w: secret %q has no digest key", s.Path, drivers.ErrInvalidSpec, sec.Name)
+		case s.Content != "":
+			return wanted{}, fmt.Errorf("file %s: %w: content and a secret both given", s.Path, drivers.ErrInvalidSpec)
+		}
+		w.content, w.digestKey = value, key
+	}
+	return w, nil
 }
 
 // differs names each respect in which f does not match w.
 func (w wanted) differs(f *found) []string {
 	var out []string
-	if f.digest != digest(w.content) {
+	if f.digest != digestOf(w.digestKey, w.content) {
 		out = append(out, "content")
 	}
 	return append(out, w.Attrs.Differs(f.mode, f.uid, f.gid)...)
@@ -190,7 +207,14 @@ func (d *Driver) find(s *drivers.FileSpec) (*found, error) {
 		return &found{kind: drivers.FileType(uint32(st.Mode))}, nil
 	}
 	defer f.Close()
-	h := sha256.New()
+	h, prefix := sha256.New(), "sha256:"
+	if s.Secret != nil {
+		// A file holding a secret is told by a keyed digest: its plain
+		// digest, journaled as what drift found, would let anyone with the
+		// journal test guesses of the value.
+		_, key, _ := s.Secret.Opened()
+		h, prefix = hmac.New(sha256.New, key), keyedPrefix
+	}
 	buf := readBuffers.Get().(*[]byte)
 	defer readBuffers.Put(buf)
 	// Hide *os.File's WriteTo, which would allocate a buffer per file.
@@ -199,7 +223,7 @@ func (d *Driver) find(s *drivers.FileSpec) (*found, error) {
 	}
 	return &found{
 		kind:   "file",
-		digest: "sha256:" + hex.EncodeToString(h.Sum(nil)),
+		digest: prefix + hex.EncodeToString(h.Sum(nil)),
 		mode:   drivers.Mode(st.Mode & 0o7777),
 		uid:    int(st.Uid),
 		gid:    int(st.Gid),
@@ -218,8 +242,17 @@ func observation(f *found, differs []string) drivers.Observation {
 	return drivers.Observation{Exists: true, InSync: len(differs) == 0, Differs: differs, Seen: f.digest}
 }
 
-func digest(b []byte) string {
-	sum := sha256.Sum256(b)
+// keyedPrefix starts the keyed digest of a secret file's content.
+const keyedPrefix = "hmac-sha256:"
+
+// digestOf is the digest find reports for content: keyed when key is set.
+func digestOf(key, content []byte) string {
+	if key != nil {
+		m := hmac.New(sha256.New, key)
+		m.Write(content)
+		return keyedPrefix + hex.EncodeToString(m.Sum(nil))
+	}
+	sum := sha256.Sum256(content)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 

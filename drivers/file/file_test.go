@@ -517,3 +517,48 @@ func TestStageBatch(t *testing.T) {
 		t.Errorf("/etc/motd after Abort: got %q, want %q", b, "hello\n")
 	}
 }
+
+// TestSecretContent: a secret's value is written as the file's content, and
+// the file is reported by a keyed digest only, so that no drift record
+// holds a plain hash of the value; a secret not opened is refused.
+func TestSecretContent(t *testing.T) {
+	r := newRoot(t)
+	d := file.New(r)
+	ctx := t.Context()
+	sec := &drivers.Secret{Name: "db-password", Sealed: "x", Sender: "X"}
+	spec := &drivers.FileSpec{Path: "/srv/app/db.pass", Mode: mode(0o600), Secret: sec}
+	if _, err := d.Apply(ctx, spec); !errors.Is(err, drivers.ErrInvalidSpec) || !strings.Contains(err.Error(), "not opened") {
+		t.Fatalf("an unopened secret: %v", err)
+	}
+	key := bytes.Repeat([]byte{7}, 32)
+	sec.Provide([]byte("hunter2"), key)
+	if a, err := d.Apply(ctx, spec); err != nil || a != drivers.Created {
+		t.Fatalf("Apply = %v, %v", a, err)
+	}
+	if got := readHost(t, filepath.Join(r.Dir(), "srv/app/db.pass")); got != "hunter2" {
+		t.Fatalf("content %q", got)
+	}
+	if o, err := d.Observe(ctx, spec); err != nil || !o.InSync {
+		t.Fatalf("Observe after apply = %+v, %v", o, err)
+	}
+	// Only the mode drifts: the content is still the secret, and what is
+	// reported of it must not be its plain digest.
+	if err := os.Chmod(filepath.Join(r.Dir(), "srv/app/db.pass"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := d.Observe(ctx, spec)
+	plain := fmt.Sprintf("%x", sha256.Sum256([]byte("hunter2")))
+	if err != nil || o.InSync || !strings.HasPrefix(o.Seen, "hmac-sha256:") || strings.Contains(o.Seen, plain) {
+		t.Fatalf("Observe of a drifted mode = %+v, %v", o, err)
+	}
+	other := &drivers.Secret{Name: "db-password"}
+	other.Provide([]byte("hunter2"), bytes.Repeat([]byte{8}, 32))
+	o2, _ := d.Observe(ctx, &drivers.FileSpec{Path: "/srv/app/db.pass", Mode: mode(0o600), Secret: other})
+	if o2.Seen == o.Seen {
+		t.Error("two nodes' digest keys give the same digest")
+	}
+	both := &drivers.FileSpec{Path: "/srv/app/db.pass", Content: "x", Secret: sec}
+	if _, err := d.Apply(ctx, both); !errors.Is(err, drivers.ErrInvalidSpec) {
+		t.Errorf("content and secret both: %v", err)
+	}
+}
