@@ -88,6 +88,9 @@ type Hello struct {
 	// Nonce is fresh for every hello; the Welcome signs it back, so an
 	// old welcome replayed by the broker does not verify.
 	Nonce string `json:"nonce,omitempty"`
+	// SealKey is the node's public sealing key: what the control plane
+	// seals the node's secrets to.
+	SealKey string `json:"seal_key,omitempty"`
 }
 
 // Welcome answers a Hello.

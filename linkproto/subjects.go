@@ -84,6 +84,9 @@ const (
 	// DesiredBucket is the KV bucket of desired state: key MESH.NODE, value
 	// the declaration's JSON document.
 	DesiredBucket = "MESH_DESIRED"
+	// SealKeysBucket is the KV bucket of nodes' public sealing keys, as
+	// their hellos tell them: key MESH.NODE.
+	SealKeysBucket = "MESH_SEAL_KEYS"
 	// ControlQueue is the queue group control services answer hellos in,
 	// so several may serve one mesh and each hello is answered once.
 	ControlQueue = "meshctl"

@@ -64,6 +64,9 @@ func (c *applyCmd) Run(e *env) error {
 		if err != nil {
 			return failed("journal the declaration: %v", err)
 		}
+		if err := e.openSecrets(specs); err != nil {
+			return failed("%v", err)
+		}
 		// Accepting a declaration changes what is desired, not what is
 		// owned: s.Owned is still the owned set.
 		rc, err := e.reconciler(j)
@@ -93,7 +96,13 @@ func (e *env) admissible(d *declaration.Declaration, s projector.State) error {
 		return fmt.Errorf("revision %d is older than revision %d, already applied (declared at #%d): an old declaration never replays over a new one",
 			d.Revision, s.Desired.Revision, s.Desired.Seq)
 	}
-	return d.Refuse(e.cli.OwnUnit)
+	if err := d.Refuse(e.cli.OwnUnit); err != nil {
+		return err
+	}
+	// Secrets that are not sealed to this node are refused at the door,
+	// not found failing at every reconcile. The values opened here are
+	// dropped: they are opened again, in memory, when applied.
+	return e.openSecrets(d.Expanded())
 }
 
 // admitting takes the service's admission lock, when running inside the

@@ -64,7 +64,11 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 		// empty one would remove everything the host owns.
 		return nil, fmt.Errorf("the stored declaration (#%d) cannot be used: %w", s.Desired.Seq, err)
 	}
-	req := agent.Request{Trigger: trigger, Owned: s.Owned, Repair: repair, Revision: decl.Revision, Specs: decl.Expanded()}
+	specs := decl.Expanded()
+	if err := e.openSecrets(specs); err != nil {
+		return nil, fmt.Errorf("the stored declaration (#%d): %w", s.Desired.Seq, err)
+	}
+	req := agent.Request{Trigger: trigger, Owned: s.Owned, Repair: repair, Revision: decl.Revision, Specs: specs}
 	if trigger == event.TriggerPushed || trigger == event.TriggerReconnect {
 		// Started by accepting the declaration: that is its cause.
 		req.Cause = s.Desired.Seq

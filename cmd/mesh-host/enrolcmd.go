@@ -68,6 +68,9 @@ func (c *enrolCmd) Run(e *env) error {
 	if err != nil {
 		return failed("%v", err)
 	}
+	if _, err := ensureSealKey(dir); err != nil {
+		return failed("%v", err)
+	}
 	// The credentials first: a link.json is only ever beside its creds.
 	if err := writeFileAtomic(filepath.Join(dir, credsFile), []byte(tok.Creds), 0o600); err != nil {
 		return failed("%v", err)

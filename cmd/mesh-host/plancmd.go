@@ -47,8 +47,12 @@ func (c *planCmd) Run(e *env) error {
 	if err != nil {
 		return failed("%v", err)
 	}
+	specs := decl.Expanded()
+	if err := e.openSecrets(specs); err != nil {
+		return &exitError{code: exitRefused, err: fmt.Errorf("refused:\n%v", err)}
+	}
 	res, err := rc.Reconcile(e.ctx, agent.Request{
-		Trigger: event.TriggerManual, Revision: decl.Revision, Specs: decl.Expanded(), Owned: s.Owned, DryRun: true,
+		Trigger: event.TriggerManual, Revision: decl.Revision, Specs: specs, Owned: s.Owned, DryRun: true,
 	})
 	if err != nil {
 		return failed("plan: %v", err)
@@ -66,8 +70,14 @@ func (c *planCmd) Run(e *env) error {
 }
 
 // printDiff prints a unified diff from the file's current content to the
-// declared one.
+// declared one. A secret's content is never printed, nor what the file
+// holds now (it may be an older value of the secret): only that it
+// changes.
 func printDiff(e *env, root *drivers.Root, f *drivers.FileSpec) {
+	if f.Secret != nil {
+		fmt.Fprintf(e.stdout, "\n%s: content is secret %q (sealed); not shown\n", f.Path, f.Secret.Name)
+		return
+	}
 	old, err := root.ReadFile(f.Path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		fmt.Fprintf(e.stdout, "\n%s: cannot read the current content: %v\n", f.Path, err)

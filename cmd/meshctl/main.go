@@ -52,6 +52,7 @@ type cli struct {
 	Nodes      nodesCmd      `cmd:"" help:"Show every node: what it reports and what is declared for it."`
 	JournalCmd journalCmd    `cmd:"" name:"journal" help:"Show a node's journal as the events stream holds it."`
 	Release    releaseCmd    `cmd:"" help:"Deliver a host build to nodes: store it, serve it, and declare it as each node's next host version."`
+	Secret     secretCmd     `cmd:"" help:"Keep the values of secrets that declarations name (content: {secret: NAME}); each is sealed to its node when declared."`
 	Version    versionCmd    `cmd:"" help:"Print this binary's version."`
 }
 
@@ -173,6 +174,10 @@ func (e *env) client() (*control.Client, *nats.Conn, error) {
 	c.Now = e.now
 	c.Key = a.DeclarationKey()
 	c.Operator = e.operator()
+	if c.Secrets, err = a.Secrets(); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
 	return c, nc, nil
 }
 

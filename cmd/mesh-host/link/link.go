@@ -80,6 +80,9 @@ type Config struct {
 	// link hands the host only declarations it signed, and believes only
 	// welcomes and synceds it signed.
 	Trust string
+	// SealKey is the node's public sealing key, told to the control plane
+	// in every hello so that it can seal secrets to this node.
+	SealKey string
 	// Version is the running host's version, for hellos and heartbeats.
 	Version string
 	// HeartbeatInterval is how often the host reports while idle;

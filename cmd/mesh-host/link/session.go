@@ -63,7 +63,7 @@ func (l *Link) runSession(ctx context.Context, nc *nats.Conn) {
 
 // hello asks the control plane for this node's declaration, once.
 func (l *Link) hello(ctx context.Context, nc *nats.Conn) (*linkproto.Welcome, error) {
-	h := linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: l.cfg.Node, Version: l.cfg.Version, Nonce: linkproto.NewNonce()}
+	h := linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: l.cfg.Node, Version: l.cfg.Version, Nonce: linkproto.NewNonce(), SealKey: l.cfg.SealKey}
 	s, err := l.host.State()
 	if err != nil {
 		return nil, err

@@ -49,7 +49,10 @@ type Client struct {
 	// key), and Operator is who it says declared it.
 	Key      nkeys.KeyPair
 	Operator string
-	js       jetstream.JetStream
+	// Secrets holds the values of the secrets declarations name, sealed
+	// to each node as it is declared; nil when the client declares none.
+	Secrets *Secrets
+	js      jetstream.JetStream
 }
 
 // NewClient returns a client of mesh over nc.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -35,6 +36,10 @@ const welcomeRoom = 1 << 10
 // the stored revision with other content. A node that does not answer is
 // offline, which is normal: it gets the declaration with its next hello.
 func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *declaration.Declaration, opt DeclareOptions) error {
+	d, err := c.seal(ctx, node, d)
+	if err != nil {
+		return err
+	}
 	push, err := Push(d, c.Mesh, node)
 	if err != nil {
 		return err
@@ -42,7 +47,7 @@ func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *dec
 	if err := c.sign(push); err != nil {
 		return err
 	}
-	if err := c.store(ctx, node, d, push); err != nil {
+	if push, err = c.store(ctx, node, d, push); err != nil {
 		return err
 	}
 
@@ -134,15 +139,41 @@ func (c *Client) sign(push *linkproto.Declaration) error {
 	return push.Sign(c.Key)
 }
 
+// seal seals the secrets d names to node, when it names any.
+func (c *Client) seal(ctx context.Context, node string, d *declaration.Declaration) (*declaration.Declaration, error) {
+	if !namesSecrets(d) {
+		return d, nil
+	}
+	if c.Secrets == nil {
+		return nil, fmt.Errorf("%w: the declaration names secrets, and this client has no secret store", ErrRefused)
+	}
+	keys, err := c.js.KeyValue(ctx, linkproto.SealKeysBucket)
+	if err != nil {
+		return nil, notServed("the sealing-key bucket "+linkproto.SealKeysBucket, err)
+	}
+	return c.Secrets.sealFor(ctx, keys, c.Mesh, node, d)
+}
+
+func namesSecrets(d *declaration.Declaration) bool {
+	for _, r := range d.Resources {
+		if f, ok := r.(*drivers.FileSpec); ok && f.Secret != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // store puts the signed push into the desired-state bucket unless it is
-// already there, refusing to go back a revision or to reuse one. The write
-// is conditional on the entry read, so two operators declaring at once
-// cannot both win.
-func (c *Client) store(ctx context.Context, node string, d *declaration.Declaration, push *linkproto.Declaration) error {
+// already there, refusing to go back a revision or to reuse one, and
+// returns what to push: the stored push when the same declaration is
+// declared again (its secrets sealed anew would make it differ, and the
+// node holds the stored one). The write is conditional on the entry read,
+// so two operators declaring at once cannot both win.
+func (c *Client) store(ctx context.Context, node string, d *declaration.Declaration, push *linkproto.Declaration) (*linkproto.Declaration, error) {
 	doc := linkproto.Marshal(push)
 	kv, err := c.desired(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	key := linkproto.DesiredKey(c.Mesh, node)
 	entry, err := kv.Get(ctx, key)
@@ -150,30 +181,32 @@ func (c *Client) store(ctx context.Context, node string, d *declaration.Declarat
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		_, err = kv.Create(ctx, key, doc)
 	case err != nil:
-		return fmt.Errorf("read the desired state of %s: %w", node, err)
+		return nil, fmt.Errorf("read the desired state of %s: %w", node, err)
 	default:
 		stored, err := decodeStoredEntry(entry.Value(), c.Mesh, node)
 		if err != nil {
-			return err
+			return nil, err
 		}
+		same := withoutSealed(d).Digest() == withoutSealed(stored).Digest()
 		switch {
 		case d.Revision < stored.Revision:
-			return fmt.Errorf("%w: %s is at revision %d; revision %d is older", ErrRefused, node, stored.Revision, d.Revision)
-		case d.Revision == stored.Revision && d.Digest() != stored.Digest():
-			return fmt.Errorf("%w: revision %d of %s is already stored with other content: bump the revision", ErrRefused, d.Revision, node)
+			return nil, fmt.Errorf("%w: %s is at revision %d; revision %d is older", ErrRefused, node, stored.Revision, d.Revision)
+		case d.Revision == stored.Revision && !same:
+			return nil, fmt.Errorf("%w: revision %d of %s is already stored with other content: bump the revision", ErrRefused, d.Revision, node)
 		case d.Revision == stored.Revision:
-			// The same declaration again: push it again, store nothing.
-			return nil
+			// The same declaration again: push the stored one again,
+			// store nothing.
+			return storedDeclaration(entry.Value(), c.Mesh, node)
 		}
 		_, err = kv.Update(ctx, key, doc, entry.Revision())
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return fmt.Errorf("%w: %s was declared by someone else meanwhile; look, then declare again", ErrRefused, node)
+		return nil, fmt.Errorf("%w: %s was declared by someone else meanwhile; look, then declare again", ErrRefused, node)
 	}
 	if err != nil {
-		return fmt.Errorf("store the desired state of %s: %w", node, err)
+		return nil, fmt.Errorf("store the desired state of %s: %w", node, err)
 	}
-	return nil
+	return push, nil
 }
 
 // waitApplied waits for node's heartbeat reporting revision or a later one

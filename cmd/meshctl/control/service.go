@@ -17,6 +17,7 @@ import (
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/sealing"
 )
 
 // Service is the control service of one mesh: it keeps the streams and the
@@ -80,11 +81,11 @@ func (s *Service) Ensure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = s.ensure(ctx, js)
+	_, _, _, err = s.ensure(ctx, js)
 	return err
 }
 
-func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, jetstream.KeyValue, error) {
+func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, jetstream.KeyValue, jetstream.KeyValue, error) {
 	events, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        linkproto.EventsStream,
 		Description: "every node's journal, each record once",
@@ -105,7 +106,7 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		NoAck: true,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
+		return nil, nil, nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              linkproto.HeartbeatsStream,
@@ -116,7 +117,7 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		MaxMsgSize:        linkproto.MaxReportSize,
 		NoAck:             true, // as the events stream, and nobody waits for one
 	}); err != nil {
-		return nil, nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
+		return nil, nil, nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
 	}
 	desired, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      linkproto.DesiredBucket,
@@ -125,9 +126,18 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		Storage:     jetstream.FileStorage,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("desired-state bucket %s: %w", linkproto.DesiredBucket, err)
+		return nil, nil, nil, fmt.Errorf("desired-state bucket %s: %w", linkproto.DesiredBucket, err)
 	}
-	return events, desired, nil
+	sealKeys, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      linkproto.SealKeysBucket,
+		Description: "every node's public sealing key, as its hellos tell it",
+		History:     4,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("sealing-key bucket %s: %w", linkproto.SealKeysBucket, err)
+	}
+	return events, desired, sealKeys, nil
 }
 
 // Run sets up the streams (trying again until the broker answers), then
@@ -145,10 +155,10 @@ func (s *Service) Run(ctx context.Context) error {
 		retry = 2 * time.Second
 	}
 	var events jetstream.Stream
-	var desired jetstream.KeyValue
+	var desired, sealKeys jetstream.KeyValue
 	for {
 		ectx, cancel := context.WithTimeout(ctx, dialTimeout)
-		events, desired, err = s.ensure(ectx, js)
+		events, desired, sealKeys, err = s.ensure(ectx, js)
 		cancel()
 		if err == nil {
 			break
@@ -166,7 +176,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	sub, err := s.Conn.QueueSubscribe(linkproto.AllHellos(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
-		s.hello(ctx, events, desired, m)
+		s.hello(ctx, events, desired, sealKeys, m)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to hellos: %w", err)
@@ -187,7 +197,7 @@ func (s *Service) Run(ctx context.Context) error {
 // hello answers one Hello. A hello that is not one is logged and left
 // unanswered: the node times out and says hello again, and nothing a node
 // sends can stop the service.
-func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired jetstream.KeyValue, m *nats.Msg) {
+func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired, sealKeys jetstream.KeyValue, m *nats.Msg) {
 	mesh, node, err := linkproto.NodeOf(m.Subject)
 	if err != nil || mesh != s.Mesh {
 		s.Log.Warn("hello on an unexpected subject", "subject", m.Subject, "err", err)
@@ -208,6 +218,9 @@ func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired je
 	}
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
+	if h.SealKey != "" {
+		s.recordSealKey(ctx, sealKeys, mesh, node, h.SealKey)
+	}
 	w, err := welcome(ctx, events, desired, mesh, node, h.Revision)
 	if err == nil {
 		w.Nonce = h.Nonce
@@ -227,6 +240,26 @@ func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired je
 		revision = w.Declaration.Revision
 	}
 	s.Log.Debug("hello answered", "node", node, "version", h.Version, "events_through", w.EventsThrough, "declaration", revision)
+}
+
+// recordSealKey keeps the sealing key a node's hello tells, for sealing
+// its secrets. The hello came on the node's own subject, which only its
+// credentials may publish on. A key that is not one is logged and kept
+// out.
+func (s *Service) recordSealKey(ctx context.Context, keys jetstream.KeyValue, mesh, node, key string) {
+	if err := sealing.ValidPublicKey(key); err != nil {
+		s.Log.Warn("malformed hello", "node", node, "err", err)
+		return
+	}
+	k := linkproto.DesiredKey(mesh, node)
+	if e, err := keys.Get(ctx, k); err == nil && string(e.Value()) == key {
+		return
+	}
+	if _, err := keys.Put(ctx, k, []byte(key)); err != nil {
+		s.Log.Error("record a node's sealing key", "node", node, "err", err)
+		return
+	}
+	s.Log.Info("node's sealing key recorded", "node", node, "key", key)
 }
 
 // replyToInbox checks that m asks for its answer in node's own inbox. The

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/sealing"
+)
+
+// sealKeyFile is the node's sealing key in the state directory: what the
+// control plane seals secrets to. Born here, it never leaves the machine.
+const sealKeyFile = "seal.xk"
+
+// ensureSealKey returns the node's sealing key, making it on first use.
+func ensureSealKey(dir string) (nkeys.KeyPair, error) {
+	path := filepath.Join(dir, sealKeyFile)
+	k, err := readSealKey(dir)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return k, err
+	}
+	if k, err = sealing.NewKey(); err != nil {
+		return nil, err
+	}
+	seed, err := k.Seed()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(path, append(seed, '\n'), 0o600); err != nil {
+		return nil, fmt.Errorf("write the node's sealing key: %w", err)
+	}
+	return k, nil
+}
+
+// readSealKey reads the node's sealing key; an error wrapping
+// fs.ErrNotExist means it has none yet.
+func readSealKey(dir string) (nkeys.KeyPair, error) {
+	path := filepath.Join(dir, sealKeyFile)
+	if err := checkCreds(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: %w", path, fs.ErrNotExist)
+		}
+		return nil, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	k, err := sealing.KeyFromSeed([]byte(strings.TrimSpace(string(b))))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
+}
+
+// errNotSealed refuses a declaration naming a secret that is not sealed:
+// only the control plane, which holds the values, can declare one.
+var errNotSealed = errors.New("a secret is not sealed to this node")
+
+// sealedSecrets lists the secrets specs name, refusing any not sealed.
+func sealedSecrets(specs []drivers.Spec) ([]*drivers.FileSpec, error) {
+	var out []*drivers.FileSpec
+	for _, s := range specs {
+		f, ok := s.(*drivers.FileSpec)
+		if !ok || f.Secret == nil {
+			continue
+		}
+		if f.Secret.Sealed == "" {
+			return nil, fmt.Errorf("file %s: %w: secret %q is only named; declare it with `meshctl declare`, which seals its value to the node", f.Path, errNotSealed, f.Secret.Name)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// openSecrets opens, in memory, every secret specs name, with the node's
+// sealing key, and gives each spec its own opened copy: the value is held
+// by nothing that is encoded or kept. A secret that does not open refuses
+// the whole: a half-opened declaration is never applied.
+func (e *env) openSecrets(specs []drivers.Spec) error {
+	files, err := sealedSecrets(specs)
+	if err != nil || len(files) == 0 {
+		return err
+	}
+	key, err := readSealKey(e.cli.StateDir)
+	if err != nil {
+		return fmt.Errorf("the declaration names secrets, and this node's sealing key cannot be read: %w", err)
+	}
+	digestKey, err := sealing.DigestKey(key)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		value, err := sealing.Open(f.Secret.Sealed, f.Secret.Sender, key)
+		if err != nil {
+			return fmt.Errorf("file %s: secret %q: %w", f.Path, f.Secret.Name, err)
+		}
+		opened := *f.Secret
+		opened.Provide(value, digestKey)
+		f.Secret = &opened
+	}
+	return nil
+}
