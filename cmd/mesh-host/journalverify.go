@@ -22,7 +22,7 @@ import (
 // signature. It fails when any declaration from the link does not verify.
 func verifyDeclarations(e *env, j *journal.Journal, key string) error {
 	if key == "" {
-		cfg, err := readLinkConfig(e.cli.StateDir)
+		cfg, err := readLinkConfig(e.stateDir())
 		if err != nil {
 			return refused("no key to verify with: %v (or give --key)", err)
 		}
@@ -30,7 +30,7 @@ func verifyDeclarations(e *env, j *journal.Journal, key string) error {
 	} else if err := linkproto.ValidSigningKey(key); err != nil {
 		return refused("--key: %v", err)
 	}
-	cfg, _ := readLinkConfig(e.cli.StateDir)
+	cfg, _ := readLinkConfig(e.stateDir())
 	mesh, node := cfg.Mesh, cfg.Node
 
 	var tally verifyTally

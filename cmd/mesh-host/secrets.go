@@ -91,7 +91,7 @@ func (e *env) openSecrets(specs []drivers.Spec) error {
 	if err != nil || len(files) == 0 {
 		return err
 	}
-	key, err := readSealKey(e.cli.StateDir)
+	key, err := readSealKey(e.stateDir())
 	if err != nil {
 		return fmt.Errorf("the declaration names secrets, and this node's sealing key cannot be read: %w", err)
 	}

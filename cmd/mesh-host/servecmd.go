@@ -73,7 +73,7 @@ func (c *serveCmd) Run(e *env) error {
 		return failed("%v", err)
 	}
 
-	held := &heldJournal{j: j, look: make(chan struct{}, 1)}
+	held := &heldJournal{j: j, look: make(chan struct{}, 1), stateDir: e.cli.StateDir}
 	host := newLinkHost(e, held)
 	var lnk *link.Link
 	if linked {

@@ -14,6 +14,10 @@ import (
 // behalf of clients of its socket.
 type heldJournal struct {
 	j *journal.Journal
+	// stateDir is the service's state directory: a command the service
+	// runs for a client reads its files (the sealing key, link.json) from
+	// there, not from the client's flags, which are not forwarded.
+	stateDir string
 	// reconciling lets one reconcile run at a time: the service's own
 	// (start, pushed, reconnect, timer) and those clients ask for (apply,
 	// check).
@@ -33,6 +37,15 @@ type heldJournal struct {
 	// standingAside is set, under reconciling, once the service decided to
 	// stand aside: no client reconcile starts after it.
 	standingAside bool
+}
+
+// stateDir is the state directory of the host a command runs for: the
+// service's own when the service runs it.
+func (e *env) stateDir() string {
+	if e.held != nil && e.held.stateDir != "" {
+		return e.held.stateDir
+	}
+	return e.cli.StateDir
 }
 
 // afterReconcile tells the link, if any, that a reconcile completed.
