@@ -165,21 +165,16 @@ func (n *node) noErrors(t *testing.T) {
 	}
 }
 
-// publishEvent sends a journal record upward as the node does (no reply
-// subject: the stream sends no acknowledgements) and waits until the events
-// stream holds it.
+// publishEvent sends a journal record upward as the node does (on the
+// record's own subject, no headers, no reply subject: the stream sends no
+// acknowledgements) and waits until the events stream holds it.
 func (n *node) publishEvent(t *testing.T, r event.Record) {
 	t.Helper()
 	body, err := linkproto.EventBody(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj := linkproto.EventsSubject(testMesh, n.name)
-	m := nats.NewMsg(subj)
-	m.Header.Set(linkproto.HeaderMsgID, linkproto.MsgID(testMesh, n.name, r.Seq))
-	m.Header.Set(linkproto.HeaderSeq, fmt.Sprint(r.Seq))
-	m.Data = body
-	if err := n.nc.PublishMsg(m); err != nil {
+	if err := n.nc.Publish(linkproto.EventSubject(testMesh, n.name, r.Seq), body); err != nil {
 		t.Fatalf("%s publishes record %d: %v", n.name, r.Seq, err)
 	}
 	if err := n.nc.Flush(); err != nil {
@@ -196,9 +191,23 @@ func (n *node) publishEvent(t *testing.T, r event.Record) {
 // stored counts the messages of the events stream holding n's record seq.
 func (n *node) stored(t *testing.T, seq uint64) int {
 	t.Helper()
+	count := 0
+	for _, s := range n.history(t) {
+		if s == seq {
+			count++
+		}
+	}
+	return count
+}
+
+// history is the journal sequences of n's records in the events stream,
+// in stream order, each read from its subject; a body naming another
+// record than its subject fails the test.
+func (n *node) history(t *testing.T) []uint64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := n.js.OrderedConsumer(ctx, linkproto.EventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{linkproto.EventsSubject(testMesh, n.name)}})
+	c, err := n.js.OrderedConsumer(ctx, linkproto.EventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{linkproto.NodeEvents(testMesh, n.name)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +215,7 @@ func (n *node) stored(t *testing.T, seq uint64) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	count := 0
+	var seqs []uint64
 	for left := info.NumPending; left > 0; {
 		batch, err := c.FetchNoWait(int(min(left, 256)))
 		if err != nil {
@@ -215,16 +224,19 @@ func (n *node) stored(t *testing.T, seq uint64) int {
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			if m.Headers().Get(linkproto.HeaderSeq) == fmt.Sprint(seq) {
-				count++
+			r, err := subjectRecord(m.Subject(), m.Data())
+			if err != nil {
+				t.Errorf("%s's events: %v", n.name, err)
+				continue
 			}
+			seqs = append(seqs, r.Seq)
 		}
 		if got == 0 {
 			break
 		}
 		left -= uint64(got)
 	}
-	return count
+	return seqs
 }
 
 // hello says hello as the node does and returns the welcome, or an error

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -80,25 +78,7 @@ func (s *Service) Ensure(ctx context.Context) error {
 }
 
 func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, jetstream.KeyValue, error) {
-	events, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        linkproto.EventsStream,
-		Description: "every node's journal, each record once",
-		Subjects:    []string{linkproto.AnyMeshEvents},
-		Storage:     jetstream.FileStorage,
-		// A node resends what it has not seen acknowledged; within this
-		// window the stream drops the copies by message id. Past it, the
-		// node has long since recorded the acknowledgement.
-		Duplicates: 10 * time.Minute,
-		MaxAge:     s.EventsMaxAge,
-		// A node sends no record larger than this (it omits big
-		// payloads), so a larger one is a node misbehaving: refused
-		// rather than stored. The margin is for the headers.
-		MaxMsgSize: linkproto.MaxEventSize + 1024,
-		// No acknowledgements: the server would send them, with the
-		// account's rights, to any reply subject the node chose (another
-		// node's subjects, the KV bucket). Nodes ask with a Sync instead.
-		NoAck: true,
-	})
+	events, err := js.CreateOrUpdateStream(ctx, eventsConfig(s.EventsMaxAge))
 	if err != nil {
 		return nil, nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
 	}
@@ -123,6 +103,38 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		return nil, nil, fmt.Errorf("desired-state bucket %s: %w", linkproto.DesiredBucket, err)
 	}
 	return events, desired, nil
+}
+
+// eventsConfig is the events stream: one subject per record
+// (linkproto.EventSubject), at most one message per subject, and a second
+// one refused rather than replacing the first. A record is so stored once
+// however often, and however late, it is sent, and only its node can name
+// it: the broker lets nobody else publish on its subject. JetStream's
+// deduplication by Nats-Msg-Id is not used: that id is a header any
+// publisher sets as it likes, so a node could have the stream drop another
+// node's records as duplicates of its own.
+func eventsConfig(maxAge time.Duration) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:                 linkproto.EventsStream,
+		Description:          "every node's journal, each record once",
+		Subjects:             []string{linkproto.AnyMeshEvents},
+		Storage:              jetstream.FileStorage,
+		MaxMsgsPerSubject:    1,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		MaxAge:               maxAge,
+		// A node sends no record larger than this (it omits big
+		// payloads), so a larger one is a node misbehaving: refused
+		// rather than stored. The margin is for the headers.
+		MaxMsgSize: linkproto.MaxEventSize + 1024,
+		// No acknowledgements: the server would send them, with the
+		// account's rights, to any reply subject the node chose (another
+		// node's subjects, the KV bucket). Nodes ask with a Sync instead.
+		NoAck: true,
+		// AllowRollup stays false: a Nats-Rollup header would let a
+		// message past the one-per-subject refusal, and "all" would purge
+		// every node's records.
+	}
 }
 
 // Run sets up the streams (trying again until the broker answers), then
@@ -276,25 +288,34 @@ func welcome(ctx context.Context, events jetstream.Stream, desired jetstream.Key
 	return w, nil
 }
 
-// eventsThrough is the journal sequence of node's last record in the
-// events stream; 0 for none.
+// eventsThrough is how much of node's journal the events stream holds:
+// the sequence of its last record there, read from the subject (only the
+// node may publish there; a header or the body say what the node chose),
+// then on over the records stored after it out of order, so that the
+// node, which resumes sending after the answer, never resends only
+// records the stream refuses; 0 for none.
 func eventsThrough(ctx context.Context, events jetstream.Stream, mesh, node string) (uint64, error) {
-	m, err := events.GetLastMsgForSubject(ctx, linkproto.EventsSubject(mesh, node))
+	m, err := events.GetLastMsgForSubject(ctx, linkproto.NodeEvents(mesh, node))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("the last event of %s: %w", node, err)
 	}
-	if seq, err := strconv.ParseUint(m.Header.Get(linkproto.HeaderSeq), 10, 64); err == nil {
-		return seq, nil
+	_, _, seq, err := linkproto.ParseEventSubject(m.Subject)
+	if err != nil {
+		return 0, fmt.Errorf("the last event of %s (stream sequence %d): %w", node, m.Sequence, err)
 	}
-	// A message without the header: the record itself says.
-	var r event.Record
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return 0, fmt.Errorf("the last event of %s (stream sequence %d) has no %s header and is not a record: %w", node, m.Sequence, linkproto.HeaderSeq, err)
+	for {
+		_, err := events.GetLastMsgForSubject(ctx, linkproto.EventSubject(mesh, node, seq+1))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return seq, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("the event %d of %s: %w", seq+1, node, err)
+		}
+		seq++
 	}
-	return r.Seq, nil
 }
 
 // storedHead is the part of a stored declaration document the control

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -117,7 +118,8 @@ func TestEnsureIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := events.CachedInfo().Config
-	if cfg.Duplicates != 10*time.Minute || cfg.MaxAge != 0 || len(cfg.Subjects) != 1 || cfg.Subjects[0] != linkproto.AnyMeshEvents {
+	if cfg.MaxMsgsPerSubject != 1 || cfg.Discard != jetstream.DiscardNew || !cfg.DiscardNewPerSubject || cfg.AllowRollup ||
+		cfg.MaxAge != 0 || len(cfg.Subjects) != 1 || cfg.Subjects[0] != linkproto.AnyMeshEvents {
 		t.Errorf("events stream %+v", cfg)
 	}
 	hb, err := b.js.Stream(ctx, linkproto.HeartbeatsStream)
