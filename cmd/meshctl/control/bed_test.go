@@ -101,11 +101,13 @@ func (b *bed) client(now time.Time) *Client {
 // would make it: replies come to the node's own inbox. Every asynchronous
 // error the broker reports is kept in errs.
 type node struct {
-	name string
-	nc   *nats.Conn
-	js   jetstream.JetStream // the control side's, to look at the stream
-	mu   sync.Mutex
-	errs []error
+	name  string
+	creds string // its credentials file, for the stock nats CLI
+	url   string
+	nc    *nats.Conn
+	js    jetstream.JetStream // the control side's, to look at the stream
+	mu    sync.Mutex
+	errs  []error
 }
 
 func (b *bed) node(name string) *node {
@@ -118,7 +120,7 @@ func (b *bed) node(name string) *node {
 	if err := os.WriteFile(creds, []byte(tok.Creds), 0o600); err != nil {
 		b.t.Fatal(err)
 	}
-	n := &node{name: name, js: b.js}
+	n := &node{name: name, creds: creds, url: tok.URLs[0], js: b.js}
 	n.nc, err = nats.Connect(tok.URLs[0],
 		nats.UserCredentials(creds),
 		nats.CustomInboxPrefix(linkproto.InboxPrefix(tok.Mesh, name)),
