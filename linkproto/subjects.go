@@ -186,6 +186,11 @@ func AllSyncs(mesh string) string      { return subject(mesh, upToken, "*", sync
 const (
 	AnyMeshHeartbeats = subjectRoot + ".*." + upToken + ".*." + heartbeatToken
 	AnyMeshEvents     = subjectRoot + ".*." + upToken + ".*." + eventsToken + ".*"
+	// LegacyAnyMeshEvents is what the events stream captured before the
+	// sequence moved into the subject: every record of a node on one
+	// subject, told apart by headers the node chose. The control plane
+	// reads it only to move such records to their own subjects.
+	LegacyAnyMeshEvents = subjectRoot + ".*." + upToken + ".*." + eventsToken
 )
 
 // NodeOf returns the mesh and node an up or down subject is about.

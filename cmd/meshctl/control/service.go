@@ -78,6 +78,9 @@ func (s *Service) Ensure(ctx context.Context) error {
 }
 
 func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, jetstream.KeyValue, error) {
+	if err := s.migrateEvents(ctx, js); err != nil {
+		return nil, nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
+	}
 	events, err := js.CreateOrUpdateStream(ctx, eventsConfig(s.EventsMaxAge))
 	if err != nil {
 		return nil, nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)

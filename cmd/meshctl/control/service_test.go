@@ -241,3 +241,24 @@ func TestSyncSaysHowMuchTheStreamHolds(t *testing.T) {
 	default:
 	}
 }
+
+// Records stored out of order (moved from a legacy stream after newer
+// ones arrived) still count: the node resumes after what the stream holds,
+// and a resend of only refused records would stall it.
+func TestEventsThroughReadsPastRecordsStoredOutOfOrder(t *testing.T) {
+	b := newBed(t)
+	b.serve()
+	a := b.node("a")
+	for _, seq := range []uint64{2, 3, 1} {
+		publishAsNode(t, a, seq, "a's own")
+	}
+	waitFor(t, 5*time.Second, func() error {
+		if got := a.history(t); len(got) != 3 {
+			return fmt.Errorf("a's history %v", got)
+		}
+		return nil
+	})
+	if w := helloAnswered(t, a, 0); w.EventsThrough != 3 {
+		t.Errorf("events through %d, want 3", w.EventsThrough)
+	}
+}
