@@ -25,7 +25,7 @@ const testMesh = "home"
 // bed is one mesh on a real embedded broker on a random port: its
 // authority, the broker, a control-user connection and JetStream.
 type bed struct {
-	t   *testing.T
+	t   testing.TB
 	a   *Authority
 	url string
 	nc  *nats.Conn
@@ -35,7 +35,7 @@ type bed struct {
 
 // newBed starts a broker in a temporary directory, with the streams and
 // the bucket in place, but no control service.
-func newBed(t *testing.T) *bed {
+func newBed(t testing.TB) *bed {
 	t.Helper()
 	a, _, err := Init(filepath.Join(t.TempDir(), "data"), testMesh)
 	if err != nil {

@@ -262,7 +262,7 @@ func (s *Service) sync(ctx context.Context, events jetstream.Stream, m *nats.Msg
 	}
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	through, err := eventsThrough(ctx, events, mesh, node)
+	through, err := eventsThrough(ctx, events, mesh, node, q.Sent)
 	if err != nil {
 		s.Log.Error("cannot answer a sync", "node", node, "err", err)
 		return
@@ -276,7 +276,7 @@ func (s *Service) sync(ctx context.Context, events jetstream.Stream, m *nats.Msg
 // stream holds, and its stored declaration if newer than accepted.
 func welcome(ctx context.Context, events jetstream.Stream, desired jetstream.KeyValue, mesh, node string, accepted uint64) (linkproto.Welcome, error) {
 	w := linkproto.Welcome{Protocol: linkproto.ProtocolVersion}
-	through, err := eventsThrough(ctx, events, mesh, node)
+	through, err := eventsThrough(ctx, events, mesh, node, 0)
 	if err != nil {
 		return w, err
 	}
@@ -297,7 +297,22 @@ func welcome(ctx context.Context, events jetstream.Stream, desired jetstream.Key
 // then on over the records stored after it out of order, so that the
 // node, which resumes sending after the answer, never resends only
 // records the stream refuses; 0 for none.
-func eventsThrough(ctx context.Context, events jetstream.Stream, mesh, node string) (uint64, error) {
+//
+// sent is the last record the node says it sent (0: unknown). When the
+// stream holds it, that is where to start reading on: one lookup of a
+// subject, where the last of the node's wildcard walks every record
+// subject of the node (about 5 ms at 100k records), and a sending node
+// asks every 50 ms.
+func eventsThrough(ctx context.Context, events jetstream.Stream, mesh, node string, sent uint64) (uint64, error) {
+	if sent > 0 {
+		_, err := events.GetLastMsgForSubject(ctx, linkproto.EventSubject(mesh, node, sent))
+		if err == nil {
+			return readOn(ctx, events, mesh, node, sent)
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, fmt.Errorf("the event %d of %s: %w", sent, node, err)
+		}
+	}
 	m, err := events.GetLastMsgForSubject(ctx, linkproto.NodeEvents(mesh, node))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
@@ -309,6 +324,12 @@ func eventsThrough(ctx context.Context, events jetstream.Stream, mesh, node stri
 	if err != nil {
 		return 0, fmt.Errorf("the last event of %s (stream sequence %d): %w", node, m.Sequence, err)
 	}
+	return readOn(ctx, events, mesh, node, seq)
+}
+
+// readOn returns the last of node's records held from seq (held) on
+// without a gap.
+func readOn(ctx context.Context, events jetstream.Stream, mesh, node string, seq uint64) (uint64, error) {
 	for {
 		_, err := events.GetLastMsgForSubject(ctx, linkproto.EventSubject(mesh, node, seq+1))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
