@@ -15,7 +15,7 @@ import (
 func TestSubjectsStayUnderTheNodesOwnPermissions(t *testing.T) {
 	const mesh, node = "home", "web-1"
 	down := []string{linkproto.DeclarationSubject(mesh, node), linkproto.InboxPrefix(mesh, node) + ".x"}
-	up := []string{linkproto.HelloSubject(mesh, node), linkproto.HeartbeatSubject(mesh, node), linkproto.EventsSubject(mesh, node), linkproto.SyncSubject(mesh, node)}
+	up := []string{linkproto.HelloSubject(mesh, node), linkproto.HeartbeatSubject(mesh, node), linkproto.EventSubject(mesh, node, 1), linkproto.EventSubject(mesh, node, 1<<63), linkproto.SyncSubject(mesh, node)}
 	for _, s := range down {
 		if !matches(linkproto.NodeSubscribe(mesh, node), s) {
 			t.Errorf("%s is outside the node's subscribe permission %s", s, linkproto.NodeSubscribe(mesh, node))
@@ -33,13 +33,17 @@ func TestSubjectsStayUnderTheNodesOwnPermissions(t *testing.T) {
 		}
 	}
 	// Another node's subjects are outside both.
-	for _, s := range []string{linkproto.DeclarationSubject(mesh, "web-2"), linkproto.EventsSubject(mesh, "web-2"), linkproto.DeclarationSubject("other", node)} {
+	for _, s := range []string{linkproto.DeclarationSubject(mesh, "web-2"), linkproto.EventSubject(mesh, "web-2", 1), linkproto.NodeEvents(mesh, "web-2"), linkproto.EventSubject("other", node, 1), linkproto.DeclarationSubject("other", node)} {
 		if matches(linkproto.NodeSubscribe(mesh, node), s) || matches(linkproto.NodePublish(mesh, node), s) {
 			t.Errorf("node %s's permissions cover %s", node, s)
 		}
 	}
-	if !matches(linkproto.AnyMeshEvents, linkproto.EventsSubject(mesh, node)) || !matches(linkproto.AllEvents(mesh), linkproto.EventsSubject(mesh, node)) {
+	if !matches(linkproto.AnyMeshEvents, linkproto.EventSubject(mesh, node, 7)) || !matches(linkproto.NodeEvents(mesh, node), linkproto.EventSubject(mesh, node, 7)) {
 		t.Error("the events stream does not capture a node's events subject")
+	}
+	// A node's wildcard selects its own records only.
+	if matches(linkproto.NodeEvents(mesh, node), linkproto.EventSubject(mesh, "web-2", 7)) || matches(linkproto.NodeEvents(mesh, "web"), linkproto.EventSubject(mesh, node, 7)) {
+		t.Error("a node's events wildcard matches another node's record")
 	}
 	if !matches(linkproto.AnyMeshHeartbeats, linkproto.HeartbeatSubject(mesh, node)) || !matches(linkproto.AllHeartbeats(mesh), linkproto.HeartbeatSubject(mesh, node)) {
 		t.Error("the heartbeats stream does not capture a node's heartbeat subject")
@@ -209,15 +213,46 @@ func TestTokenRoundTripAndRefusals(t *testing.T) {
 	}
 }
 
-func TestMsgIDIsUniquePerNodeAndSeq(t *testing.T) {
+func TestEventSubjectRoundTripsAndIsUniquePerNodeAndSeq(t *testing.T) {
 	seen := map[string]bool{}
 	for _, node := range []string{"a", "a-1", "a1"} {
-		for _, seq := range []uint64{1, 11, 111} {
-			id := linkproto.MsgID("home", node, seq)
-			if seen[id] {
-				t.Errorf("MsgID %q repeats", id)
+		for _, seq := range []uint64{1, 11, 111, 1<<64 - 1} {
+			subj := linkproto.EventSubject("home", node, seq)
+			if seen[subj] {
+				t.Errorf("EventSubject %q repeats", subj)
 			}
-			seen[id] = true
+			seen[subj] = true
+			m, n, s, err := linkproto.ParseEventSubject(subj)
+			if err != nil || m != "home" || n != node || s != seq {
+				t.Errorf("ParseEventSubject(%q) = %q, %q, %d, %v; want home, %s, %d", subj, m, n, s, err, node, seq)
+			}
+		}
+	}
+}
+
+// Each record has one subject: any other spelling of its sequence is
+// refused, or the stream's one-message-per-subject rule would store it
+// twice.
+func TestParseEventSubjectRefusesWhatEventSubjectWouldNotBuild(t *testing.T) {
+	for _, bad := range []string{
+		"mesh.home.up.a.events",                      // the legacy subject: no sequence
+		"mesh.home.up.a.events.0",                    // journal sequences start at 1
+		"mesh.home.up.a.events.07",                   // a leading zero: a second subject for record 7
+		"mesh.home.up.a.events.+7",                   // a sign
+		"mesh.home.up.a.events.-7",                   // a sign
+		"mesh.home.up.a.events.7.8",                  // an extra token
+		"mesh.home.up.a.events.x",                    // not a number
+		"mesh.home.up.a.events.*",                    // a wildcard
+		"mesh.home.up.a.events.>",                    // a wildcard
+		"mesh.home.up.*.events.7",                    // a wildcard node
+		"mesh.home.down.a.events.7",                  // the wrong direction
+		"mesh.home.up.a.hello.7",                     // another kind
+		"mesh.Home.up.a.events.7",                    // not a valid mesh name
+		"mush.home.up.a.events.7",                    // not the mesh root
+		"mesh.home.up.a.events.18446744073709551616", // past uint64
+	} {
+		if _, _, _, err := linkproto.ParseEventSubject(bad); !errors.Is(err, linkproto.ErrNotEventSubject) {
+			t.Errorf("ParseEventSubject(%q): err = %v, want ErrNotEventSubject", bad, err)
 		}
 	}
 }

@@ -9,8 +9,8 @@
 // node in a KV bucket, every node's journal in the events stream, the last
 // heartbeat of each node in the heartbeats stream). A node never calls the
 // JetStream API: its events reach the stream because the stream captures
-// its up.NODE.events subject, and the stream's acknowledgement comes back to
-// the node's own inbox. docs/link.md shows the protocol with the stock nats
+// its up.NODE.events.SEQ subjects; the stream sends no acknowledgements
+// (see syncToken). docs/link.md shows the protocol with the stock nats
 // CLI.
 package linkproto
 
@@ -34,6 +34,9 @@ import (
 //     mesh's declaration key, and a declaration names its operator; hellos
 //     and syncs carry a nonce the answer signs. A node refuses what is not
 //     signed, so a version-1 control plane cannot drive a version-2 node.
+//     Journal records travel on mesh.MESH.up.NODE.events.SEQ, one subject
+//     per record, with no message id: the stream's identity of a record is
+//     its subject, which only its node may publish on.
 const ProtocolVersion = 2
 
 // Subjects. MESH and NODE are names (see ValidName); the functions below
@@ -59,11 +62,15 @@ const (
 	// heartbeatToken: mesh.MESH.up.NODE.heartbeat carries Heartbeats; the
 	// heartbeats stream keeps the last one of each node.
 	heartbeatToken = "heartbeat"
-	// eventsToken: mesh.MESH.up.NODE.events carries journal records, one
-	// per message, captured by the events stream and deduplicated by the
-	// message id MsgID(mesh, node, seq). The node publishes them without
-	// a reply subject, and the stream sends no acknowledgements (see
-	// syncToken).
+	// eventsToken: mesh.MESH.up.NODE.events.SEQ carries journal record
+	// SEQ, one per message, captured by the events stream. The stream
+	// keeps one message per subject and refuses the rest, so a record is
+	// stored once however often it is sent. The record's identity is its
+	// subject, which the broker lets only NODE publish on: a header
+	// (JetStream's Nats-Msg-Id) would be whatever the publisher chose, and
+	// one node could name another's records with it and have the stream
+	// drop them as duplicates. The node publishes without a reply subject,
+	// and the stream sends no acknowledgements (see syncToken).
 	eventsToken = "events"
 	// syncToken: mesh.MESH.up.NODE.sync is a Sync request, answered by
 	// any control service with a Synced: how much of the node's journal
@@ -92,20 +99,14 @@ const (
 	ControlQueue = "meshctl"
 )
 
-// Message headers.
-const (
-	// HeaderMsgID is JetStream's deduplication header.
-	HeaderMsgID = "Nats-Msg-Id"
-	// HeaderSeq carries a journal record's sequence on an events message,
-	// so the control plane reads it without decoding the body.
-	HeaderSeq = "Mesh-Seq"
-)
-
 // Errors returned by this package.
 var (
 	// ErrInvalidName is returned for a mesh or node name that cannot be a
 	// subject token.
 	ErrInvalidName = errors.New("invalid name")
+	// ErrNotEventSubject is returned for a subject that is not one
+	// journal record's events subject (EventSubject).
+	ErrNotEventSubject = errors.New("not a journal record's events subject")
 )
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -143,8 +144,36 @@ func HeartbeatSubject(mesh, node string) string {
 	return subject(mesh, upToken, node, heartbeatToken)
 }
 
-// EventsSubject is where node publishes its journal.
-func EventsSubject(mesh, node string) string { return subject(mesh, upToken, node, eventsToken) }
+// EventSubject is where node publishes its journal record seq: the
+// subject, not any header, says which record a message is.
+func EventSubject(mesh, node string, seq uint64) string {
+	return subject(mesh, upToken, node, eventsToken) + "." + strconv.FormatUint(seq, 10)
+}
+
+// NodeEvents matches every record subject of node: how the control plane
+// reads one node's journal out of the events stream.
+func NodeEvents(mesh, node string) string {
+	return subject(mesh, upToken, node, eventsToken) + ".*"
+}
+
+// ParseEventSubject returns the mesh, node and journal sequence of a
+// record's events subject. It refuses anything EventSubject would not
+// have built (a sequence with a sign or a leading zero, sequence 0, extra
+// tokens), so one record has exactly one subject.
+func ParseEventSubject(subj string) (mesh, node string, seq uint64, err error) {
+	parts := strings.Split(subj, ".")
+	if len(parts) != 6 || parts[0] != subjectRoot || parts[2] != upToken || parts[4] != eventsToken {
+		return "", "", 0, fmt.Errorf("%w: %q", ErrNotEventSubject, subj)
+	}
+	if ValidName(parts[1]) != nil || ValidName(parts[3]) != nil {
+		return "", "", 0, fmt.Errorf("%w: %q names no valid mesh and node", ErrNotEventSubject, subj)
+	}
+	seq, err = strconv.ParseUint(parts[5], 10, 64)
+	if err != nil || seq == 0 || parts[5] != strconv.FormatUint(seq, 10) {
+		return "", "", 0, fmt.Errorf("%w: %q: the last token is not a journal sequence", ErrNotEventSubject, subj)
+	}
+	return parts[1], parts[3], seq, nil
+}
 
 // SyncSubject is where node asks how much of its journal the events stream
 // holds.
@@ -156,18 +185,22 @@ func NodeSubscribe(mesh, node string) string { return subject(mesh, downToken, n
 // NodePublish is everything node may publish to.
 func NodePublish(mesh, node string) string { return subject(mesh, upToken, node, ">") }
 
-// AllHellos, AllHeartbeats and AllEvents match the subject of every node of
-// mesh: what the control service listens on and the streams capture.
+// AllHellos, AllHeartbeats and AllSyncs match the subject of every node of
+// mesh: what the control service listens on.
 func AllHellos(mesh string) string     { return subject(mesh, upToken, "*", helloToken) }
 func AllHeartbeats(mesh string) string { return subject(mesh, upToken, "*", heartbeatToken) }
-func AllEvents(mesh string) string     { return subject(mesh, upToken, "*", eventsToken) }
 func AllSyncs(mesh string) string      { return subject(mesh, upToken, "*", syncToken) }
 
 // AnyMeshHeartbeats and AnyMeshEvents are the streams' subjects: one stream
 // serves every mesh on the broker.
 const (
 	AnyMeshHeartbeats = subjectRoot + ".*." + upToken + ".*." + heartbeatToken
-	AnyMeshEvents     = subjectRoot + ".*." + upToken + ".*." + eventsToken
+	AnyMeshEvents     = subjectRoot + ".*." + upToken + ".*." + eventsToken + ".*"
+	// LegacyAnyMeshEvents is what the events stream captured before the
+	// sequence moved into the subject: every record of a node on one
+	// subject, told apart by headers the node chose. The control plane
+	// reads it only to move such records to their own subjects.
+	LegacyAnyMeshEvents = subjectRoot + ".*." + upToken + ".*." + eventsToken
 )
 
 // NodeOf returns the mesh and node an up or down subject is about.
@@ -187,9 +220,3 @@ func NodeOf(subj string) (mesh, node string, err error) {
 
 // DesiredKey is node's key in the DesiredBucket.
 func DesiredKey(mesh, node string) string { return mesh + "." + node }
-
-// MsgID is the deduplication id of node's journal record seq: the events
-// stream stores each record once however often it is sent.
-func MsgID(mesh, node string, seq uint64) string {
-	return mesh + "." + node + "." + strconv.FormatUint(seq, 10)
-}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -41,8 +40,8 @@ var errStalled = errors.New("the events stream holds less than was sent, and it 
 
 // publishEvents sends the journal upward from the acknowledged mark on,
 // following it as it grows, until ctx ends. A round that stalls starts over
-// from the mark after a pause; JetStream's deduplication by message id
-// swallows what is sent twice.
+// from the mark after a pause; the stream refuses what is sent twice (it
+// keeps one message per record subject).
 func (l *Link) publishEvents(ctx context.Context, nc *nats.Conn) {
 	for attempt := 0; ; attempt++ {
 		if err := l.startFromStream(ctx, nc); err != nil {
@@ -70,9 +69,9 @@ func (l *Link) publishEvents(ctx context.Context, nc *nats.Conn) {
 
 // startFromStream waits until a control plane says how much of the journal
 // the stream holds, and moves the acknowledged mark up to it. Sending
-// before knowing would send again what the stream may hold already, which
-// its deduplication no longer catches once its window has passed; the
-// journal keeps the records meanwhile. It returns an error only when ctx
+// before knowing would send again what the stream may hold already: it
+// refuses those, but the round would stall on them; the journal keeps the
+// records meanwhile. It returns an error only when ctx
 // ends.
 func (l *Link) startFromStream(ctx context.Context, nc *nats.Conn) error {
 	for attempt := 0; ; attempt++ {
@@ -124,7 +123,6 @@ func (l *Link) publishFrom(ctx context.Context, nc *nats.Conn, from uint64) erro
 		defer close(syncDone)
 		cancel(l.syncAcks(ctx, nc, &sent, wake, moved))
 	}()
-	subj := linkproto.EventsSubject(l.cfg.Mesh, l.cfg.Node)
 	err := l.j.Follow(ctx, from, func(r event.Record) error {
 		for r.Seq > l.acked.Load()+maxInFlight {
 			select {
@@ -133,10 +131,9 @@ func (l *Link) publishFrom(ctx context.Context, nc *nats.Conn, from uint64) erro
 				return ctx.Err()
 			}
 		}
-		msg := &nats.Msg{Subject: subj, Header: nats.Header{}, Data: eventBody(r)}
-		msg.Header.Set(linkproto.HeaderMsgID, linkproto.MsgID(l.cfg.Mesh, l.cfg.Node, r.Seq))
-		msg.Header.Set(linkproto.HeaderSeq, strconv.FormatUint(r.Seq, 10))
-		if err := nc.PublishMsg(msg); err != nil {
+		// The subject names the record; the stream refuses a second
+		// message on it.
+		if err := nc.Publish(linkproto.EventSubject(l.cfg.Mesh, l.cfg.Node, r.Seq), eventBody(r)); err != nil {
 			return fmt.Errorf("publish record %d: %w", r.Seq, err)
 		}
 		sent.Store(r.Seq)

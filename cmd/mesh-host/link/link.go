@@ -7,8 +7,9 @@
 // declaration for this node are refused here and journaled as link.refused.
 // Up, it says hello on every link up (and hands the host the declaration
 // the control plane holds, if newer), publishes the journal to the events
-// stream exactly once (JetStream deduplicates by message id; the node never
-// calls the JetStream API), and sends heartbeats.
+// stream exactly once (each record on its own subject, which the stream
+// holds one message on; the node never calls the JetStream API), and sends
+// heartbeats.
 //
 // It is not the reconciler and decides nothing about a declaration; and it
 // keeps nothing the journal does not: offline is normal, and what the

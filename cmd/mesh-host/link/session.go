@@ -117,7 +117,7 @@ func (l *Link) helloUntilAnswered(ctx context.Context, nc *nats.Conn) {
 // welcomed hands the welcome's declaration to the host. The first welcome
 // of a session, read before the events start, also moves the acknowledged
 // mark up to what the stream holds, so nothing it holds is sent again
-// after its deduplication window has passed.
+// (the stream would refuse it, and the round would stall on it).
 func (l *Link) welcomed(ctx context.Context, w *linkproto.Welcome, first bool) {
 	if w.Declaration != nil {
 		subj := linkproto.HelloSubject(l.cfg.Mesh, l.cfg.Node)
@@ -141,8 +141,9 @@ func (l *Link) welcomed(ctx context.Context, w *linkproto.Welcome, first bool) {
 	}
 	if w.EventsThrough > info.Head {
 		// The stream holds more of this node than its journal has: the
-		// node's state was lost or replaced. Its records would be taken
-		// for duplicates until the stream's window passes.
+		// node's state was lost or replaced. The stream refuses this
+		// journal's records up to what it holds: their subjects hold the
+		// old journal's.
 		l.log.Warn("the events stream holds records beyond this journal's head; was the state directory replaced?",
 			"events_through", w.EventsThrough, "head", info.Head)
 		return

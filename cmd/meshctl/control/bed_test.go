@@ -25,7 +25,7 @@ const testMesh = "home"
 // bed is one mesh on a real embedded broker on a random port: its
 // authority, the broker, a control-user connection and JetStream.
 type bed struct {
-	t   *testing.T
+	t   testing.TB
 	a   *Authority
 	url string
 	nc  *nats.Conn
@@ -35,7 +35,7 @@ type bed struct {
 
 // newBed starts a broker in a temporary directory, with the streams and
 // the bucket in place, but no control service.
-func newBed(t *testing.T) *bed {
+func newBed(t testing.TB) *bed {
 	t.Helper()
 	a, _, err := Init(filepath.Join(t.TempDir(), "data"), testMesh)
 	if err != nil {
@@ -102,7 +102,9 @@ func (b *bed) client(now time.Time) *Client {
 // would make it: replies come to the node's own inbox. Every asynchronous
 // error the broker reports is kept in errs.
 type node struct {
-	name string
+	name  string
+	creds string // its credentials file, for the stock nats CLI
+	url   string
 	// trust is the signing key its token carried.
 	trust string
 	nc    *nats.Conn
@@ -121,7 +123,7 @@ func (b *bed) node(name string) *node {
 	if err := os.WriteFile(creds, []byte(tok.Creds), 0o600); err != nil {
 		b.t.Fatal(err)
 	}
-	n := &node{name: name, js: b.js, trust: tok.SigningKey}
+	n := &node{name: name, creds: creds, url: tok.URLs[0], js: b.js, trust: tok.SigningKey}
 	n.nc, err = nats.Connect(tok.URLs[0],
 		nats.UserCredentials(creds),
 		nats.CustomInboxPrefix(linkproto.InboxPrefix(tok.Mesh, name)),
@@ -168,21 +170,16 @@ func (n *node) noErrors(t *testing.T) {
 	}
 }
 
-// publishEvent sends a journal record upward as the node does (no reply
-// subject: the stream sends no acknowledgements) and waits until the events
-// stream holds it.
+// publishEvent sends a journal record upward as the node does (on the
+// record's own subject, no headers, no reply subject: the stream sends no
+// acknowledgements) and waits until the events stream holds it.
 func (n *node) publishEvent(t *testing.T, r event.Record) {
 	t.Helper()
 	body, err := linkproto.EventBody(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj := linkproto.EventsSubject(testMesh, n.name)
-	m := nats.NewMsg(subj)
-	m.Header.Set(linkproto.HeaderMsgID, linkproto.MsgID(testMesh, n.name, r.Seq))
-	m.Header.Set(linkproto.HeaderSeq, fmt.Sprint(r.Seq))
-	m.Data = body
-	if err := n.nc.PublishMsg(m); err != nil {
+	if err := n.nc.Publish(linkproto.EventSubject(testMesh, n.name, r.Seq), body); err != nil {
 		t.Fatalf("%s publishes record %d: %v", n.name, r.Seq, err)
 	}
 	if err := n.nc.Flush(); err != nil {
@@ -199,9 +196,23 @@ func (n *node) publishEvent(t *testing.T, r event.Record) {
 // stored counts the messages of the events stream holding n's record seq.
 func (n *node) stored(t *testing.T, seq uint64) int {
 	t.Helper()
+	count := 0
+	for _, s := range n.history(t) {
+		if s == seq {
+			count++
+		}
+	}
+	return count
+}
+
+// history is the journal sequences of n's records in the events stream,
+// in stream order, each read from its subject; a body naming another
+// record than its subject fails the test.
+func (n *node) history(t *testing.T) []uint64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := n.js.OrderedConsumer(ctx, linkproto.EventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{linkproto.EventsSubject(testMesh, n.name)}})
+	c, err := n.js.OrderedConsumer(ctx, linkproto.EventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{linkproto.NodeEvents(testMesh, n.name)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +220,7 @@ func (n *node) stored(t *testing.T, seq uint64) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	count := 0
+	var seqs []uint64
 	for left := info.NumPending; left > 0; {
 		batch, err := c.FetchNoWait(int(min(left, 256)))
 		if err != nil {
@@ -218,16 +229,19 @@ func (n *node) stored(t *testing.T, seq uint64) int {
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			if m.Headers().Get(linkproto.HeaderSeq) == fmt.Sprint(seq) {
-				count++
+			r, err := subjectRecord(m.Subject(), m.Data())
+			if err != nil {
+				t.Errorf("%s's events: %v", n.name, err)
+				continue
 			}
+			seqs = append(seqs, r.Seq)
 		}
 		if got == 0 {
 			break
 		}
 		left -= uint64(got)
 	}
-	return count
+	return seqs
 }
 
 // hello says hello as the node does and returns the welcome, or an error

@@ -19,10 +19,12 @@ import (
 const fetchBatch = 512
 
 // Records calls fn with each of node's records the events stream holds,
-// oldest first, from journal sequence from on. It reads what was there
-// when it started and returns; it works whether or not the node is
-// online. Messages that are not records are skipped and counted in the
-// error returned at the end.
+// in the order the stream stored them, from journal sequence from on. It
+// reads what was there when it started and returns; it works whether or
+// not the node is online. A record's sequence is its subject's (only the
+// node may publish there); messages that are not records, or whose body
+// names another sequence than their subject, are the node misbehaving:
+// skipped and counted in the error returned at the end.
 func (c *Client) Records(ctx context.Context, node string, from uint64, fn func(event.Record) error) error {
 	if err := linkproto.ValidName(node); err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -31,7 +33,7 @@ func (c *Client) Records(ctx context.Context, node string, from uint64, fn func(
 	if err != nil {
 		return err
 	}
-	subject := linkproto.EventsSubject(c.Mesh, node)
+	subject := linkproto.NodeEvents(c.Mesh, node)
 	last, err := events.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
@@ -61,9 +63,12 @@ func (c *Client) Records(ctx context.Context, node string, from uint64, fn func(
 				return err
 			}
 			done = md.Sequence.Stream >= last.Sequence
-			var r event.Record
-			if err := json.Unmarshal(m.Data(), &r); err != nil {
+			r, err := subjectRecord(m.Subject(), m.Data())
+			if err != nil {
 				bad++
+				if done {
+					break
+				}
 				continue
 			}
 			if r.Seq >= from {
@@ -85,9 +90,26 @@ func (c *Client) Records(ctx context.Context, node string, from uint64, fn func(
 		}
 	}
 	if bad > 0 {
-		return fmt.Errorf("%d messages of %s's events are not journal records", bad, node)
+		return fmt.Errorf("%d messages of %s's events are not journal records, or not the record their subject names", bad, node)
 	}
 	return nil
+}
+
+// subjectRecord decodes an events message's body as the record its subject
+// names.
+func subjectRecord(subj string, body []byte) (event.Record, error) {
+	_, _, seq, err := linkproto.ParseEventSubject(subj)
+	if err != nil {
+		return event.Record{}, err
+	}
+	var r event.Record
+	if err := json.Unmarshal(body, &r); err != nil {
+		return event.Record{}, fmt.Errorf("%s: %w", subj, err)
+	}
+	if r.Seq != seq {
+		return event.Record{}, fmt.Errorf("%s: the body says record %d", subj, r.Seq)
+	}
+	return r, nil
 }
 
 // JournalOptions says which records PrintJournal shows, and how.

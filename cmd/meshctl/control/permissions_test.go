@@ -64,8 +64,8 @@ func TestNodeCannotSubscribeOutsideItsOwnDown(t *testing.T) {
 		"mesh.home.down.b.inbox.>",     // b's replies
 		"mesh.home.up.>",               // every node's reports
 		linkproto.HeartbeatSubject(testMesh, "b"),
-		linkproto.EventsSubject(testMesh, "a"), // even its own up subjects
-		"_INBOX.>",                             // the control plane's replies
+		linkproto.NodeEvents(testMesh, "a"), // even its own up subjects
+		"_INBOX.>",                          // the control plane's replies
 		"$JS.API.>",
 		"$KV.>",
 		"$SYS.>",
@@ -122,14 +122,10 @@ func TestNodeCannotPublishAnotherNodesEvents(t *testing.T) {
 	forged := event.New(event.DriftObserved, 0, "file:/etc/motd", event.DriftObservedPayload{})
 	forged.Seq, forged.Time = 1, time.Now()
 	body, _ := linkproto.EventBody(forged)
-	m := nats.NewMsg(linkproto.EventsSubject(testMesh, "b"))
-	m.Header.Set(linkproto.HeaderMsgID, linkproto.MsgID(testMesh, "b", 1))
-	m.Header.Set(linkproto.HeaderSeq, "1")
-	m.Data = body
-	if err := a.nc.PublishMsg(m); err != nil {
+	if err := a.nc.Publish(linkproto.EventSubject(testMesh, "b", 1), body); err != nil {
 		t.Fatal(err)
 	}
-	a.violation(t, linkproto.EventsSubject(testMesh, "b"))
+	a.violation(t, linkproto.EventSubject(testMesh, "b", 1))
 	// a's own record is stored after the forged one would have been.
 	a.publishEvent(t, forged)
 
@@ -137,7 +133,7 @@ func TestNodeCannotPublishAnotherNodesEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := events.GetLastMsgForSubject(ctx, linkproto.EventsSubject(testMesh, "b")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if got, err := events.GetLastMsgForSubject(ctx, linkproto.NodeEvents(testMesh, "b")); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatalf("the events stream holds %v (err %v) for b", got, err)
 	}
 	info, err := events.Info(ctx)
@@ -377,9 +373,8 @@ func TestNodeCannotAimTheStreamsAcksAtTheAPI(t *testing.T) {
 	}
 	for i, target := range targets {
 		body, _ := linkproto.EventBody(event.Record{Seq: uint64(i + 2), Time: time.Now(), Kind: event.HostStarted})
-		for _, subj := range []string{linkproto.EventsSubject(testMesh, "a"), linkproto.HeartbeatSubject(testMesh, "a")} {
-			m := &nats.Msg{Subject: subj, Reply: target, Data: body, Header: nats.Header{}}
-			m.Header.Set(linkproto.HeaderSeq, fmt.Sprint(i+2))
+		for _, subj := range []string{linkproto.EventSubject(testMesh, "a", uint64(i+2)), linkproto.HeartbeatSubject(testMesh, "a")} {
+			m := &nats.Msg{Subject: subj, Reply: target, Data: body}
 			if err := a.nc.PublishMsg(m); err != nil {
 				t.Fatal(err)
 			}

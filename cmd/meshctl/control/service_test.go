@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -117,7 +118,8 @@ func TestEnsureIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := events.CachedInfo().Config
-	if cfg.Duplicates != 10*time.Minute || cfg.MaxAge != 0 || len(cfg.Subjects) != 1 || cfg.Subjects[0] != linkproto.AnyMeshEvents {
+	if cfg.MaxMsgsPerSubject != 1 || cfg.Discard != jetstream.DiscardNew || !cfg.DiscardNewPerSubject || cfg.AllowRollup ||
+		cfg.MaxAge != 0 || len(cfg.Subjects) != 1 || cfg.Subjects[0] != linkproto.AnyMeshEvents {
 		t.Errorf("events stream %+v", cfg)
 	}
 	hb, err := b.js.Stream(ctx, linkproto.HeartbeatsStream)
@@ -241,5 +243,26 @@ func TestSyncSaysHowMuchTheStreamHolds(t *testing.T) {
 	case s := <-got:
 		t.Errorf("a sync was answered into %s", s)
 	default:
+	}
+}
+
+// Records stored out of order (moved from a legacy stream after newer
+// ones arrived) still count: the node resumes after what the stream holds,
+// and a resend of only refused records would stall it.
+func TestEventsThroughReadsPastRecordsStoredOutOfOrder(t *testing.T) {
+	b := newBed(t)
+	b.serve()
+	a := b.node("a")
+	for _, seq := range []uint64{2, 3, 1} {
+		publishAsNode(t, a, seq, "a's own")
+	}
+	waitFor(t, 5*time.Second, func() error {
+		if got := a.history(t); len(got) != 3 {
+			return fmt.Errorf("a's history %v", got)
+		}
+		return nil
+	})
+	if w := helloAnswered(t, a, 0); w.EventsThrough != 3 {
+		t.Errorf("events through %d, want 3", w.EventsThrough)
 	}
 }
