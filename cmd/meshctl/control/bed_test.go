@@ -118,9 +118,14 @@ func (b *bed) node(name string) *node {
 	if err := os.WriteFile(creds, []byte(tok.Creds), 0o600); err != nil {
 		b.t.Fatal(err)
 	}
+	ca := filepath.Join(b.t.TempDir(), name+"-ca.pem")
+	if err := os.WriteFile(ca, []byte(tok.CA), 0o600); err != nil {
+		b.t.Fatal(err)
+	}
 	n := &node{name: name, js: b.js}
 	n.nc, err = nats.Connect(tok.URLs[0],
 		nats.UserCredentials(creds),
+		nats.RootCAs(ca),
 		nats.CustomInboxPrefix(linkproto.InboxPrefix(tok.Mesh, name)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			n.mu.Lock()
