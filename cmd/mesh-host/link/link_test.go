@@ -3,6 +3,7 @@ package link
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,7 +138,8 @@ func newBed(t *testing.T, configure func(*bed, *Config)) *bed {
 	b.host = &testHost{j: b.j}
 	b.nc = b.connect()
 	cfg := Config{
-		Mesh: testMesh, Node: testNode, URLs: []string{b.srv.ClientURL()}, Version: "v-test",
+		// These tests are of the link, not of TLS (tls_test.go is).
+		Mesh: testMesh, Node: testNode, URLs: []string{b.srv.ClientURL()}, Version: "v-test", AllowPlaintext: true,
 		HeartbeatInterval: time.Hour, HelloTimeout: 200 * time.Millisecond,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -431,7 +433,7 @@ func TestOfflineAtStart(t *testing.T) {
 	l.Close()
 	j := openJournal(t, t.TempDir()+"/journal.db")
 	b := &bed{t: t, j: j, host: &testHost{j: j}, dir: t.TempDir()}
-	b.start(Config{Mesh: testMesh, Node: testNode, URLs: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)},
+	b.start(Config{Mesh: testMesh, Node: testNode, URLs: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}, AllowPlaintext: true,
 		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, HelloTimeout: 100 * time.Millisecond})
 	if n := len(b.records(event.LinkUp)); n != 0 {
 		t.Fatalf("link.up with no broker")
@@ -685,6 +687,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{Mesh: "Lab", Node: "n", URLs: []string{"nats://x"}},
 		{Mesh: "lab", Node: "a.b", URLs: []string{"nats://x"}},
 		{Mesh: "lab", Node: "n"},
+		{Mesh: "lab", Node: "n", URLs: []string{"nats://x"}},
+		{Mesh: "lab", Node: "n", URLs: []string{"nats://x"}, TLS: &tls.Config{}, AllowPlaintext: true},
 	} {
 		if _, err := New(c, h, j); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v): got %v, want ErrConfig", c, err)
