@@ -55,12 +55,12 @@ func runServer(t *testing.T, dir string, port int) *server.Server {
 	return s
 }
 
-func serverPort(t *testing.T, s *server.Server) int {
+func serverPort(t testing.TB, s *server.Server) int {
 	t.Helper()
 	return s.Addr().(*net.TCPAddr).Port
 }
 
-func openJournal(t *testing.T, path string) *journal.Journal {
+func openJournal(t testing.TB, path string) *journal.Journal {
 	t.Helper()
 	j, err := journal.Open(path, journal.Options{Fold: new(projector.Stored).Fold, Timeout: time.Second})
 	if err != nil {

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -173,6 +174,66 @@ func TestRefusesAnUnprovenBroker(t *testing.T) {
 			}
 			if got := b.host.accepted(); len(got) != 0 {
 				t.Errorf("the host was handed %d declarations from the rogue", len(got))
+			}
+		})
+	}
+}
+
+// upSignal is a journal that says when a link.up is appended.
+type upSignal struct {
+	Journal
+	up chan struct{}
+}
+
+func (u *upSignal) Append(recs ...event.Record) ([]event.Record, error) {
+	out, err := u.Journal.Append(recs...)
+	for _, r := range recs {
+		if r.Kind == event.LinkUp {
+			select {
+			case u.up <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return out, err
+}
+
+// BenchmarkConnect is a host's connect time: from Run to link.up, over
+// TLS with a certificate from the mesh's CA and over plaintext.
+func BenchmarkConnect(b *testing.B) {
+	ca := newTestCA(b)
+	cert := ca.issue(b, "localhost", "127.0.0.1")
+	for _, bc := range []struct {
+		name string
+		srv  *server.Server
+		tls  *tls.Config
+	}{
+		{"plaintext", runTLSServer(b, nil), nil},
+		{"tls", runTLSServer(b, &cert), ca.client()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			j := openJournal(b, b.TempDir()+"/journal.db")
+			sig := &upSignal{Journal: j, up: make(chan struct{}, 1)}
+			cfg := Config{Mesh: testMesh, Node: testNode, URLs: []string{fmt.Sprintf("tls://127.0.0.1:%d", serverPort(b, bc.srv))},
+				TLS: bc.tls, AllowPlaintext: bc.tls == nil, HeartbeatInterval: time.Hour, HelloTimeout: 100 * time.Millisecond}
+			if bc.tls == nil {
+				cfg.URLs[0] = strings.Replace(cfg.URLs[0], "tls://", "nats://", 1)
+			}
+			for b.Loop() {
+				l, err := New(cfg, &testHost{j: j}, sig)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- l.Run(ctx) }()
+				<-sig.up
+				b.StopTimer()
+				cancel()
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
 			}
 		})
 	}
