@@ -1,8 +1,15 @@
 package linkproto_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -184,9 +191,10 @@ func TestTokenRoundTripAndRefusals(t *testing.T) {
 	creds := "-----BEGIN NATS USER JWT-----\nx\n------END NATS USER JWT------\n-----BEGIN USER NKEY SEED-----\ny\n------END USER NKEY SEED------\n"
 	key, _ := linkproto.NewSigningKey()
 	pub, _ := key.PublicKey()
-	tok := linkproto.Token{Protocol: 1, Mesh: "home", Node: "web-1", URLs: []string{"nats://127.0.0.1:4222"}, Creds: creds, SigningKey: pub}
+	ca, leaf := testCert(t, true), testCert(t, false)
+	tok := linkproto.Token{Protocol: 1, Mesh: "home", Node: "web-1", URLs: []string{"tls://127.0.0.1:4222"}, Creds: creds, CA: ca, SigningKey: pub}
 	got, err := linkproto.ParseToken(" " + tok.Encode() + "\n")
-	if err != nil || got.Node != "web-1" || got.Creds != creds || got.URLs[0] != tok.URLs[0] {
+	if err != nil || got.Node != "web-1" || got.Creds != creds || got.URLs[0] != tok.URLs[0] || got.CA != ca {
 		t.Fatalf("ParseToken = %+v, %v", got, err)
 	}
 	enc := func(f func(*linkproto.Token)) string {
@@ -205,6 +213,10 @@ func TestTokenRoundTripAndRefusals(t *testing.T) {
 		{"bad url", enc(func(t *linkproto.Token) { t.URLs = []string{"http://x"} }), `"http://x" is not a broker address`},
 		{"bad creds", enc(func(t *linkproto.Token) { t.Creds = "secret" }), "creds: not a NATS credentials file"},
 		{"bad node", enc(func(t *linkproto.Token) { t.Node = "a.>" }), "node: invalid name"},
+		{"no ca", enc(func(t *linkproto.Token) { t.CA = "" }), "ca: no certificate authority"},
+		{"ca not pem", enc(func(t *linkproto.Token) { t.CA = "secret" }), "ca: not a PEM certificate"},
+		{"ca not a ca", enc(func(t *linkproto.Token) { t.CA = leaf }), `ca: "test" is not a certificate authority`},
+		{"two cas", enc(func(t *linkproto.Token) { t.CA = ca + ca }), "ca: more than one certificate"},
 	} {
 		_, err := linkproto.ParseToken(c.token)
 		if !errors.Is(err, linkproto.ErrBadToken) || !strings.Contains(err.Error(), c.msg) {
@@ -255,4 +267,23 @@ func TestParseEventSubjectRefusesWhatEventSubjectWouldNotBuild(t *testing.T) {
 			t.Errorf("ParseEventSubject(%q): err = %v, want ErrNotEventSubject", bad, err)
 		}
 	}
+}
+
+// testCert is a self-signed certificate, PEM, a CA's when isCA.
+func testCert(t *testing.T, isCA bool) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		BasicConstraintsValid: true, IsCA: isCA,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }

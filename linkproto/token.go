@@ -1,8 +1,10 @@
 package linkproto
 
 import (
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/url"
@@ -29,6 +31,9 @@ type Token struct {
 	// SigningKey is the public half of the mesh's declaration key: the
 	// only key whose declarations the node obeys.
 	SigningKey string `json:"signing_key"`
+	// CA is the mesh's CA certificate, PEM: the node trusts the broker by
+	// it and by nothing else.
+	CA string `json:"ca"`
 }
 
 // Encode renders t as one line of text.
@@ -58,6 +63,11 @@ func ParseToken(s string) (Token, error) {
 		return Token{}, fmt.Errorf("%w: urls: no broker address", ErrBadToken)
 	case !strings.Contains(t.Creds, "BEGIN NATS USER JWT") || !strings.Contains(t.Creds, "BEGIN USER NKEY SEED"):
 		return Token{}, fmt.Errorf("%w: creds: not a NATS credentials file", ErrBadToken)
+	case t.CA == "":
+		return Token{}, fmt.Errorf("%w: ca: no certificate authority (a token from a meshctl older than TLS: run `meshctl init` and `meshctl enrol` again)", ErrBadToken)
+	}
+	if err := checkCA([]byte(t.CA)); err != nil {
+		return Token{}, fmt.Errorf("%w: ca: %v", ErrBadToken, err)
 	}
 	if err := ValidSigningKey(t.SigningKey); err != nil {
 		return Token{}, fmt.Errorf("%w: signing_key: %v", ErrBadToken, err)
@@ -75,4 +85,23 @@ func ParseToken(s string) (Token, error) {
 		}
 	}
 	return t, nil
+}
+
+// checkCA checks that caPEM is one certificate, a certificate authority's.
+func checkCA(caPEM []byte) error {
+	b, rest := pem.Decode(caPEM)
+	if b == nil || b.Type != "CERTIFICATE" {
+		return errors.New("not a PEM certificate")
+	}
+	if len(strings.TrimSpace(string(rest))) != 0 {
+		return errors.New("more than one certificate")
+	}
+	cert, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		return err
+	}
+	if !cert.BasicConstraintsValid || !cert.IsCA {
+		return fmt.Errorf("%q is not a certificate authority", cert.Subject.CommonName)
+	}
+	return nil
 }

@@ -172,8 +172,13 @@ func (b *Bed) MustMeshctl(args ...string) string {
 	return r.Stdout
 }
 
-// URL is the broker's client URL.
-func (b *Bed) URL() string { return "nats://" + b.Control.Listen }
+// URL is the broker's client URL: TLS, with a certificate from the mesh's
+// CA (CAFile).
+func (b *Bed) URL() string { return "tls://" + b.Control.Listen }
+
+// CAFile is the mesh's CA certificate: a test that speaks NATS directly
+// trusts the broker by it, as the nodes do.
+func (b *Bed) CAFile() string { return filepath.Join(b.Control.DataDir, "ca.pem") }
 
 // CredsFile is the control user's credentials: a test that speaks NATS
 // directly uses them, as the stock nats CLI would.

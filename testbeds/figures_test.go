@@ -115,7 +115,7 @@ func push(b *testing.B, nc *nats.Conn, kv jetstream.KeyValue, beats <-chan linkp
 
 func controlConn(b *testing.B, bed *testbeds.Bed) (*nats.Conn, jetstream.KeyValue) {
 	b.Helper()
-	nc, err := nats.Connect(bed.URL(), nats.UserCredentials(bed.CredsFile()))
+	nc, err := nats.Connect(bed.URL(), nats.UserCredentials(bed.CredsFile()), nats.RootCAs(bed.CAFile()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func BenchmarkHeartbeats1000Nodes(b *testing.B) {
 				errs <- err
 				return
 			}
-			nc, err := nats.Connect(bed.URL(), nats.UserCredentials(creds), nats.CustomInboxPrefix(linkproto.InboxPrefix(testbeds.Mesh, name)))
+			nc, err := nats.Connect(bed.URL(), nats.UserCredentials(creds), nats.RootCAs(bed.CAFile()), nats.CustomInboxPrefix(linkproto.InboxPrefix(testbeds.Mesh, name)))
 			if err != nil {
 				errs <- fmt.Errorf("connect %s: %v", name, err)
 				return

@@ -273,7 +273,7 @@ func TestBadMessagesAreRefusedAndTheHostLivesOn(t *testing.T) {
 	b := beds(t)
 	h := b.AddHost("web-1")
 	h.Start()
-	nc, err := nats.Connect(b.URL(), nats.UserCredentials(b.CredsFile()))
+	nc, err := nats.Connect(b.URL(), nats.UserCredentials(b.CredsFile()), nats.RootCAs(b.CAFile()))
 	if err != nil {
 		t.Fatal(err)
 	}

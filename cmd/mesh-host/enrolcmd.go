@@ -18,6 +18,7 @@ import (
 const (
 	linkConfigFile = "link.json"
 	credsFile      = "node.creds"
+	caFile         = "ca.pem"
 )
 
 // linkConfig is STATE-DIR/link.json: which node of which mesh this host is,
@@ -29,6 +30,12 @@ type linkConfig struct {
 	// SigningKey is the mesh's declaration key (public): the host obeys
 	// declarations signed by it and nothing else.
 	SigningKey string `json:"signing_key"`
+	// CAFile is the mesh's CA certificate, the only one the link trusts
+	// the broker by; relative to the state directory unless absolute.
+	CAFile string `json:"ca_file,omitempty"`
+	// AllowPlaintext lets the link run without TLS, the broker not
+	// authenticated. Enrol never writes it; an operator who means it does.
+	AllowPlaintext bool `json:"allow_plaintext,omitempty"`
 }
 
 type enrolCmd struct {
@@ -64,15 +71,19 @@ func (c *enrolCmd) Run(e *env) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return failed("%v", err)
 	}
-	cfg, err := json.MarshalIndent(linkConfig{Mesh: tok.Mesh, Node: tok.Node, URLs: tok.URLs, SigningKey: tok.SigningKey}, "", "  ")
+	cfg, err := json.MarshalIndent(linkConfig{Mesh: tok.Mesh, Node: tok.Node, URLs: tok.URLs, SigningKey: tok.SigningKey, CAFile: caFile}, "", "  ")
 	if err != nil {
 		return failed("%v", err)
 	}
 	if _, err := ensureSealKey(dir); err != nil {
 		return failed("%v", err)
 	}
-	// The credentials first: a link.json is only ever beside its creds.
+	// The credentials and the CA first: a link.json is only ever beside
+	// what it names.
 	if err := writeFileAtomic(filepath.Join(dir, credsFile), []byte(tok.Creds), 0o600); err != nil {
+		return failed("%v", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, caFile), []byte(tok.CA), 0o600); err != nil {
 		return failed("%v", err)
 	}
 	if err := writeFileAtomic(filepath.Join(dir, linkConfigFile), append(cfg, '\n'), 0o600); err != nil {
@@ -81,6 +92,7 @@ func (c *enrolCmd) Run(e *env) error {
 	fmt.Fprintf(e.stdout, "enrolled as node %s of mesh %s\n", tok.Node, tok.Mesh)
 	fmt.Fprintf(e.stdout, "wrote %s (broker %s)\n", filepath.Join(dir, linkConfigFile), strings.Join(tok.URLs, ", "))
 	fmt.Fprintf(e.stdout, "wrote %s (the node's credentials, mode 0600)\n", filepath.Join(dir, credsFile))
+	fmt.Fprintf(e.stdout, "wrote %s (the mesh's CA: the link trusts the broker by it alone)\n", filepath.Join(dir, caFile))
 	fmt.Fprintln(e.stdout, "`mesh-host serve` connects with them when it starts (restart it if it runs)")
 	return nil
 }

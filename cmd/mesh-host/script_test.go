@@ -3,8 +3,15 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"flag"
+	"math/big"
 	"net"
 	"os"
 	"strconv"
@@ -167,14 +174,25 @@ func cmdWaitSock(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // mktoken MESH NODE URL makes an enrolment token, as `meshctl enrol` prints
-// it, with placeholder credentials: it sets $TOKEN and writes token.txt.
+// it, with placeholder credentials and a CA of its own: it sets $TOKEN and
+// writes token.txt.
 func cmdMkToken(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 3 {
 		ts.Fatalf("usage: mktoken MESH NODE URL")
 	}
 	creds := "-----BEGIN NATS USER JWT-----\neyJ0ZXN0IjoidG9rZW4ifQ\n------END NATS USER JWT------\n\n" +
 		"-----BEGIN USER NKEY SEED-----\nSUAPLACEHOLDER\n------END USER NKEY SEED------\n"
-	tok := linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: args[0], Node: args[1], URLs: []string{args[2]}, Creds: creds,
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ts.Check(err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		BasicConstraintsValid: true, IsCA: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	ts.Check(err)
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	tok := linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: args[0], Node: args[1], URLs: []string{args[2]}, Creds: creds, CA: ca,
 		SigningKey: testSigningKeyPub}.Encode()
 	ts.Setenv("TOKEN", tok)
 	ts.Check(os.WriteFile(ts.MkAbs("token.txt"), []byte(tok+"\n"), 0o600))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +54,12 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return refused("%v", err)
 	}
+	var brokerTLS *tls.Config
+	if linked {
+		if brokerTLS, err = linkTLS(e.cli.StateDir, enrolled); err != nil {
+			return refused("%v", err)
+		}
+	}
 	j, err := openJournal(e.cli.journalPath())
 	if err != nil {
 		return failed("%v", err)
@@ -67,6 +74,16 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	if err := hv.atStart(j); err != nil {
 		return failed("%v", err)
+	}
+	if linked && enrolled.AllowPlaintext {
+		// Said at every start, in the log and the journal: a setting that
+		// lets any server at the broker's address push declarations must
+		// not be forgotten once set.
+		const why = "link.json sets allow_plaintext: the broker is not authenticated, and whatever answers at its address can push declarations"
+		log.Warn("the link runs without TLS", "urls", strings.Join(enrolled.URLs, ","), "reason", why)
+		if _, err := j.Append(event.New(event.LinkPlaintext, 0, "", event.LinkPlaintextPayload{URLs: enrolled.URLs, Reason: why})); err != nil {
+			return failed("record the plaintext link: %v", err)
+		}
 	}
 	sock, err := localsock.Listen(e.cli.socketPath())
 	if err != nil {
@@ -86,6 +103,7 @@ func (c *serveCmd) Run(e *env) error {
 		sealPub, _ := sealKey.PublicKey()
 		lnk, err = link.New(link.Config{
 			Mesh: enrolled.Mesh, Node: enrolled.Node, URLs: enrolled.URLs, CredsFile: creds, Trust: enrolled.SigningKey, SealKey: sealPub,
+			TLS: brokerTLS, AllowPlaintext: enrolled.AllowPlaintext,
 			Version: hv.name(), HeartbeatInterval: c.HeartbeatInterval, Log: log.With("component", "link"),
 		}, host, j)
 		if err != nil {

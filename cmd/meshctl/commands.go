@@ -15,11 +15,29 @@ import (
 )
 
 type initCmd struct {
-	Mesh string `name:"mesh" placeholder:"NAME" help:"The mesh's name (default \"home\" for a new authority)."`
+	Mesh  string `name:"mesh" placeholder:"NAME" help:"The mesh's name (default \"home\" for a new authority)."`
+	CA    string `name:"ca" placeholder:"FILE" type:"existingfile" help:"Adopt this CA certificate (PEM) as the mesh's, instead of creating one."`
+	CAKey string `name:"ca-key" placeholder:"FILE" type:"existingfile" help:"The adopted CA's private key (PEM); without it the embedded broker needs --tls-cert."`
 }
 
 func (c *initCmd) Run(e *env) error {
-	a, created, err := control.Init(e.cli.Data, c.Mesh)
+	if c.CAKey != "" && c.CA == "" {
+		return refused("--ca-key needs --ca")
+	}
+	var adopt *control.AdoptedCA
+	if c.CA != "" {
+		adopt = &control.AdoptedCA{}
+		var err error
+		if adopt.Cert, err = os.ReadFile(c.CA); err != nil {
+			return refused("%v", err)
+		}
+		if c.CAKey != "" {
+			if adopt.Key, err = os.ReadFile(c.CAKey); err != nil {
+				return refused("%v", err)
+			}
+		}
+	}
+	a, created, err := control.InitWith(e.cli.Data, c.Mesh, adopt)
 	if err != nil {
 		return err
 	}
@@ -27,6 +45,14 @@ func (c *initCmd) Run(e *env) error {
 		fmt.Fprintf(e.stdout, "created the authority of mesh %s in %s\n", a.Mesh, a.Dir)
 	} else {
 		fmt.Fprintf(e.stdout, "%s already holds the authority of mesh %s; reusing it\n", a.Dir, a.Mesh)
+	}
+	switch {
+	case adopt == nil:
+		fmt.Fprintf(e.stdout, "the mesh's CA is %s\n", a.CAFile())
+	case a.HoldsCAKey():
+		fmt.Fprintf(e.stdout, "adopted the CA in %s, with its key\n", a.CAFile())
+	default:
+		fmt.Fprintf(e.stdout, "adopted the CA in %s, without its key: the broker's certificate must come from you (serve --tls-cert, or nats-config)\n", a.CAFile())
 	}
 	return nil
 }
@@ -50,14 +76,31 @@ func (c *enrolCmd) Run(e *env) error {
 	return nil
 }
 
-type natsConfigCmd struct{}
+type natsConfigCmd struct {
+	TLSDir     string   `name:"tls-dir" placeholder:"DIR" type:"path" help:"Issue the server a certificate and key from the mesh's CA into DIR, and name them in the tls block."`
+	ServerName []string `name:"server-name" placeholder:"NAME" help:"A name or address nodes reach the server by (repeatable; with --tls-dir)."`
+}
 
-func (natsConfigCmd) Run(e *env) error {
+func (c *natsConfigCmd) Run(e *env) error {
 	a, err := e.authority()
 	if err != nil {
 		return err
 	}
-	fmt.Fprint(e.stdout, a.NATSConfig())
+	var t control.NATSTLS
+	switch {
+	case c.TLSDir == "" && len(c.ServerName) > 0:
+		return refused("--server-name needs --tls-dir, where the certificate is written")
+	case c.TLSDir != "" && len(c.ServerName) == 0:
+		return refused("--tls-dir needs --server-name: the names nodes reach the server by")
+	case c.TLSDir != "" && !a.HoldsCAKey():
+		return refused("%v: the mesh's CA was adopted without its key; have your CA issue the server's certificate", control.ErrNoCAKey)
+	case c.TLSDir != "":
+		if t.CertFile, t.KeyFile, err = a.WriteServerCert(c.TLSDir, c.ServerName, e.now()); err != nil {
+			return failed("%v", err)
+		}
+		fmt.Fprintf(e.stderr, "meshctl: wrote %s and %s (its key, mode 0600) for %s\n", t.CertFile, t.KeyFile, strings.Join(c.ServerName, ", "))
+	}
+	fmt.Fprint(e.stdout, a.NATSConfig(t))
 	return nil
 }
 

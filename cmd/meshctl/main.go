@@ -91,7 +91,7 @@ func classify(err error) error {
 	case errors.As(err, &ee):
 		// kong may wrap what a command returned.
 		return ee
-	case errors.Is(err, control.ErrRefused), errors.Is(err, control.ErrMeshMismatch),
+	case errors.Is(err, control.ErrRefused), errors.Is(err, control.ErrMeshMismatch), errors.Is(err, control.ErrCAMismatch),
 		errors.Is(err, linkproto.ErrInvalidName), errors.Is(err, declaration.ErrInvalid):
 		return &exitError{code: exitRefused, err: err}
 	}

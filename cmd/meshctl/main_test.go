@@ -102,7 +102,11 @@ func enrolled(t *testing.T, data, node string) *nats.Conn {
 	if err := os.WriteFile(creds, []byte(tok.Creds), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(strings.Join(tok.URLs, ","), nats.UserCredentials(creds), nats.CustomInboxPrefix(linkproto.InboxPrefix(tok.Mesh, node)))
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, []byte(tok.CA), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(strings.Join(tok.URLs, ","), nats.UserCredentials(creds), nats.RootCAs(ca), nats.CustomInboxPrefix(linkproto.InboxPrefix(tok.Mesh, node)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +126,11 @@ func TestServeOnAnExistingServer(t *testing.T) {
 	if code, _, stderr := meshctl(t, "--data", data, "init", "--mesh", "lab"); code != exitOK {
 		t.Fatalf("init: %s", stderr)
 	}
-	code, snippet, stderr := meshctl(t, "--data", data, "nats-config")
+	dir := t.TempDir()
+	code, snippet, stderr := meshctl(t, "--data", data, "nats-config", "--tls-dir", filepath.Join(dir, "tls"), "--server-name", "127.0.0.1")
 	if code != exitOK {
 		t.Fatalf("nats-config: %s", stderr)
 	}
-	dir := t.TempDir()
 	conf := filepath.Join(dir, "nats.conf")
 	full := fmt.Sprintf("host: 127.0.0.1\nport: -1\njetstream { store_dir: %q }\ninclude ./mesh.conf\n", filepath.Join(dir, "js"))
 	if err := os.WriteFile(filepath.Join(dir, "mesh.conf"), []byte(snippet), 0o600); err != nil {
@@ -150,6 +154,12 @@ func TestServeOnAnExistingServer(t *testing.T) {
 		t.Fatal("the server is not ready")
 	}
 	url := srv.ClientURL()
+	// TLS only, with the mesh's CA: a client trusting anything else is
+	// refused before it says a word.
+	if nc, err := nats.Connect(strings.Replace(url, "tls://", "nats://", 1)); err == nil {
+		nc.Close()
+		t.Fatalf("a client without the mesh's CA connected to %s", url)
+	}
 
 	logs := []*syncBuffer{
 		serve(t, "--data", data, "--nats", url, "serve", "--log-level", "debug"),
@@ -218,7 +228,7 @@ func TestServeEmbedded(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	serve(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--mesh", "lab")
 	cfg, err := control.ReadConfig(data)
-	if err != nil || cfg.Mesh != "lab" || len(cfg.URLs) != 1 || !strings.HasPrefix(cfg.URLs[0], "nats://127.0.0.1:") || strings.HasSuffix(cfg.URLs[0], ":0") {
+	if err != nil || cfg.Mesh != "lab" || len(cfg.URLs) != 1 || !strings.HasPrefix(cfg.URLs[0], "tls://127.0.0.1:") || strings.HasSuffix(cfg.URLs[0], ":0") {
 		t.Fatalf("control.json %+v, %v", cfg, err)
 	}
 	nc := enrolled(t, data, "web-1")

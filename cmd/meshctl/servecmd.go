@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/oklog/run"
@@ -20,6 +22,9 @@ import (
 type serveCmd struct {
 	Mesh         string        `name:"mesh" placeholder:"NAME" help:"The mesh's name, if the authority is created now (default \"home\")."`
 	Listen       string        `name:"listen" default:"127.0.0.1:4222" placeholder:"HOST:PORT" help:"Where the embedded broker listens for clients (port 0: any free port)."`
+	ServerName   []string      `name:"server-name" placeholder:"NAME" help:"A name or address nodes reach the embedded broker by (repeatable): its certificate is for it too, and enrol gives nodes these."`
+	TLSCert      string        `name:"tls-cert" placeholder:"FILE" type:"existingfile" help:"The embedded broker's certificate (PEM), when the mesh's CA was adopted without its key."`
+	TLSKey       string        `name:"tls-key" placeholder:"FILE" type:"existingfile" help:"The key of --tls-cert (PEM)."`
 	EventsMaxAge time.Duration `name:"events-max-age" default:"0s" help:"How long the events stream keeps a record (0: forever)."`
 	LogLevel     slog.Level    `name:"log-level" default:"info" placeholder:"LEVEL" help:"Least level logged: debug, info, warn or error."`
 	// Releases are files nodes fetch, beside the broker rather than
@@ -41,7 +46,18 @@ func (c *serveCmd) Run(e *env) error {
 	if len(urls) == 0 {
 		// The broker outlives the group, so that the service's connection
 		// closes before the broker does rather than watching it go.
-		b, err := control.NewBroker(a, control.BrokerConfig{Listen: c.Listen, Log: log})
+		bc := control.BrokerConfig{Listen: c.Listen, Log: log, ServerNames: c.ServerName}
+		if (c.TLSCert == "") != (c.TLSKey == "") {
+			return refused("--tls-cert and --tls-key go together")
+		}
+		if c.TLSCert != "" {
+			cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+			if err != nil {
+				return refused("--tls-cert: %v", err)
+			}
+			bc.Certificate = &cert
+		}
+		b, err := control.NewBroker(a, bc)
 		if err != nil {
 			return failed("%v", err)
 		}
@@ -49,10 +65,21 @@ func (c *serveCmd) Run(e *env) error {
 			return failed("%v", err)
 		}
 		defer b.Close()
+		// This service connects over loopback (or the listen address);
+		// nodes are given the names the operator says they reach it by.
 		urls = []string{b.URL()}
-		log.Info("embedded broker listening", "url", b.URL(), "store", a.StoreDir())
-	}
-	if err := a.SetURLs(urls); err != nil {
+		recorded := urls
+		if len(c.ServerName) > 0 {
+			recorded = nil
+			for _, n := range c.ServerName {
+				recorded = append(recorded, b.URLFor(n))
+			}
+		}
+		if err := a.SetURLs(recorded); err != nil {
+			return failed("record the broker's address: %v", err)
+		}
+		log.Info("embedded broker listening", "url", b.URL(), "enrol_urls", strings.Join(recorded, ","), "tls_names", strings.Join(b.Names(), ","), "store", a.StoreDir())
+	} else if err := a.SetURLs(urls); err != nil {
 		return failed("record the broker's address: %v", err)
 	}
 	nc, err := control.DialService(a, urls, log)

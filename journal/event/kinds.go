@@ -25,6 +25,7 @@ const (
 	JournalCompacted    Kind = "journal.compacted"
 	LinkRefused         Kind = "link.refused"
 	VersionHalted       Kind = "version.halted"
+	LinkPlaintext       Kind = "link.plaintext"
 )
 
 // payloads maps each known kind to a constructor of its payload.
@@ -46,6 +47,7 @@ var payloads = map[Kind]func() any{
 	JournalCompacted:    func() any { return new(JournalCompactedPayload) },
 	LinkRefused:         func() any { return new(LinkRefusedPayload) },
 	VersionHalted:       func() any { return new(VersionHaltedPayload) },
+	LinkPlaintext:       func() any { return new(LinkPlaintextPayload) },
 }
 
 // Known reports whether this binary knows kind k.
@@ -58,7 +60,7 @@ func Kinds() []Kind {
 		DeclarationReceived, DeclarationRefused, ReconcileStarted, ReconcileCompleted,
 		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
 		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
-		LinkRefused, VersionHalted,
+		LinkRefused, VersionHalted, LinkPlaintext,
 	}
 }
 
@@ -238,6 +240,15 @@ type LinkRefusedPayload struct {
 type LinkPayload struct {
 	Broker string `json:"broker,omitempty"`
 	Reason string `json:"reason,omitempty"`
+}
+
+// LinkPlaintextPayload records a host starting its link without TLS,
+// because its configuration explicitly allows it: nothing authenticates
+// the broker at URLs, so whatever answers there can push declarations.
+// Journaled at every start, so the journal shows every run it was so.
+type LinkPlaintextPayload struct {
+	URLs   []string `json:"urls"`
+	Reason string   `json:"reason"`
 }
 
 // JournalCompactedPayload records a compaction: records up to Through were

@@ -155,8 +155,8 @@ func (d *demo) up(decl string) error {
 	mc := fmt.Sprintf("%s --data %s", d.path("bin", "meshctl"), d.path("control"))
 	mh := fmt.Sprintf("%s --root %s --state-dir %s", d.path("bin", "mesh-host"), d.path("root"), d.path("state"))
 	fmt.Fprintf(d.out, `
-The mesh is up: meshctl serve on an embedded broker at nats://%[1]s, and one
-host, %[2]q, installed from the tarball into %[3]s (the machine it
+The mesh is up: meshctl serve on an embedded broker at tls://%[1]s
+(TLS only, with a certificate from the mesh's CA, %[10]s), and one host, %[2]q, installed from the tarball into %[3]s (the machine it
 manages), running under the launcher from %[3]s/opt/mesh-host/versions,
 holding %[3]s in the state %[4]s declares. Logs are in %[5]s. Try:
 
@@ -176,7 +176,7 @@ new one, nodes shows it):
   %[6]s release %[8]s/mesh-host-next-linux-*.release.tar.gz --nodes %[2]s
 
 Stop both services with: go run ./testbeds/demo --dir %[9]s down
-`, d.listen, node, d.path("root"), decl, d.path("logs"), mc, mh, d.path("dist"), d.dir)
+`, d.listen, node, d.path("root"), decl, d.path("logs"), mc, mh, d.path("dist"), d.dir, d.path("control", "ca.pem"))
 	return nil
 }
 

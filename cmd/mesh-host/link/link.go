@@ -19,6 +19,7 @@ package link
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -67,6 +68,10 @@ const (
 	// drainTimeout bounds the wait, at shutdown, for a declaration being
 	// handled to be answered.
 	drainTimeout = 5 * time.Second
+	// failurePoll is how often, while down, the link looks at why its
+	// last connection attempt failed: nats.go retries a failed handshake
+	// without telling any callback.
+	failurePoll = time.Second
 )
 
 // Config says which node the link speaks for and where the broker is.
@@ -74,6 +79,15 @@ type Config struct {
 	Mesh, Node string
 	// URLs are the broker's addresses (nats://host:4222, tls://…).
 	URLs []string
+	// TLS is what the broker is verified by: its RootCAs are the mesh's
+	// CA and nothing else. The link connects with TLS whatever the URLs'
+	// scheme, and a server that cannot prove itself is never spoken to.
+	// Nil only with AllowPlaintext.
+	TLS *tls.Config
+	// AllowPlaintext lets the link run without TLS (TLS nil): nothing
+	// authenticates the broker, so whatever answers at its address can
+	// push declarations. Only for a configuration that says so.
+	AllowPlaintext bool
 	// CredsFile is the node's NATS credentials file; empty for none (a
 	// test broker without authentication).
 	CredsFile string
@@ -157,6 +171,12 @@ func New(cfg Config, host Host, j Journal) (*Link, error) {
 	if err := linkproto.ValidSigningKey(cfg.Trust); err != nil {
 		return nil, fmt.Errorf("%w: the mesh's signing key: %v (enrol again with a new token)", ErrConfig, err)
 	}
+	if cfg.TLS == nil && !cfg.AllowPlaintext {
+		return nil, fmt.Errorf("%w: no TLS configuration: nothing would authenticate the broker", ErrConfig)
+	}
+	if cfg.TLS != nil && cfg.AllowPlaintext {
+		return nil, fmt.Errorf("%w: TLS and plaintext both asked for", ErrConfig)
+	}
 	if host == nil || j == nil {
 		return nil, fmt.Errorf("%w: a host and a journal are required", ErrConfig)
 	}
@@ -227,6 +247,7 @@ func (l *Link) Run(ctx context.Context) error {
 		nats.DrainTimeout(drainTimeout),
 		nats.ConnectHandler(st.connected),
 		nats.ReconnectHandler(st.connected),
+		nats.ReconnectErrHandler(st.failed),
 		nats.DisconnectErrHandler(st.disconnected),
 		nats.ClosedHandler(st.closed),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -239,6 +260,13 @@ func (l *Link) Run(ctx context.Context) error {
 	}
 	if l.cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(l.cfg.CredsFile))
+	}
+	if l.cfg.TLS != nil {
+		// nats.go names the server from each URL's host, which the
+		// certificate must be for.
+		tc := l.cfg.TLS.Clone()
+		tc.MinVersion = max(tc.MinVersion, tls.VersionTLS12)
+		opts = append(opts, nats.Secure(tc))
 	}
 	nc, err := nats.Connect(strings.Join(l.cfg.URLs, ","), opts...)
 	if err != nil {
@@ -256,8 +284,12 @@ func (l *Link) Run(ctx context.Context) error {
 		sessGen uint64   // the connection generation sess serves
 		broker  string   // the broker sess is connected to
 		everUp  bool
+		refused string // the broker refusal last journaled while down
 	)
+	poll := time.NewTicker(failurePoll)
+	defer poll.Stop()
 	for {
+		var failure error
 		select {
 		case <-ctx.Done():
 			if sess != nil {
@@ -267,8 +299,21 @@ func (l *Link) Run(ctx context.Context) error {
 			l.drain(nc, st)
 			return nil
 		case <-st.changed:
+			failure = st.takeFailure()
+		case <-poll.C:
+			if sess != nil {
+				continue
+			}
+			failure = nc.LastError()
 		}
 		gen, up, reason := st.snapshot()
+		if !up && sess == nil && brokerRefused(failure) && failure.Error() != refused {
+			// Once per reason while down: the link retries for as long
+			// as it runs, and the journal must not fill with retries.
+			refused = failure.Error()
+			l.journalLink(event.LinkDown, strings.Join(l.cfg.URLs, ","), "refused the broker: "+refused)
+			l.log.Error("refused the broker: it did not prove itself the mesh's; nothing is taken from it", "urls", strings.Join(l.cfg.URLs, ","), "err", failure)
+		}
 		if sess != nil && (!up || gen != sessGen) {
 			// Down, or down and up again since: the session's in-flight
 			// publishes are void either way.
@@ -278,6 +323,7 @@ func (l *Link) Run(ctx context.Context) error {
 			l.log.Info("link down", "broker", broker, "reason", reason)
 		}
 		if sess == nil && up {
+			refused = ""
 			sessGen, broker = gen, nc.ConnectedUrlRedacted()
 			why := "connected"
 			if everUp {
@@ -312,6 +358,13 @@ func (l *Link) journalLink(k event.Kind, broker, reason string) {
 	}
 }
 
+// brokerRefused says whether err, a failed connection attempt's, means the
+// server at the broker's address was reached and not trusted: no TLS, or a
+// certificate that is not the mesh CA's for that name.
+func brokerRefused(err error) bool {
+	return errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrSecureConnWanted)
+}
+
 // connState collects what the connection's callbacks report, for Run's
 // loop, which they wake through changed.
 type connState struct {
@@ -319,10 +372,11 @@ type connState struct {
 	done    chan struct{}
 	once    sync.Once
 
-	mu     sync.Mutex
-	gen    uint64 // counts connects and reconnects
-	reason string // why the connection last went down
-	up     bool
+	mu      sync.Mutex
+	gen     uint64 // counts connects and reconnects
+	reason  string // why the connection last went down
+	up      bool
+	failure error // why a connection attempt failed, until Run takes it
 }
 
 func newConnState() *connState {
@@ -353,6 +407,23 @@ func (s *connState) disconnected(_ *nats.Conn, err error) {
 	}
 	s.mu.Unlock()
 	s.poke()
+}
+
+// failed is told of a connection attempt that failed: the first one's
+// reason comes only this way.
+func (s *connState) failed(_ *nats.Conn, err error) {
+	s.mu.Lock()
+	s.failure = err
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *connState) takeFailure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.failure
+	s.failure = nil
+	return err
 }
 
 func (s *connState) closed(*nats.Conn) {

@@ -3,6 +3,7 @@ package link
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,12 +72,12 @@ func runServer(t *testing.T, dir string, port int) *server.Server {
 	return s
 }
 
-func serverPort(t *testing.T, s *server.Server) int {
+func serverPort(t testing.TB, s *server.Server) int {
 	t.Helper()
 	return s.Addr().(*net.TCPAddr).Port
 }
 
-func openJournal(t *testing.T, path string) *journal.Journal {
+func openJournal(t testing.TB, path string) *journal.Journal {
 	t.Helper()
 	j, err := journal.Open(path, journal.Options{Fold: new(projector.Stored).Fold, Timeout: time.Second})
 	if err != nil {
@@ -154,7 +155,8 @@ func newBed(t *testing.T, configure func(*bed, *Config)) *bed {
 	b.host = &testHost{j: b.j}
 	b.nc = b.connect()
 	cfg := Config{
-		Mesh: testMesh, Node: testNode, URLs: []string{b.srv.ClientURL()}, Version: "v-test", Trust: publicKey(testKey),
+		// These tests are of the link, not of TLS (tls_test.go is).
+		Mesh: testMesh, Node: testNode, URLs: []string{b.srv.ClientURL()}, Version: "v-test", AllowPlaintext: true, Trust: publicKey(testKey),
 		HeartbeatInterval: time.Hour, HelloTimeout: 200 * time.Millisecond,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -574,7 +576,7 @@ func TestOfflineAtStart(t *testing.T) {
 	l.Close()
 	j := openJournal(t, t.TempDir()+"/journal.db")
 	b := &bed{t: t, j: j, host: &testHost{j: j}, dir: t.TempDir()}
-	b.start(Config{Mesh: testMesh, Node: testNode, URLs: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}, Trust: publicKey(testKey),
+	b.start(Config{Mesh: testMesh, Node: testNode, URLs: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}, AllowPlaintext: true, Trust: publicKey(testKey),
 		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, HelloTimeout: 100 * time.Millisecond})
 	if n := len(b.records(event.LinkUp)); n != 0 {
 		t.Fatalf("link.up with no broker")
@@ -838,6 +840,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{Mesh: "Lab", Node: "n", URLs: []string{"nats://x"}},
 		{Mesh: "lab", Node: "a.b", URLs: []string{"nats://x"}},
 		{Mesh: "lab", Node: "n"},
+		{Mesh: "lab", Node: "n", URLs: []string{"nats://x"}},
+		{Mesh: "lab", Node: "n", URLs: []string{"nats://x"}, TLS: &tls.Config{}, AllowPlaintext: true},
 	} {
 		if _, err := New(c, h, j); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v): got %v, want ErrConfig", c, err)

@@ -68,20 +68,39 @@ type Authority struct {
 	accountJWT  string
 	signer      nkeys.KeyPair
 	declKey     nkeys.KeyPair
+	// ca is the mesh's certificate authority: nil in an authority
+	// created before the broker served TLS, until Init adds one.
+	ca *ca
 }
 
 // Init returns the authority in dir, creating it for mesh (DefaultMesh
 // when empty) if dir holds none; created says which. An existing authority
 // for another mesh than a non-empty mesh is ErrMeshMismatch: its keys are
-// what every node and server already trusts, so it is never replaced.
+// what every node and server already trusts, so it is never replaced. An
+// authority without a CA (made before the broker served TLS) is given one;
+// its other keys stay as they are.
 func Init(dir, mesh string) (a *Authority, created bool, err error) {
+	return InitWith(dir, mesh, nil)
+}
+
+// InitWith is Init adopting adopt as the mesh's CA rather than creating
+// one, when adopt is not nil. An authority that already has another CA
+// is ErrCAMismatch.
+func InitWith(dir, mesh string, adopt *AdoptedCA) (a *Authority, created bool, err error) {
 	a, err = Open(dir)
 	switch {
 	case err == nil:
 		if mesh != "" && mesh != a.Mesh {
 			return nil, false, fmt.Errorf("%w: %s holds the authority of mesh %q, not %q", ErrMeshMismatch, dir, a.Mesh, mesh)
 		}
-		return a, false, nil
+		if a.ca != nil && adopt == nil {
+			return a, false, nil
+		}
+		if err := ensureCA(dir, a.Mesh, adopt, time.Now()); err != nil {
+			return nil, false, err
+		}
+		a, err = Open(dir)
+		return a, false, err
 	case !errors.Is(err, ErrNoAuthority):
 		return nil, false, err
 	}
@@ -91,7 +110,16 @@ func Init(dir, mesh string) (a *Authority, created bool, err error) {
 	if err := linkproto.ValidName(mesh); err != nil {
 		return nil, false, fmt.Errorf("mesh: %w", err)
 	}
+	if adopt != nil {
+		// Refused before any key is made for it.
+		if _, err := parseCA(adopt.Cert, adopt.Key); err != nil {
+			return nil, false, fmt.Errorf("--ca: %w", err)
+		}
+	}
 	if err := create(dir, mesh); err != nil {
+		return nil, false, fmt.Errorf("create the authority in %s: %w", dir, err)
+	}
+	if err := ensureCA(dir, mesh, adopt, time.Now()); err != nil {
 		return nil, false, fmt.Errorf("create the authority in %s: %w", dir, err)
 	}
 	a, err = Open(dir)
@@ -260,6 +288,9 @@ func Open(dir string) (*Authority, error) {
 	if err := linkproto.ValidName(a.Mesh); err != nil {
 		return nil, fmt.Errorf("%s: mesh: %w", configFile, err)
 	}
+	if a.ca, err = readCA(dir); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -310,11 +341,14 @@ func (a *Authority) NodeCreds(node string) ([]byte, error) {
 	return userCreds(a.signer, a.accountPub, node, perms)
 }
 
-// Enrol returns node's enrolment token: its credentials and where to
-// connect, urls or, when none are given, those control.json records. The
+// Enrol returns node's enrolment token: its credentials, the CA its
+// broker is trusted by, and where to connect, urls or, when none are given, those control.json records. The
 // token is a secret. Enrolling a node again issues new credentials; the
 // old ones stay valid (there is no revocation yet).
 func (a *Authority) Enrol(node string, urls []string) (linkproto.Token, error) {
+	if a.ca == nil {
+		return linkproto.Token{}, fmt.Errorf("%w: run `meshctl init` (it adds one)", ErrNoCA)
+	}
 	creds, err := a.NodeCreds(node)
 	if err != nil {
 		return linkproto.Token{}, err
@@ -329,7 +363,7 @@ func (a *Authority) Enrol(node string, urls []string) (linkproto.Token, error) {
 	if len(urls) == 0 {
 		return linkproto.Token{}, fmt.Errorf("%w: run `meshctl serve` once (it records where it listens) or give --url", ErrNoBroker)
 	}
-	return linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: a.Mesh, Node: node, URLs: urls, Creds: string(creds), SigningKey: a.SigningKey()}, nil
+	return linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: a.Mesh, Node: node, URLs: urls, Creds: string(creds), SigningKey: a.SigningKey(), CA: string(a.ca.pem)}, nil
 }
 
 // userCreds signs a user of the mesh account with signer and returns its
@@ -357,12 +391,19 @@ func userCreds(signer nkeys.KeyPair, accountPub, name string, perms *jwt.Permiss
 	return jwt.FormatUserConfig(token, seed)
 }
 
+// NATSTLS is where an existing NATS server finds its certificate and key,
+// for the tls block of NATSConfig; empty paths print placeholders.
+type NATSTLS struct {
+	CertFile, KeyFile string
+}
+
 // NATSConfig is a configuration snippet for an existing NATS server (or
 // every server of a cluster) to include, so that it trusts this authority:
 // the operator, the system account, both accounts preloaded into a memory
-// resolver, and the payload limit declarations need. The server must also
-// enable JetStream itself.
-func (a *Authority) NATSConfig() string {
+// resolver, the payload limit declarations need, and TLS with a
+// certificate from the mesh's CA, the only one nodes trust. The server
+// must also enable JetStream itself.
+func (a *Authority) NATSConfig(t NATSTLS) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# meshctl: the authority of mesh %q (operator mode).\n", a.Mesh)
 	b.WriteString("# Include it in the server's configuration; enable JetStream there too.\n")
@@ -374,6 +415,22 @@ func (a *Authority) NATSConfig() string {
 	fmt.Fprintf(&b, "  %s: %q\n", a.accountPub, a.accountJWT)
 	b.WriteString("}\n")
 	fmt.Fprintf(&b, "max_payload: %d\n", linkproto.MaxDeclarationSize)
+	b.WriteString("# Nodes and meshctl trust the mesh's CA and nothing else: the server's\n")
+	b.WriteString("# certificate must be issued by it, for every name they connect by.\n")
+	cert, key := t.CertFile, t.KeyFile
+	if cert == "" || key == "" {
+		if a.HoldsCAKey() {
+			b.WriteString("# Replace the paths: `meshctl nats-config --tls-dir DIR --server-name NAME` issues them.\n")
+		} else {
+			b.WriteString("# Replace the paths with a certificate and key your CA (the one adopted with\n")
+			b.WriteString("# `meshctl init --ca`) issued for the server: meshctl does not hold its key.\n")
+		}
+		cert, key = "/path/to/server-cert.pem", "/path/to/server-key.pem"
+	}
+	b.WriteString("tls {\n")
+	fmt.Fprintf(&b, "  cert_file: %q\n", cert)
+	fmt.Fprintf(&b, "  key_file: %q\n", key)
+	b.WriteString("}\n")
 	return b.String()
 }
 

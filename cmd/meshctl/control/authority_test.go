@@ -121,7 +121,7 @@ func TestEnrolToken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the token does not parse: %v", err)
 	}
-	if parsed.Mesh != "lab" || parsed.Node != "web-1" || !slices.Equal(parsed.URLs, []string{"nats://control.example:4222"}) || parsed.Protocol != linkproto.ProtocolVersion {
+	if parsed.Mesh != "lab" || parsed.Node != "web-1" || !slices.Equal(parsed.URLs, []string{"nats://control.example:4222"}) || parsed.Protocol != linkproto.ProtocolVersion || parsed.CA != string(a.CAPEM()) {
 		t.Errorf("token %+v", parsed)
 	}
 	given, err := a.Enrol("web-1", []string{"nats://10.0.0.1:4222", "nats://10.0.0.2:4222"})
@@ -151,7 +151,7 @@ func TestNATSConfigSnippet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := a.NATSConfig()
+	conf := a.NATSConfig(NATSTLS{})
 	for _, want := range []string{a.operatorJWT, a.systemJWT, a.accountJWT, "system_account: \"" + a.systemPub, "resolver: MEMORY", "max_payload: 8388608"} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("nats-config lacks %q:\n%s", want, conf)

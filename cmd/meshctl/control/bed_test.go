@@ -104,6 +104,7 @@ func (b *bed) client(now time.Time) *Client {
 type node struct {
 	name  string
 	creds string // its credentials file, for the stock nats CLI
+	ca    string // the mesh's CA, for the same
 	url   string
 	// trust is the signing key its token carried.
 	trust string
@@ -123,9 +124,14 @@ func (b *bed) node(name string) *node {
 	if err := os.WriteFile(creds, []byte(tok.Creds), 0o600); err != nil {
 		b.t.Fatal(err)
 	}
-	n := &node{name: name, creds: creds, url: tok.URLs[0], js: b.js, trust: tok.SigningKey}
+	ca := filepath.Join(b.t.TempDir(), name+"-ca.pem")
+	if err := os.WriteFile(ca, []byte(tok.CA), 0o600); err != nil {
+		b.t.Fatal(err)
+	}
+	n := &node{name: name, creds: creds, ca: ca, url: tok.URLs[0], js: b.js, trust: tok.SigningKey}
 	n.nc, err = nats.Connect(tok.URLs[0],
 		nats.UserCredentials(creds),
+		nats.RootCAs(ca),
 		nats.CustomInboxPrefix(linkproto.InboxPrefix(tok.Mesh, name)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			n.mu.Lock()

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -24,15 +25,26 @@ type BrokerConfig struct {
 	// ReadyTimeout bounds the wait for the broker to accept connections;
 	// zero means 10 seconds.
 	ReadyTimeout time.Duration
+	// ServerNames are names clients reach the broker by besides those of
+	// the machine and the listen address: its certificate is for all.
+	ServerNames []string
+	// Certificate is the broker's certificate, when the operator gives
+	// one; nil means one the mesh's CA issues (its key must be held).
+	Certificate *tls.Certificate
+	// Now is the clock certificates are issued by; time.Now when nil.
+	Now func() time.Time
 }
 
 // Broker is an embedded NATS server with JetStream, in operator mode: it
 // trusts only the authority's operator and knows the system and mesh
 // accounts from memory, so it needs no account server and no files but
-// JetStream's.
+// JetStream's. It serves TLS only, with a certificate from the mesh's CA,
+// so that a node can tell it from any other server at its address.
 type Broker struct {
 	srv   *server.Server
 	ready time.Duration
+	host  string // what clients on this machine connect to
+	names []string
 }
 
 // NewBroker configures the embedded broker for a. It does not start it.
@@ -51,6 +63,26 @@ func NewBroker(a *Authority, cfg BrokerConfig) (*Broker, error) {
 	}
 	if host == "" {
 		host = "0.0.0.0"
+	}
+	names := ServerNames(host, cfg.ServerNames)
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.Certificate != nil {
+		tlsConfig.Certificates = []tls.Certificate{*cfg.Certificate}
+	} else {
+		if !a.HoldsCAKey() {
+			return nil, fmt.Errorf("%w: the embedded broker cannot issue itself a certificate: give --tls-cert and --tls-key (issued by your CA for the broker's names), or serve an existing cluster with --nats", ErrNoCAKey)
+		}
+		sc := &serverCert{now: now, issue: func(now time.Time) (tls.Certificate, error) { return a.IssueServerCert(names, now) }}
+		// Issued now, so that a CA that cannot issue fails the start
+		// rather than every handshake.
+		if _, err := sc.get(nil); err != nil {
+			return nil, err
+		}
+		tlsConfig.GetCertificate = sc.get
 	}
 	storeDir := cfg.StoreDir
 	if storeDir == "" {
@@ -76,6 +108,11 @@ func NewBroker(a *Authority, cfg BrokerConfig) (*Broker, error) {
 		MaxPayload: linkproto.MaxDeclarationSize,
 		// The process's own signal handling stops the broker.
 		NoSigs: true,
+		// TLS only; clients are still authenticated by their credentials,
+		// not by certificates.
+		TLS:        true,
+		TLSConfig:  tlsConfig,
+		TLSTimeout: 5,
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -88,7 +125,14 @@ func NewBroker(a *Authority, cfg BrokerConfig) (*Broker, error) {
 	if ready == 0 {
 		ready = 10 * time.Second
 	}
-	return &Broker{srv: srv, ready: ready}, nil
+	local := host
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		local = "127.0.0.1"
+		if ip.To4() == nil {
+			local = "::1"
+		}
+	}
+	return &Broker{srv: srv, ready: ready, host: local, names: names}, nil
 }
 
 // Start starts the broker and waits until it accepts connections.
@@ -101,8 +145,25 @@ func (b *Broker) Start() error {
 	return nil
 }
 
-// URL is the address clients connect to, with the real port.
-func (b *Broker) URL() string { return b.srv.ClientURL() }
+// URL is the address clients on this machine connect to, with the real
+// port: the listen address, or loopback when it is every address.
+func (b *Broker) URL() string { return b.URLFor(b.host) }
+
+// URLFor is the address of the broker by host, one of its names.
+func (b *Broker) URLFor(host string) string {
+	return "tls://" + net.JoinHostPort(host, strconv.Itoa(b.port()))
+}
+
+func (b *Broker) port() int {
+	addr, _ := b.srv.Addr().(*net.TCPAddr)
+	if addr == nil {
+		return 0 // not started
+	}
+	return addr.Port
+}
+
+// Names are the names and addresses the broker's certificate is for.
+func (b *Broker) Names() []string { return b.names }
 
 // Close stops the broker and waits for it to finish.
 func (b *Broker) Close() {

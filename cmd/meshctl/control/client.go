@@ -16,10 +16,15 @@ import (
 
 // Dial connects to urls (or, when none, the addresses control.json
 // records) as the control user, for one operator command: it fails at once
-// when the broker is not there rather than waiting for it.
+// when the broker is not there rather than waiting for it. The broker must
+// prove itself with a certificate from the mesh's CA, whatever the URLs'
+// scheme.
 func Dial(a *Authority, urls []string) (*nats.Conn, error) {
+	tc, err := a.ClientTLS()
+	if err != nil {
+		return nil, err
+	}
 	if len(urls) == 0 {
-		var err error
 		if urls, err = a.URLs(); err != nil {
 			return nil, err
 		}
@@ -29,6 +34,7 @@ func Dial(a *Authority, urls []string) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(strings.Join(urls, ","),
 		nats.UserCredentials(a.ControlCreds()),
+		nats.Secure(tc),
 		nats.Name("meshctl"),
 		nats.Timeout(dialTimeout),
 	)

@@ -25,6 +25,15 @@ var (
 	// ErrMeshMismatch is returned when an existing authority is asked to
 	// be created again for another mesh.
 	ErrMeshMismatch = errors.New("the authority serves another mesh")
+	// ErrNoCA is returned when the authority has no certificate
+	// authority yet (it was created before the broker served TLS).
+	ErrNoCA = errors.New("the authority has no certificate authority")
+	// ErrNoCAKey is returned when a certificate is to be issued by an
+	// adopted CA whose key the authority does not hold.
+	ErrNoCAKey = errors.New("the mesh's CA key is not held")
+	// ErrCAMismatch is returned when an authority with a CA is asked to
+	// adopt another: every node trusts the one it has.
+	ErrCAMismatch = errors.New("the authority has another CA")
 	// ErrNoBroker is returned when no broker address is known: neither
 	// given nor recorded by a running `meshctl serve`.
 	ErrNoBroker = errors.New("no broker address")

@@ -184,7 +184,7 @@ func TestNodeCannotHaveAnotherNodesRecordsDroppedWithTheNatsCLI(t *testing.T) {
 	home := t.TempDir() // no context of the user's own
 	forgeAgainstB(t, func(t *testing.T, a *node, subj string, hdr nats.Header, body []byte) {
 		t.Helper()
-		args := []string{"pub", "--server", a.url, "--creds", a.creds}
+		args := []string{"pub", "--server", a.url, "--creds", a.creds, "--tlsca", a.ca}
 		for k, vs := range hdr {
 			for _, v := range vs {
 				args = append(args, "-H", k+":"+v)

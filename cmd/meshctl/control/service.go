@@ -48,13 +48,18 @@ const dialTimeout = 5 * time.Second
 
 // DialService connects to urls as the control user for a long-running
 // service: it keeps trying until the broker is there, and reconnects
-// forever.
+// forever. The broker must prove itself as Dial says.
 func DialService(a *Authority, urls []string, log *slog.Logger) (*nats.Conn, error) {
 	if len(urls) == 0 {
 		return nil, fmt.Errorf("%w to connect to", ErrNoBroker)
 	}
+	tc, err := a.ClientTLS()
+	if err != nil {
+		return nil, err
+	}
 	return nats.Connect(strings.Join(urls, ","),
 		nats.UserCredentials(a.ControlCreds()),
+		nats.Secure(tc),
 		nats.Name("meshctl serve"),
 		nats.Timeout(dialTimeout),
 		nats.MaxReconnects(-1),
