@@ -131,6 +131,43 @@ type Synced struct {
 	Signature string `json:"signature,omitempty"`
 }
 
+// Enrol is a host redeeming its token, as a request on EnrolSubject with
+// the token's bootstrap user. It carries the public half of the key the
+// host made; the private half never leaves the host.
+type Enrol struct {
+	Protocol int `json:"protocol"`
+	// Token is the token exactly as `meshctl enrol` printed it.
+	Token string `json:"token"`
+	// Key is the node's public user nkey (starting with U).
+	Key string `json:"key"`
+	// Nonce is fresh; the Credential signs it back.
+	Nonce string `json:"nonce"`
+}
+
+// Renew is a node asking, on RenewSubject, for its credentials signed
+// again for the key it holds, before they expire.
+type Renew struct {
+	Protocol int    `json:"protocol"`
+	Node     string `json:"node"`
+	Key      string `json:"key"`
+	Nonce    string `json:"nonce"`
+}
+
+// Credential answers an Enrol or a Renew: the node's user JWT for its key
+// and when it expires, or, when Refused is set, why not (nothing else is
+// set then). It is signed with the mesh's declaration key and bound to the
+// request's nonce.
+type Credential struct {
+	Protocol  int       `json:"protocol"`
+	Node      string    `json:"node"`
+	JWT       string    `json:"jwt,omitempty"`
+	Expires   time.Time `json:"expires,omitzero"`
+	Refused   string    `json:"refused,omitempty"`
+	Nonce     string    `json:"nonce"`
+	Signer    string    `json:"signer,omitempty"`
+	Signature string    `json:"signature,omitempty"`
+}
+
 // Heartbeat is a node's report, on HeartbeatSubject: on link up, after
 // every apply, and every Interval while idle.
 type Heartbeat struct {
@@ -236,6 +273,9 @@ func (m *Welcome) version() int     { return m.Protocol }
 func (m *Heartbeat) version() int   { return m.Protocol }
 func (m *Sync) version() int        { return m.Protocol }
 func (m *Synced) version() int      { return m.Protocol }
+func (m *Enrol) version() int       { return m.Protocol }
+func (m *Renew) version() int       { return m.Protocol }
+func (m *Credential) version() int  { return m.Protocol }
 
 // Decode reads data as the message type of into, refusing it when it is
 // over limit bytes, not JSON of that type, or of a protocol version this

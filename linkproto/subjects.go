@@ -34,7 +34,12 @@ import (
 //     mesh's declaration key, and a declaration names its operator; hellos
 //     and syncs carry a nonce the answer signs. A node refuses what is not
 //     signed, so a version-1 control plane cannot drive a version-2 node.
-const ProtocolVersion = 2
+//   - 3 (2026-12-04): enrolment tokens are signed, expiring, single-use
+//     bootstraps (meshtoken2.) that carry no credentials: the host makes
+//     its key, presents the token with its public half (Enrol), and is
+//     answered with its credentials (Credential); a node renews them
+//     before they expire (Renew).
+const ProtocolVersion = 3
 
 // Subjects. MESH and NODE are names (see ValidName); the functions below
 // fill them in. Nothing else in the mesh builds a subject.
@@ -73,6 +78,17 @@ const (
 	// with the account's rights, not the node's, so a node could aim it
 	// at another node's subjects or the KV bucket.
 	syncToken = "sync"
+	// renewToken: mesh.MESH.up.NODE.renew is a Renew request, answered by
+	// any control service with a Credential, into the node's inbox only.
+	renewToken = "renew"
+
+	// enrolToken: mesh.MESH.enrol.ID is where the bootstrap user of token
+	// ID presents it (an Enrol request); the answer, a Credential, comes
+	// to mesh.MESH.enrolled.ID.>, the only subjects that user may
+	// subscribe to. Neither is a node's: a host is not a node until its
+	// token is redeemed.
+	enrolToken    = "enrol"
+	enrolledToken = "enrolled"
 )
 
 // JetStream names, used by the control plane only: nodes never see them.
@@ -84,6 +100,14 @@ const (
 	// DesiredBucket is the KV bucket of desired state: key MESH.NODE, value
 	// the declaration's JSON document.
 	DesiredBucket = "MESH_DESIRED"
+	// TokensBucket records each redeemed enrolment token: key MESH.ID,
+	// created once, so a token is redeemed once however many control
+	// services answer.
+	TokensBucket = "MESH_TOKENS"
+	// NodesBucket holds each node's credential: key MESH.NODE, value a
+	// NodeCredential record (package control) with its public key, expiry
+	// and whether it is revoked.
+	NodesBucket = "MESH_NODES"
 	// ControlQueue is the queue group control services answer hellos in,
 	// so several may serve one mesh and each hello is answered once.
 	ControlQueue = "meshctl"
@@ -147,6 +171,23 @@ func EventsSubject(mesh, node string) string { return subject(mesh, upToken, nod
 // holds.
 func SyncSubject(mesh, node string) string { return subject(mesh, upToken, node, syncToken) }
 
+// RenewSubject is where node asks for its credentials signed again.
+func RenewSubject(mesh, node string) string { return subject(mesh, upToken, node, renewToken) }
+
+// EnrolSubject is where the bootstrap user of token id presents it.
+func EnrolSubject(mesh, id string) string {
+	return strings.Join([]string{subjectRoot, mesh, enrolToken, id}, ".")
+}
+
+// EnrolledPrefix is the inbox prefix of the bootstrap user of token id: it
+// subscribes to EnrolledPrefix+".>".
+func EnrolledPrefix(mesh, id string) string {
+	return strings.Join([]string{subjectRoot, mesh, enrolledToken, id}, ".")
+}
+
+// AllEnrols matches every token's EnrolSubject in mesh.
+func AllEnrols(mesh string) string { return EnrolSubject(mesh, "*") }
+
 // NodeSubscribe is everything node may subscribe to.
 func NodeSubscribe(mesh, node string) string { return subject(mesh, downToken, node, ">") }
 
@@ -159,6 +200,7 @@ func AllHellos(mesh string) string     { return subject(mesh, upToken, "*", hell
 func AllHeartbeats(mesh string) string { return subject(mesh, upToken, "*", heartbeatToken) }
 func AllEvents(mesh string) string     { return subject(mesh, upToken, "*", eventsToken) }
 func AllSyncs(mesh string) string      { return subject(mesh, upToken, "*", syncToken) }
+func AllRenews(mesh string) string     { return subject(mesh, upToken, "*", renewToken) }
 
 // AnyMeshHeartbeats and AnyMeshEvents are the streams' subjects: one stream
 // serves every mesh on the broker.

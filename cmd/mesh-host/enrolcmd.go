@@ -10,7 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/nats-io/nkeys"
+
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -36,6 +40,11 @@ type enrolCmd struct {
 	Force bool   `name:"force" help:"Replace an enrolment as another node or in another mesh."`
 }
 
+// Run redeems the token: the node's key pair is made here, only its public
+// half is sent, and the credentials a control service signs for it are
+// written beside the seed. A token that is edited, expired, already used
+// or not this mesh's is refused (here or by the control service), and
+// nothing is written.
 func (c *enrolCmd) Run(e *env) error {
 	if e.held != nil {
 		return refused("enrol cannot be asked of a running service")
@@ -52,6 +61,9 @@ func (c *enrolCmd) Run(e *env) error {
 	if err != nil {
 		return refused("%v", err)
 	}
+	if err := tok.Expired(e.now()); err != nil {
+		return refused("%v", err)
+	}
 	dir := e.cli.StateDir
 	if old, err := readLinkConfig(dir); err == nil {
 		if (old.Mesh != tok.Mesh || old.Node != tok.Node) && !c.Force {
@@ -64,20 +76,33 @@ func (c *enrolCmd) Run(e *env) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return failed("%v", err)
 	}
+	key, err := nkeys.CreateUser()
+	if err != nil {
+		return failed("make the node's key: %v", err)
+	}
+	creds, cred, err := link.Enrol(e.ctx, tok, key)
+	if errors.Is(err, link.ErrRefused) {
+		return refused("enrolment %v", err)
+	}
+	if err != nil {
+		return failed("enrolment: %v", err)
+	}
 	cfg, err := json.MarshalIndent(linkConfig{Mesh: tok.Mesh, Node: tok.Node, URLs: tok.URLs, SigningKey: tok.SigningKey}, "", "  ")
 	if err != nil {
 		return failed("%v", err)
 	}
 	// The credentials first: a link.json is only ever beside its creds.
-	if err := writeFileAtomic(filepath.Join(dir, credsFile), []byte(tok.Creds), 0o600); err != nil {
+	if err := writeFileAtomic(filepath.Join(dir, credsFile), creds, 0o600); err != nil {
 		return failed("%v", err)
 	}
 	if err := writeFileAtomic(filepath.Join(dir, linkConfigFile), append(cfg, '\n'), 0o600); err != nil {
 		return failed("%v", err)
 	}
-	fmt.Fprintf(e.stdout, "enrolled as node %s of mesh %s\n", tok.Node, tok.Mesh)
+	pub, _ := key.PublicKey()
+	fmt.Fprintf(e.stdout, "enrolled as node %s of mesh %s (key %s, made on this host)\n", tok.Node, tok.Mesh, pub)
 	fmt.Fprintf(e.stdout, "wrote %s (broker %s)\n", filepath.Join(dir, linkConfigFile), strings.Join(tok.URLs, ", "))
-	fmt.Fprintf(e.stdout, "wrote %s (the node's credentials, mode 0600)\n", filepath.Join(dir, credsFile))
+	fmt.Fprintf(e.stdout, "wrote %s (the node's credentials, mode 0600; they expire at %s and the service renews them)\n",
+		filepath.Join(dir, credsFile), cred.Expires.UTC().Format(time.RFC3339))
 	fmt.Fprintln(e.stdout, "`mesh-host serve` connects with them when it starts (restart it if it runs)")
 	return nil
 }

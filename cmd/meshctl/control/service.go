@@ -38,6 +38,14 @@ type Service struct {
 	// keeps every record. Every service of a cluster should agree: the
 	// last to start sets it.
 	EventsMaxAge time.Duration
+	// Issuer signs the credentials of enrolling and renewing nodes and
+	// revokes a node's previous key; nil answers neither.
+	Issuer CredentialIssuer
+	// CredentialTTL is how long the credentials it signs are valid;
+	// DefaultCredentialTTL when zero.
+	CredentialTTL time.Duration
+	// Now is the clock tokens' expiry is judged by; time.Now when nil.
+	Now func() time.Time
 	// RetryEvery is how long to wait after failing to set up the streams
 	// (the broker not reachable yet) before trying again; zero means 2 s.
 	RetryEvery time.Duration
@@ -80,11 +88,19 @@ func (s *Service) Ensure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = s.ensure(ctx, js)
+	_, err = s.ensure(ctx, js)
 	return err
 }
 
-func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, jetstream.KeyValue, error) {
+// buckets are the streams and buckets a service answers from.
+type buckets struct {
+	events  jetstream.Stream
+	desired jetstream.KeyValue
+	tokens  jetstream.KeyValue
+	nodes   jetstream.KeyValue
+}
+
+func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets, error) {
 	events, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        linkproto.EventsStream,
 		Description: "every node's journal, each record once",
@@ -105,7 +121,7 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		NoAck: true,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
+		return nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              linkproto.HeartbeatsStream,
@@ -116,7 +132,7 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		MaxMsgSize:        linkproto.MaxReportSize,
 		NoAck:             true, // as the events stream, and nobody waits for one
 	}); err != nil {
-		return nil, nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
+		return nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
 	}
 	desired, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      linkproto.DesiredBucket,
@@ -125,9 +141,27 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		Storage:     jetstream.FileStorage,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("desired-state bucket %s: %w", linkproto.DesiredBucket, err)
+		return nil, fmt.Errorf("desired-state bucket %s: %w", linkproto.DesiredBucket, err)
 	}
-	return events, desired, nil
+	tokens, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      linkproto.TokensBucket,
+		Description: "every enrolment token redeemed, so none is redeemed twice",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tokens bucket %s: %w", linkproto.TokensBucket, err)
+	}
+	nodes, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      linkproto.NodesBucket,
+		Description: "every node's credential: its public key, expiry, revocation",
+		History:     8,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nodes bucket %s: %w", linkproto.NodesBucket, err)
+	}
+	return &buckets{events: events, desired: desired, tokens: tokens, nodes: nodes}, nil
 }
 
 // Run sets up the streams (trying again until the broker answers), then
@@ -144,11 +178,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if retry == 0 {
 		retry = 2 * time.Second
 	}
-	var events jetstream.Stream
-	var desired jetstream.KeyValue
+	var b *buckets
 	for {
 		ectx, cancel := context.WithTimeout(ctx, dialTimeout)
-		events, desired, err = s.ensure(ectx, js)
+		b, err = s.ensure(ectx, js)
 		cancel()
 		if err == nil {
 			break
@@ -166,19 +199,35 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	sub, err := s.Conn.QueueSubscribe(linkproto.AllHellos(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
-		s.hello(ctx, events, desired, m)
+		s.hello(ctx, b.events, b.desired, m)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to hellos: %w", err)
 	}
 	defer sub.Unsubscribe()
 	syncs, err := s.Conn.QueueSubscribe(linkproto.AllSyncs(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
-		s.sync(ctx, events, m)
+		s.sync(ctx, b.events, m)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to syncs: %w", err)
 	}
 	defer syncs.Unsubscribe()
+	if s.Issuer != nil {
+		enrols, err := s.Conn.QueueSubscribe(linkproto.AllEnrols(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
+			s.enrol(ctx, b, m)
+		})
+		if err != nil {
+			return fmt.Errorf("subscribe to enrolments: %w", err)
+		}
+		defer enrols.Unsubscribe()
+		renews, err := s.Conn.QueueSubscribe(linkproto.AllRenews(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
+			s.renew(ctx, b, m)
+		})
+		if err != nil {
+			return fmt.Errorf("subscribe to renewals: %w", err)
+		}
+		defer renews.Unsubscribe()
+	}
 	s.Log.Info("answering hellos", "mesh", s.Mesh, "subject", linkproto.AllHellos(s.Mesh))
 	<-ctx.Done()
 	return nil
