@@ -78,7 +78,7 @@ func (c *serveCmd) Run(e *env) error {
 	var lnk *link.Link
 	if linked {
 		lnk, err = link.New(link.Config{
-			Mesh: enrolled.Mesh, Node: enrolled.Node, URLs: enrolled.URLs, CredsFile: creds, Trust: enrolled.SigningKey,
+			Mesh: enrolled.Mesh, Node: enrolled.Node, URLs: enrolled.URLs, CredsFile: creds, Credentials: nodeCreds{path: creds}, Trust: enrolled.SigningKey,
 			Version: hv.name(), HeartbeatInterval: c.HeartbeatInterval, Log: log.With("component", "link"),
 		}, host, j)
 		if err != nil {

@@ -25,6 +25,8 @@ const (
 	JournalCompacted    Kind = "journal.compacted"
 	LinkRefused         Kind = "link.refused"
 	VersionHalted       Kind = "version.halted"
+	LinkRenewed         Kind = "link.renewed"
+	LinkDenied          Kind = "link.denied"
 )
 
 // payloads maps each known kind to a constructor of its payload.
@@ -46,6 +48,8 @@ var payloads = map[Kind]func() any{
 	JournalCompacted:    func() any { return new(JournalCompactedPayload) },
 	LinkRefused:         func() any { return new(LinkRefusedPayload) },
 	VersionHalted:       func() any { return new(VersionHaltedPayload) },
+	LinkRenewed:         func() any { return new(LinkRenewedPayload) },
+	LinkDenied:          func() any { return new(LinkPayload) },
 }
 
 // Known reports whether this binary knows kind k.
@@ -58,7 +62,7 @@ func Kinds() []Kind {
 		DeclarationReceived, DeclarationRefused, ReconcileStarted, ReconcileCompleted,
 		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
 		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
-		LinkRefused, VersionHalted,
+		LinkRefused, VersionHalted, LinkRenewed, LinkDenied,
 	}
 }
 
@@ -234,10 +238,21 @@ type LinkRefusedPayload struct {
 	Suppressed int    `json:"suppressed,omitempty"`
 }
 
-// LinkPayload records the link to the control plane coming up or going down.
+// LinkPayload records the link to the control plane coming up or going
+// down, or the broker denying the node's credentials (link.denied: revoked
+// or expired, journaled once while the link is down; the host keeps
+// trying, and keeps running from its journal).
 type LinkPayload struct {
 	Broker string `json:"broker,omitempty"`
 	Reason string `json:"reason,omitempty"`
+}
+
+// LinkRenewedPayload records the node's credentials signed again by the
+// control plane, for the same key, before they expired: the public key and
+// the new expiry. Never a secret.
+type LinkRenewedPayload struct {
+	Key     string    `json:"key"`
+	Expires time.Time `json:"expires"`
 }
 
 // JournalCompactedPayload records a compaction: records up to Through were

@@ -58,6 +58,7 @@ func (l *Link) runSession(ctx context.Context, nc *nats.Conn) {
 		wg.Go(func() { l.helloUntilAnswered(ctx, nc) })
 	}
 	wg.Go(func() { l.publishEvents(ctx, nc) })
+	wg.Go(func() { l.renewals(ctx, nc) })
 	l.heartbeats(ctx, nc)
 }
 
