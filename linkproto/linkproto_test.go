@@ -116,7 +116,7 @@ func TestDecodeRefusesWhatItCannotTrust(t *testing.T) {
 		{"two values", good + good, linkproto.ErrMalformed, "data after the message"},
 		{"wrong type", `{"protocol":"1"}`, linkproto.ErrMalformed, "cannot unmarshal string"},
 		{"no protocol", strings.Replace(good, `"protocol":1,`, ``, 1), linkproto.ErrVersion, "the message has no protocol field"},
-		{"newer protocol", strings.Replace(good, `"protocol":1`, `"protocol":99`, 1), linkproto.ErrVersion, "protocol 99 is newer than this end's 2"},
+		{"newer protocol", strings.Replace(good, `"protocol":1`, `"protocol":99`, 1), linkproto.ErrVersion, "protocol 99 is newer than this end's 3"},
 		{"other node", strings.Replace(good, `"node":"n"`, `"node":"m"`, 1), linkproto.ErrWrongNode, "the declaration is for home/m, this is home/n"},
 		{"other mesh", strings.Replace(good, `"mesh":"home"`, `"mesh":"work"`, 1), linkproto.ErrWrongNode, "for work/n"},
 		{"no revision", strings.Replace(good, `"revision":3,"document"`, `"document"`, 1), linkproto.ErrMalformed, "revision: must be at least 1"},
@@ -188,39 +188,100 @@ func TestEventBodyOmitsOnlyWhatIsTooLarge(t *testing.T) {
 }
 
 func TestTokenRoundTripAndRefusals(t *testing.T) {
-	creds := "-----BEGIN NATS USER JWT-----\nx\n------END NATS USER JWT------\n-----BEGIN USER NKEY SEED-----\ny\n------END USER NKEY SEED------\n"
 	key, _ := linkproto.NewSigningKey()
 	pub, _ := key.PublicKey()
 	ca, leaf := testCert(t, true), testCert(t, false)
-	tok := linkproto.Token{Protocol: 1, Mesh: "home", Node: "web-1", URLs: []string{"tls://127.0.0.1:4222"}, Creds: creds, CA: ca, SigningKey: pub}
-	got, err := linkproto.ParseToken(" " + tok.Encode() + "\n")
-	if err != nil || got.Node != "web-1" || got.Creds != creds || got.URLs[0] != tok.URLs[0] || got.CA != ca {
-		t.Fatalf("ParseToken = %+v, %v", got, err)
-	}
-	enc := func(f func(*linkproto.Token)) string {
+	expires := time.Date(2026, 12, 4, 11, 0, 0, 0, time.UTC)
+	tok := linkproto.Token{Protocol: linkproto.ProtocolVersion, ID: linkproto.NewTokenID(), Mesh: "home", Node: "web-1",
+		URLs: []string{"tls://127.0.0.1:4222"}, CA: ca, SigningKey: pub, Expires: expires, Bootstrap: "eyJ0.eyJ1.c2ln"}
+	sign := func(f func(*linkproto.Token)) string {
 		c := tok
 		c.URLs = append([]string(nil), tok.URLs...)
 		f(&c)
-		return c.Encode()
+		enc, err := c.Sign(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return enc
 	}
+	enc := sign(func(*linkproto.Token) {})
+	got, err := linkproto.ParseToken(" " + enc + "\n")
+	if err != nil || got.Node != "web-1" || !got.Expires.Equal(expires) || got.URLs[0] != tok.URLs[0] || got.Encoded() != enc {
+		t.Fatalf("ParseToken = %+v, %v", got, err)
+	}
+	if _, err := linkproto.VerifyToken(enc, pub, "home"); err != nil {
+		t.Errorf("VerifyToken by its signer: %v", err)
+	}
+	other, _ := linkproto.NewSigningKey()
+	otherPub, _ := other.PublicKey()
+	if _, err := linkproto.VerifyToken(enc, otherPub, "home"); !errors.Is(err, linkproto.ErrUntrustedSigner) {
+		t.Errorf("VerifyToken by another mesh's key: %v, want ErrUntrustedSigner", err)
+	}
+	if _, err := linkproto.VerifyToken(enc, pub, "work"); !errors.Is(err, linkproto.ErrWrongNode) {
+		t.Errorf("VerifyToken for another mesh: %v, want ErrWrongNode", err)
+	}
+	if err := got.Expired(expires.Add(-time.Second)); err != nil {
+		t.Errorf("a second before expiry: %v", err)
+	}
+	if err := got.Expired(expires); !errors.Is(err, linkproto.ErrTokenExpired) || !strings.Contains(err.Error(), "it expired at 2026-12-04T11:00:00Z") {
+		t.Errorf("at expiry: %v", err)
+	}
+	if _, err := tok.Sign(other); err == nil {
+		t.Error("a token signed by a key other than the one it names")
+	}
+	body, sig, _ := strings.Cut(strings.TrimPrefix(enc, "meshtoken2."), ".")
 	for _, c := range []struct{ name, token, msg string }{
-		{"no prefix", "abc", `does not start with "meshtoken1."`},
-		{"cut short", tok.Encode()[:30] + "!", "was it cut short?"},
-		{"newer", enc(func(t *linkproto.Token) { t.Protocol = 99 }), "protocol 99; this host speaks 2"},
-		{"no signing key", enc(func(t *linkproto.Token) { t.SigningKey = "" }), "signing_key: "},
-		{"a user key as signing key", enc(func(t *linkproto.Token) { t.SigningKey = "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4" }), "signing_key: "},
-		{"no urls", enc(func(t *linkproto.Token) { t.URLs = nil }), "urls: no broker address"},
-		{"bad url", enc(func(t *linkproto.Token) { t.URLs = []string{"http://x"} }), `"http://x" is not a broker address`},
-		{"bad creds", enc(func(t *linkproto.Token) { t.Creds = "secret" }), "creds: not a NATS credentials file"},
-		{"bad node", enc(func(t *linkproto.Token) { t.Node = "a.>" }), "node: invalid name"},
-		{"no ca", enc(func(t *linkproto.Token) { t.CA = "" }), "ca: no certificate authority"},
-		{"ca not pem", enc(func(t *linkproto.Token) { t.CA = "secret" }), "ca: not a PEM certificate"},
-		{"ca not a ca", enc(func(t *linkproto.Token) { t.CA = leaf }), `ca: "test" is not a certificate authority`},
-		{"two cas", enc(func(t *linkproto.Token) { t.CA = ca + ca }), "ca: more than one certificate"},
+		{"no prefix", "abc", `does not start with "meshtoken2."`},
+		{"version 1", "meshtoken1.abc", "a version 1 token"},
+		{"no signature", "meshtoken2." + body, "no signature"},
+		{"cut short", enc[:30] + "!", "was it cut short?"},
+		{"signature of another", "meshtoken2." + body + "." + sig[:len(sig)-4] + "AAAA", "changed after it was issued"},
+		{"newer", sign(func(t *linkproto.Token) { t.Protocol = 99 }), "protocol 99; this end speaks 3"},
+		{"bad id", sign(func(t *linkproto.Token) { t.ID = "mesh.>" }), "id: "},
+		{"no expiry", sign(func(t *linkproto.Token) { t.Expires = time.Time{} }), "expires: required"},
+		{"no bootstrap", sign(func(t *linkproto.Token) { t.Bootstrap = "" }), "bootstrap: not a NATS user JWT"},
+		{"no urls", sign(func(t *linkproto.Token) { t.URLs = nil }), "urls: no broker address"},
+		{"bad url", sign(func(t *linkproto.Token) { t.URLs = []string{"http://x"} }), `"http://x" is not a broker address`},
+		{"bad node", sign(func(t *linkproto.Token) { t.Node = "a.>" }), "node: invalid name"},
+		{"no ca", sign(func(t *linkproto.Token) { t.CA = "" }), "ca: no certificate authority"},
+		{"ca not pem", sign(func(t *linkproto.Token) { t.CA = "secret" }), "ca: not a PEM certificate"},
+		{"ca not a ca", sign(func(t *linkproto.Token) { t.CA = leaf }), `ca: "test" is not a certificate authority`},
+		{"two cas", sign(func(t *linkproto.Token) { t.CA = ca + ca }), "ca: more than one certificate"},
 	} {
 		_, err := linkproto.ParseToken(c.token)
 		if !errors.Is(err, linkproto.ErrBadToken) || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%s: err = %v, want ErrBadToken containing %q", c.name, err, c.msg)
+		}
+	}
+}
+
+func TestCredentialSignedForItsRequest(t *testing.T) {
+	key, _ := linkproto.NewSigningKey()
+	pub, _ := key.PublicKey()
+	c := linkproto.Credential{Protocol: linkproto.ProtocolVersion, Node: "web-1", JWT: "a.b.c", Expires: time.Now(), Nonce: "n1"}
+	if err := c.Sign(key, "home"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Verify(pub, "home", "web-1", "n1"); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	for name, f := range map[string]func(*linkproto.Credential) (mesh, node, nonce string){
+		"another nonce": func(*linkproto.Credential) (string, string, string) { return "home", "web-1", "n2" },
+		"another node":  func(*linkproto.Credential) (string, string, string) { return "home", "web-2", "n1" },
+		"another mesh":  func(*linkproto.Credential) (string, string, string) { return "work", "web-1", "n1" },
+		"JWT swapped": func(c *linkproto.Credential) (string, string, string) {
+			c.JWT = "x.y.z"
+			return "home", "web-1", "n1"
+		},
+		"refusal turned into credentials": func(c *linkproto.Credential) (string, string, string) {
+			c.Refused = "no"
+			return "home", "web-1", "n1"
+		},
+	} {
+		cc := c
+		mesh, node, nonce := f(&cc)
+		if err := cc.Verify(pub, mesh, node, nonce); err == nil {
+			t.Errorf("%s: verified", name)
 		}
 	}
 }

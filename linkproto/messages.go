@@ -88,9 +88,6 @@ type Hello struct {
 	// Nonce is fresh for every hello; the Welcome signs it back, so an
 	// old welcome replayed by the broker does not verify.
 	Nonce string `json:"nonce,omitempty"`
-	// SealKey is the node's public sealing key: what the control plane
-	// seals the node's secrets to.
-	SealKey string `json:"seal_key,omitempty"`
 }
 
 // Welcome answers a Hello.
@@ -132,6 +129,47 @@ type Synced struct {
 	Nonce     string `json:"nonce,omitempty"`
 	Signer    string `json:"signer,omitempty"`
 	Signature string `json:"signature,omitempty"`
+}
+
+// Enrol is a host redeeming its token, as a request on EnrolSubject with
+// the token's bootstrap user. It carries the public half of the key the
+// host made; the private half never leaves the host.
+type Enrol struct {
+	Protocol int `json:"protocol"`
+	// Token is the token exactly as `meshctl enrol` printed it.
+	Token string `json:"token"`
+	// Key is the node's public user nkey (starting with U).
+	Key string `json:"key"`
+	// SealKey is the node's public sealing key (starting with X): what the
+	// control plane seals the node's secrets to. Told here, with the token
+	// that proves the node, and nowhere else.
+	SealKey string `json:"seal_key"`
+	// Nonce is fresh; the Credential signs it back.
+	Nonce string `json:"nonce"`
+}
+
+// Renew is a node asking, on RenewSubject, for its credentials signed
+// again for the key it holds, before they expire.
+type Renew struct {
+	Protocol int    `json:"protocol"`
+	Node     string `json:"node"`
+	Key      string `json:"key"`
+	Nonce    string `json:"nonce"`
+}
+
+// Credential answers an Enrol or a Renew: the node's user JWT for its key
+// and when it expires, or, when Refused is set, why not (nothing else is
+// set then). It is signed with the mesh's declaration key and bound to the
+// request's nonce.
+type Credential struct {
+	Protocol  int       `json:"protocol"`
+	Node      string    `json:"node"`
+	JWT       string    `json:"jwt,omitempty"`
+	Expires   time.Time `json:"expires,omitzero"`
+	Refused   string    `json:"refused,omitempty"`
+	Nonce     string    `json:"nonce"`
+	Signer    string    `json:"signer,omitempty"`
+	Signature string    `json:"signature,omitempty"`
 }
 
 // Heartbeat is a node's report, on HeartbeatSubject: on link up, after
@@ -239,6 +277,9 @@ func (m *Welcome) version() int     { return m.Protocol }
 func (m *Heartbeat) version() int   { return m.Protocol }
 func (m *Sync) version() int        { return m.Protocol }
 func (m *Synced) version() int      { return m.Protocol }
+func (m *Enrol) version() int       { return m.Protocol }
+func (m *Renew) version() int       { return m.Protocol }
+func (m *Credential) version() int  { return m.Protocol }
 
 // Decode reads data as the message type of into, refusing it when it is
 // over limit bytes, not JSON of that type, or of a protocol version this

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -27,6 +28,9 @@ const (
 	// acts on (it stops resending what the answer says is held).
 	welcomeContext = "mesh-host welcome 1"
 	syncedContext  = "mesh-host synced 1"
+	// credentialContext starts the bytes of a Credential's: the node's
+	// credentials, or the refusal to give them.
+	credentialContext = "mesh-host credential 1"
 )
 
 // MaxOperatorLen bounds the name of the operator a declaration carries.
@@ -218,11 +222,47 @@ func (s *Synced) Verify(trusted, mesh, node, nonce string) error {
 	return nil
 }
 
-// NewNonce returns a fresh nonce for a hello or a sync.
+func (c *Credential) signedBytes(mesh string) []byte {
+	expires := ""
+	if !c.Expires.IsZero() {
+		expires = c.Expires.UTC().Format(time.RFC3339Nano)
+	}
+	return signedBytes(credentialContext, []byte(mesh), []byte(c.Node), []byte(c.Nonce),
+		[]byte(c.JWT), []byte(expires), []byte(c.Refused))
+}
+
+// Sign signs c, the answer to an enrolment or renewal in mesh, with key.
+func (c *Credential) Sign(key nkeys.KeyPair, mesh string) error {
+	var err error
+	c.Signer, c.Signature, err = sign(key, c.signedBytes(mesh))
+	return err
+}
+
+// Verify checks that c answers node's request that carried nonce, signed
+// by trusted.
+func (c *Credential) Verify(trusted, mesh, node, nonce string) error {
+	if err := verify("credential", trusted, c.Signer, c.Signature, c.signedBytes(mesh)); err != nil {
+		return err
+	}
+	switch {
+	case c.Nonce != nonce:
+		return fmt.Errorf("%w: the credential answers another request", ErrBadSignature)
+	case c.Node != node:
+		return fmt.Errorf("%w: the credential is for node %s, not %s", ErrWrongNode, c.Node, node)
+	}
+	return nil
+}
+
+// NewNonce returns a fresh nonce for a hello, a sync, an enrolment or a
+// renewal.
 func NewNonce() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	return base64.RawURLEncoding.EncodeToString(randomBytes(16))
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
 		panic("linkproto: no randomness: " + err.Error())
 	}
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	return b
 }

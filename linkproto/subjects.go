@@ -37,7 +37,12 @@ import (
 //     Journal records travel on mesh.MESH.up.NODE.events.SEQ, one subject
 //     per record, with no message id: the stream's identity of a record is
 //     its subject, which only its node may publish on.
-const ProtocolVersion = 2
+//   - 3 (2026-12-04): enrolment tokens are signed, expiring, single-use
+//     bootstraps (meshtoken2.) that carry no credentials: the host makes
+//     its key, presents the token with its public half (Enrol), and is
+//     answered with its credentials (Credential); a node renews them
+//     before they expire (Renew).
+const ProtocolVersion = 3
 
 // Subjects. MESH and NODE are names (see ValidName); the functions below
 // fill them in. Nothing else in the mesh builds a subject.
@@ -80,6 +85,17 @@ const (
 	// with the account's rights, not the node's, so a node could aim it
 	// at another node's subjects or the KV bucket.
 	syncToken = "sync"
+	// renewToken: mesh.MESH.up.NODE.renew is a Renew request, answered by
+	// any control service with a Credential, into the node's inbox only.
+	renewToken = "renew"
+
+	// enrolToken: mesh.MESH.enrol.ID is where the bootstrap user of token
+	// ID presents it (an Enrol request); the answer, a Credential, comes
+	// to mesh.MESH.enrolled.ID.>, the only subjects that user may
+	// subscribe to. Neither is a node's: a host is not a node until its
+	// token is redeemed.
+	enrolToken    = "enrol"
+	enrolledToken = "enrolled"
 )
 
 // JetStream names, used by the control plane only: nodes never see them.
@@ -94,6 +110,14 @@ const (
 	// SealKeysBucket is the KV bucket of nodes' public sealing keys, as
 	// their hellos tell them: key MESH.NODE.
 	SealKeysBucket = "MESH_SEAL_KEYS"
+	// TokensBucket records each redeemed enrolment token: key MESH.ID,
+	// created once, so a token is redeemed once however many control
+	// services answer.
+	TokensBucket = "MESH_TOKENS"
+	// NodesBucket holds each node's credential: key MESH.NODE, value a
+	// NodeCredential record (package control) with its public key, expiry
+	// and whether it is revoked.
+	NodesBucket = "MESH_NODES"
 	// ControlQueue is the queue group control services answer hellos in,
 	// so several may serve one mesh and each hello is answered once.
 	ControlQueue = "meshctl"
@@ -179,6 +203,23 @@ func ParseEventSubject(subj string) (mesh, node string, seq uint64, err error) {
 // holds.
 func SyncSubject(mesh, node string) string { return subject(mesh, upToken, node, syncToken) }
 
+// RenewSubject is where node asks for its credentials signed again.
+func RenewSubject(mesh, node string) string { return subject(mesh, upToken, node, renewToken) }
+
+// EnrolSubject is where the bootstrap user of token id presents it.
+func EnrolSubject(mesh, id string) string {
+	return strings.Join([]string{subjectRoot, mesh, enrolToken, id}, ".")
+}
+
+// EnrolledPrefix is the inbox prefix of the bootstrap user of token id: it
+// subscribes to EnrolledPrefix+".>".
+func EnrolledPrefix(mesh, id string) string {
+	return strings.Join([]string{subjectRoot, mesh, enrolledToken, id}, ".")
+}
+
+// AllEnrols matches every token's EnrolSubject in mesh.
+func AllEnrols(mesh string) string { return EnrolSubject(mesh, "*") }
+
 // NodeSubscribe is everything node may subscribe to.
 func NodeSubscribe(mesh, node string) string { return subject(mesh, downToken, node, ">") }
 
@@ -190,6 +231,7 @@ func NodePublish(mesh, node string) string { return subject(mesh, upToken, node,
 func AllHellos(mesh string) string     { return subject(mesh, upToken, "*", helloToken) }
 func AllHeartbeats(mesh string) string { return subject(mesh, upToken, "*", heartbeatToken) }
 func AllSyncs(mesh string) string      { return subject(mesh, upToken, "*", syncToken) }
+func AllRenews(mesh string) string     { return subject(mesh, upToken, "*", renewToken) }
 
 // AnyMeshHeartbeats and AnyMeshEvents are the streams' subjects: one stream
 // serves every mesh on the broker.

@@ -242,10 +242,18 @@ type Host struct {
 }
 
 // AddHost enrols a node (meshctl enrol, then mesh-host enrol with the
-// token) with an empty root of its own. It is not started.
-func (b *Bed) AddHost(name string) *Host {
+// token: the node's key is made in its state directory, and the control
+// service signs its credentials) with an empty root of its own. It is not
+// started.
+func (b *Bed) AddHost(name string) *Host { return b.AddMachine(name, name) }
+
+// AddMachine is AddHost for a machine in directory dir of the bed enrolled
+// as node: a second machine enrolled as a node already enrolled replaces
+// it (its key is revoked).
+func (b *Bed) AddMachine(dir, node string) *Host {
 	b.tb.Helper()
-	h := &Host{bed: b, Name: name, Root: filepath.Join(b.Dir, name, "root"), StateDir: filepath.Join(b.Dir, name, "state")}
+	name := node
+	h := &Host{bed: b, Name: name, Root: filepath.Join(b.Dir, dir, "root"), StateDir: filepath.Join(b.Dir, dir, "state")}
 	if err := os.MkdirAll(filepath.Join(h.Root, "etc"), 0o755); err != nil {
 		b.tb.Fatalf("%v", err)
 	}

@@ -307,7 +307,7 @@ func TestBadMessagesAreRefusedAndTheHostLivesOn(t *testing.T) {
 		{"not json", "{{{", "malformed message"},
 		{"binary", "\x00\xff\xfe", "malformed message"},
 		{"no protocol", `{"mesh":"home","node":"web-1","revision":1,"document":{}}`, "no protocol field"},
-		{"future protocol", strings.Replace(push("web-1", 1, doc("web-1", 1)), `"protocol":2`, `"protocol":7`, 1), "protocol 7 is newer"},
+		{"future protocol", strings.Replace(push("web-1", 1, doc("web-1", 1)), fmt.Sprintf(`"protocol":%d`, linkproto.ProtocolVersion), `"protocol":7`, 1), "protocol 7 is newer"},
 		{"unsigned", signedBy(nil, "web-1", 1, setuid), "unsigned"},
 		{"signed by another key", signedBy(otherKey, "web-1", 1, setuid), "does not trust"},
 		{"changed after signing", tampered, "bad signature"},

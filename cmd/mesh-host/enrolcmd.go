@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,7 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/nats-io/nkeys"
+
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -43,6 +48,11 @@ type enrolCmd struct {
 	Force bool   `name:"force" help:"Replace an enrolment as another node or in another mesh."`
 }
 
+// Run redeems the token: the node's key pair is made here, only its public
+// half is sent, and the credentials a control service signs for it are
+// written beside the seed. A token that is edited, expired, already used
+// or not this mesh's is refused (here or by the control service), and
+// nothing is written.
 func (c *enrolCmd) Run(e *env) error {
 	if e.held != nil {
 		return refused("enrol cannot be asked of a running service")
@@ -59,6 +69,9 @@ func (c *enrolCmd) Run(e *env) error {
 	if err != nil {
 		return refused("%v", err)
 	}
+	if err := tok.Expired(e.now()); err != nil {
+		return refused("%v", err)
+	}
 	dir := e.cli.StateDir
 	if old, err := readLinkConfig(dir); err == nil {
 		if (old.Mesh != tok.Mesh || old.Node != tok.Node) && !c.Force {
@@ -71,16 +84,33 @@ func (c *enrolCmd) Run(e *env) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return failed("%v", err)
 	}
+	key, err := nkeys.CreateUser()
+	if err != nil {
+		return failed("make the node's key: %v", err)
+	}
+	sealKey, err := ensureSealKey(dir)
+	if err != nil {
+		return failed("%v", err)
+	}
+	sealPub, _ := sealKey.PublicKey()
+	pool, err := caPool([]byte(tok.CA))
+	if err != nil {
+		return refused("the token's CA: %v", err)
+	}
+	creds, cred, err := link.Enrol(e.ctx, tok, key, sealPub, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	if errors.Is(err, link.ErrRefused) {
+		return refused("enrolment %v", err)
+	}
+	if err != nil {
+		return failed("enrolment: %v", err)
+	}
 	cfg, err := json.MarshalIndent(linkConfig{Mesh: tok.Mesh, Node: tok.Node, URLs: tok.URLs, SigningKey: tok.SigningKey, CAFile: caFile}, "", "  ")
 	if err != nil {
 		return failed("%v", err)
 	}
-	if _, err := ensureSealKey(dir); err != nil {
-		return failed("%v", err)
-	}
 	// The credentials and the CA first: a link.json is only ever beside
 	// what it names.
-	if err := writeFileAtomic(filepath.Join(dir, credsFile), []byte(tok.Creds), 0o600); err != nil {
+	if err := writeFileAtomic(filepath.Join(dir, credsFile), creds, 0o600); err != nil {
 		return failed("%v", err)
 	}
 	if err := writeFileAtomic(filepath.Join(dir, caFile), []byte(tok.CA), 0o600); err != nil {
@@ -89,9 +119,11 @@ func (c *enrolCmd) Run(e *env) error {
 	if err := writeFileAtomic(filepath.Join(dir, linkConfigFile), append(cfg, '\n'), 0o600); err != nil {
 		return failed("%v", err)
 	}
-	fmt.Fprintf(e.stdout, "enrolled as node %s of mesh %s\n", tok.Node, tok.Mesh)
+	pub, _ := key.PublicKey()
+	fmt.Fprintf(e.stdout, "enrolled as node %s of mesh %s (key %s, made on this host)\n", tok.Node, tok.Mesh, pub)
 	fmt.Fprintf(e.stdout, "wrote %s (broker %s)\n", filepath.Join(dir, linkConfigFile), strings.Join(tok.URLs, ", "))
-	fmt.Fprintf(e.stdout, "wrote %s (the node's credentials, mode 0600)\n", filepath.Join(dir, credsFile))
+	fmt.Fprintf(e.stdout, "wrote %s (the node's credentials, mode 0600; they expire at %s and the service renews them)\n",
+		filepath.Join(dir, credsFile), cred.Expires.UTC().Format(time.RFC3339))
 	fmt.Fprintf(e.stdout, "wrote %s (the mesh's CA: the link trusts the broker by it alone)\n", filepath.Join(dir, caFile))
 	fmt.Fprintln(e.stdout, "`mesh-host serve` connects with them when it starts (restart it if it runs)")
 	return nil

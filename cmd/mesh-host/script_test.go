@@ -3,27 +3,26 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
+	"context"
+	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"flag"
-	"math/big"
+	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
-	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/projector"
 )
 
@@ -56,7 +55,9 @@ func TestScripts(t *testing.T) {
 			"truncate":          cmdTruncate,
 			"tamper-projection": cmdTamperProjection,
 			"waitsock":          cmdWaitSock,
+			"mesh":              cmdMesh,
 			"mktoken":           cmdMkToken,
+			"edittoken":         cmdEditToken,
 			"mode":              cmdMode,
 		},
 	})
@@ -173,29 +174,106 @@ func cmdWaitSock(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// mktoken MESH NODE URL makes an enrolment token, as `meshctl enrol` prints
-// it, with placeholder credentials and a CA of its own: it sets $TOKEN and
-// writes token.txt.
+// meshes are the control planes scripts started, by work directory.
+var meshes sync.Map // string → *scriptMesh
+
+type scriptMesh struct {
+	a      *control.Authority
+	url    string
+	broker *control.Broker
+	stop   func()
+}
+
+// mesh MESH starts a control plane for the script: an authority in
+// $WORK/control, its embedded broker on a random port and a control
+// service (so tokens can be redeemed). It sets $NATS_URL and $SIGNING_KEY.
+// mesh stop stops it, leaving a broker address nothing answers on.
+func cmdMesh(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: mesh MESH|stop")
+	}
+	work := ts.Getenv("WORK")
+	if args[0] == "stop" {
+		m, ok := meshes.LoadAndDelete(work)
+		if !ok {
+			ts.Fatalf("no mesh started")
+		}
+		m.(*scriptMesh).stop()
+		return
+	}
+	a, _, err := control.Init(filepath.Join(work, "control"), args[0])
+	ts.Check(err)
+	b, err := control.NewBroker(a, control.BrokerConfig{Listen: "127.0.0.1:0"})
+	ts.Check(err)
+	ts.Check(b.Start())
+	nc, err := control.Dial(a, []string{b.URL()})
+	ts.Check(err)
+	sys, err := control.DialSystem(a, []string{b.URL()}, false, nil)
+	ts.Check(err)
+	ctx, cancel := context.WithCancel(context.Background())
+	svc := &control.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: slog.New(slog.DiscardHandler),
+		Issuer: &control.Accounts{A: a, Sys: sys, Now: time.Now}}
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	var once sync.Once
+	m := &scriptMesh{a: a, url: b.URL(), broker: b, stop: func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			nc.Close()
+			sys.Close()
+			b.Close()
+		})
+	}}
+	meshes.Store(work, m)
+	ts.Defer(m.stop)
+	ts.Check(svc.Ensure(ctx))
+	ts.Setenv("NATS_URL", b.URL())
+	ts.Setenv("SIGNING_KEY", a.SigningKey())
+}
+
+// mktoken NODE [TTL] issues an enrolment token of the script's mesh, as
+// `meshctl enrol` prints it: it sets $TOKEN and writes token.txt. A
+// negative TTL makes a token that expired that long ago.
 func cmdMkToken(ts *testscript.TestScript, neg bool, args []string) {
-	if len(args) != 3 {
-		ts.Fatalf("usage: mktoken MESH NODE URL")
+	if len(args) < 1 || len(args) > 2 {
+		ts.Fatalf("usage: mktoken NODE [TTL]")
 	}
-	creds := "-----BEGIN NATS USER JWT-----\neyJ0ZXN0IjoidG9rZW4ifQ\n------END NATS USER JWT------\n\n" +
-		"-----BEGIN USER NKEY SEED-----\nSUAPLACEHOLDER\n------END USER NKEY SEED------\n"
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ts.Check(err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		BasicConstraintsValid: true, IsCA: true, KeyUsage: x509.KeyUsageCertSign,
+	v, ok := meshes.Load(ts.Getenv("WORK"))
+	if !ok {
+		ts.Fatalf("mktoken: start a mesh first")
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	m := v.(*scriptMesh)
+	ttl, now := time.Hour, time.Now()
+	if len(args) == 2 {
+		d, err := time.ParseDuration(args[1])
+		ts.Check(err)
+		if d < 0 {
+			now, d = now.Add(d-time.Hour), time.Hour
+		}
+		ttl = d
+	}
+	tok, _, err := m.a.IssueToken(args[0], []string{m.url}, now, ttl)
 	ts.Check(err)
-	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-	tok := linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: args[0], Node: args[1], URLs: []string{args[2]}, Creds: creds, CA: ca,
-		SigningKey: testSigningKeyPub}.Encode()
 	ts.Setenv("TOKEN", tok)
 	ts.Check(os.WriteFile(ts.MkAbs("token.txt"), []byte(tok+"\n"), 0o600))
+}
+
+// edittoken FIELD VALUE changes a string field of $TOKEN and keeps its
+// signature, as someone editing a token would.
+func cmdEditToken(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: edittoken FIELD VALUE")
+	}
+	body, sig, _ := strings.Cut(strings.TrimPrefix(ts.Getenv("TOKEN"), "meshtoken2."), ".")
+	raw, err := base64.RawURLEncoding.DecodeString(body)
+	ts.Check(err)
+	var m map[string]any
+	ts.Check(json.Unmarshal(raw, &m))
+	m[args[0]] = args[1]
+	raw, err = json.Marshal(m)
+	ts.Check(err)
+	ts.Setenv("TOKEN", "meshtoken2."+base64.RawURLEncoding.EncodeToString(raw)+"."+sig)
 }
 
 // mode PATH PERM checks that PATH's permission bits are PERM (octal).

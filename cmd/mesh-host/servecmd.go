@@ -94,15 +94,8 @@ func (c *serveCmd) Run(e *env) error {
 	host := newLinkHost(e, held)
 	var lnk *link.Link
 	if linked {
-		// The key the control plane seals this node's secrets to; a host
-		// enrolled before secrets existed makes it now.
-		sealKey, err := ensureSealKey(e.cli.StateDir)
-		if err != nil {
-			return failed("%v", err)
-		}
-		sealPub, _ := sealKey.PublicKey()
 		lnk, err = link.New(link.Config{
-			Mesh: enrolled.Mesh, Node: enrolled.Node, URLs: enrolled.URLs, CredsFile: creds, Trust: enrolled.SigningKey, SealKey: sealPub,
+			Mesh: enrolled.Mesh, Node: enrolled.Node, URLs: enrolled.URLs, CredsFile: creds, Credentials: nodeCreds{path: creds}, Trust: enrolled.SigningKey,
 			TLS: brokerTLS, AllowPlaintext: enrolled.AllowPlaintext,
 			Version: hv.name(), HeartbeatInterval: c.HeartbeatInterval, Log: log.With("component", "link"),
 		}, host, j)

@@ -58,8 +58,9 @@ func (c *initCmd) Run(e *env) error {
 }
 
 type enrolCmd struct {
-	Node string   `arg:"" name:"NODE" help:"The node's name."`
-	URL  []string `name:"url" placeholder:"URL" help:"Broker address the node connects to (repeatable; default: those control.json records)."`
+	Node string        `arg:"" name:"NODE" help:"The node's name."`
+	URL  []string      `name:"url" placeholder:"URL" help:"Broker address the node connects to (repeatable; default: those control.json records)."`
+	TTL  time.Duration `name:"ttl" default:"1h" help:"How long the token can be redeemed."`
 }
 
 func (c *enrolCmd) Run(e *env) error {
@@ -67,16 +68,51 @@ func (c *enrolCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	t, err := a.Enrol(c.Node, c.URL)
+	enc, t, err := a.IssueToken(c.Node, c.URL, e.now(), c.TTL)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(e.stdout, t.Encode())
-	fmt.Fprintf(e.stderr, "meshctl: the token holds %s's credentials: it is a secret; give it to `mesh-host enrol` on that node only\n", c.Node)
+	fmt.Fprintln(e.stdout, enc)
+	fmt.Fprintf(e.stderr, "meshctl: give the token to `mesh-host enrol` on %s only: it can be redeemed once, until %s; the node makes its own key and a `meshctl serve` signs its credentials\n",
+		c.Node, t.Expires.Local().Format(time.RFC3339))
+	return nil
+}
+
+type revokeCmd struct {
+	Node string `arg:"" name:"NODE" help:"The node whose access ends."`
+}
+
+func (c *revokeCmd) Run(e *env) error {
+	if err := linkproto.ValidName(c.Node); err != nil {
+		return refused("%v", err)
+	}
+	a, err := e.authority()
+	if err != nil {
+		return err
+	}
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	sys, err := control.DialSystem(a, e.cli.NATS, false, nil)
+	if err != nil {
+		return err
+	}
+	defer sys.Close()
+	rec, err := cl.Revoke(e.ctx, c.Node, &control.Accounts{A: a, Sys: sys, Now: e.now})
+	if errors.Is(err, control.ErrNoRecord) {
+		return refused("%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "revoked %s (key %s): the broker closed its connection and refuses it; `meshctl enrol %s` to let it back\n", c.Node, rec.Key, c.Node)
 	return nil
 }
 
 type natsConfigCmd struct {
+	JWTDir     string   `name:"jwt-dir" default:"jwt" placeholder:"DIR" help:"Where the server keeps the account JWTs it is pushed (relative to its working directory unless absolute)."`
 	TLSDir     string   `name:"tls-dir" placeholder:"DIR" type:"path" help:"Issue the server a certificate and key from the mesh's CA into DIR, and name them in the tls block."`
 	ServerName []string `name:"server-name" placeholder:"NAME" help:"A name or address nodes reach the server by (repeatable; with --tls-dir)."`
 }
@@ -100,7 +136,7 @@ func (c *natsConfigCmd) Run(e *env) error {
 		}
 		fmt.Fprintf(e.stderr, "meshctl: wrote %s and %s (its key, mode 0600) for %s\n", t.CertFile, t.KeyFile, strings.Join(c.ServerName, ", "))
 	}
-	fmt.Fprint(e.stdout, a.NATSConfig(t))
+	fmt.Fprint(e.stdout, a.NATSConfig(c.JWTDir, t))
 	return nil
 }
 

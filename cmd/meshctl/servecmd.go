@@ -20,13 +20,14 @@ import (
 // serveCmd is the control service: with --nats it serves a mesh on an
 // existing broker; without, it embeds one.
 type serveCmd struct {
-	Mesh         string        `name:"mesh" placeholder:"NAME" help:"The mesh's name, if the authority is created now (default \"home\")."`
-	Listen       string        `name:"listen" default:"127.0.0.1:4222" placeholder:"HOST:PORT" help:"Where the embedded broker listens for clients (port 0: any free port)."`
-	ServerName   []string      `name:"server-name" placeholder:"NAME" help:"A name or address nodes reach the embedded broker by (repeatable): its certificate is for it too, and enrol gives nodes these."`
-	TLSCert      string        `name:"tls-cert" placeholder:"FILE" type:"existingfile" help:"The embedded broker's certificate (PEM), when the mesh's CA was adopted without its key."`
-	TLSKey       string        `name:"tls-key" placeholder:"FILE" type:"existingfile" help:"The key of --tls-cert (PEM)."`
-	EventsMaxAge time.Duration `name:"events-max-age" default:"0s" help:"How long the events stream keeps a record (0: forever)."`
-	LogLevel     slog.Level    `name:"log-level" default:"info" placeholder:"LEVEL" help:"Least level logged: debug, info, warn or error."`
+	Mesh          string        `name:"mesh" placeholder:"NAME" help:"The mesh's name, if the authority is created now (default \"home\")."`
+	Listen        string        `name:"listen" default:"127.0.0.1:4222" placeholder:"HOST:PORT" help:"Where the embedded broker listens for clients (port 0: any free port)."`
+	ServerName    []string      `name:"server-name" placeholder:"NAME" help:"A name or address nodes reach the embedded broker by (repeatable): its certificate is for it too, and enrol gives nodes these."`
+	TLSCert       string        `name:"tls-cert" placeholder:"FILE" type:"existingfile" help:"The embedded broker's certificate (PEM), when the mesh's CA was adopted without its key."`
+	TLSKey        string        `name:"tls-key" placeholder:"FILE" type:"existingfile" help:"The key of --tls-cert (PEM)."`
+	EventsMaxAge  time.Duration `name:"events-max-age" default:"0s" help:"How long the events stream keeps a record (0: forever)."`
+	CredentialTTL time.Duration `name:"credential-ttl" default:"720h" help:"How long the node credentials it signs are valid; nodes renew them when a third is left."`
+	LogLevel      slog.Level    `name:"log-level" default:"info" placeholder:"LEVEL" help:"Least level logged: debug, info, warn or error."`
 	// Releases are files nodes fetch, beside the broker rather than
 	// through it: an archive is larger than any message the link carries.
 	ReleasesListen string `name:"releases-listen" default:"127.0.0.1:4280" placeholder:"HOST:PORT" help:"Where to serve DATA/releases over HTTP for nodes to fetch host releases (port 0: any free port; \"off\": not at all)."`
@@ -87,6 +88,13 @@ func (c *serveCmd) Run(e *env) error {
 		return failed("%v", err)
 	}
 	defer nc.Close()
+	// The system user pushes the mesh account when enrolling a node again
+	// revokes its previous key.
+	sys, err := control.DialSystem(a, urls, true, log)
+	if err != nil {
+		return failed("%v", err)
+	}
+	defer sys.Close()
 
 	var g run.Group
 	if c.ReleasesListen != "off" {
@@ -101,7 +109,8 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	{ // Streams and bucket in place, then every node's hello answered.
 		ctx, cancel := context.WithCancel(e.ctx)
-		svc := &control.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: log, EventsMaxAge: c.EventsMaxAge}
+		svc := &control.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: log, EventsMaxAge: c.EventsMaxAge,
+			Issuer: &control.Accounts{A: a, Sys: sys, Now: time.Now}, CredentialTTL: c.CredentialTTL}
 		g.Add(func() error {
 			return svc.Run(ctx)
 		}, func(error) { cancel() })

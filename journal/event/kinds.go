@@ -26,6 +26,8 @@ const (
 	LinkRefused         Kind = "link.refused"
 	VersionHalted       Kind = "version.halted"
 	LinkPlaintext       Kind = "link.plaintext"
+	LinkRenewed         Kind = "link.renewed"
+	LinkDenied          Kind = "link.denied"
 )
 
 // payloads maps each known kind to a constructor of its payload.
@@ -48,6 +50,8 @@ var payloads = map[Kind]func() any{
 	LinkRefused:         func() any { return new(LinkRefusedPayload) },
 	VersionHalted:       func() any { return new(VersionHaltedPayload) },
 	LinkPlaintext:       func() any { return new(LinkPlaintextPayload) },
+	LinkRenewed:         func() any { return new(LinkRenewedPayload) },
+	LinkDenied:          func() any { return new(LinkPayload) },
 }
 
 // Known reports whether this binary knows kind k.
@@ -60,7 +64,7 @@ func Kinds() []Kind {
 		DeclarationReceived, DeclarationRefused, ReconcileStarted, ReconcileCompleted,
 		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
 		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
-		LinkRefused, VersionHalted, LinkPlaintext,
+		LinkRefused, VersionHalted, LinkPlaintext, LinkRenewed, LinkDenied,
 	}
 }
 
@@ -236,7 +240,10 @@ type LinkRefusedPayload struct {
 	Suppressed int    `json:"suppressed,omitempty"`
 }
 
-// LinkPayload records the link to the control plane coming up or going down.
+// LinkPayload records the link to the control plane coming up or going
+// down, or the broker denying the node's credentials (link.denied: revoked
+// or expired, journaled once while the link is down; the host keeps
+// trying, and keeps running from its journal).
 type LinkPayload struct {
 	Broker string `json:"broker,omitempty"`
 	Reason string `json:"reason,omitempty"`
@@ -249,6 +256,14 @@ type LinkPayload struct {
 type LinkPlaintextPayload struct {
 	URLs   []string `json:"urls"`
 	Reason string   `json:"reason"`
+}
+
+// LinkRenewedPayload records the node's credentials signed again by the
+// control plane, for the same key, before they expired: the public key and
+// the new expiry. Never a secret.
+type LinkRenewedPayload struct {
+	Key     string    `json:"key"`
+	Expires time.Time `json:"expires"`
 }
 
 // JournalCompactedPayload records a compaction: records up to Through were

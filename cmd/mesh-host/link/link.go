@@ -91,13 +91,13 @@ type Config struct {
 	// CredsFile is the node's NATS credentials file; empty for none (a
 	// test broker without authentication).
 	CredsFile string
+	// Credentials renews the credentials in CredsFile before they expire;
+	// nil for none.
+	Credentials Credentials
 	// Trust is the mesh's signing key (public), learnt at enrolment: the
 	// link hands the host only declarations it signed, and believes only
 	// welcomes and synceds it signed.
 	Trust string
-	// SealKey is the node's public sealing key, told to the control plane
-	// in every hello so that it can seal secrets to this node.
-	SealKey string
 	// Version is the running host's version, for hellos and heartbeats.
 	Version string
 	// HeartbeatInterval is how often the host reports while idle;
@@ -155,6 +155,8 @@ type Link struct {
 	markedAt time.Time
 
 	refusals refusalLimiter
+	// st is the connection's state, which Run makes.
+	st *connState
 }
 
 // New checks cfg and returns a link that is not yet running.
@@ -228,6 +230,7 @@ func (l *Link) Run(ctx context.Context) error {
 	l.started = l.cfg.Now()
 
 	st := newConnState()
+	l.st = st
 	opts := []nats.Option{
 		nats.Name("mesh-host " + l.cfg.Mesh + "/" + l.cfg.Node),
 		nats.CustomInboxPrefix(linkproto.InboxPrefix(l.cfg.Mesh, l.cfg.Node)),
@@ -251,6 +254,15 @@ func (l *Link) Run(ctx context.Context) error {
 		nats.DisconnectErrHandler(st.disconnected),
 		nats.ClosedHandler(st.closed),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if isAuthError(err) {
+				// Refused credentials are kept trying (the operator may
+				// enrol the node again), and journaled once while down.
+				if st.refused() {
+					l.journalLink(event.LinkDenied, "", l.refusedReason(err))
+				}
+				l.log.Warn("the broker refuses this node's credentials", "err", err)
+				return
+			}
 			subj := ""
 			if sub != nil {
 				subj = sub.Subject
@@ -352,6 +364,25 @@ func (l *Link) drain(nc *nats.Conn, st *connState) {
 	}
 }
 
+// isAuthError reports whether err is the broker refusing the node's
+// credentials.
+func isAuthError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked)
+}
+
+// refusedReason says why the broker refuses the credentials, as well as
+// the link can tell.
+func (l *Link) refusedReason(err error) string {
+	reason := "the broker refuses this node's credentials: " + err.Error()
+	if l.cfg.Credentials == nil {
+		return reason
+	}
+	if _, _, expires, cerr := l.cfg.Credentials.Current(); cerr == nil && !l.cfg.Now().Before(expires) {
+		return reason + fmt.Sprintf(" (they expired at %s: enrol this node again)", expires.UTC().Format(time.RFC3339))
+	}
+	return reason + " (revoked or expired: enrol this node again)"
+}
+
 func (l *Link) journalLink(k event.Kind, broker, reason string) {
 	if _, err := l.j.Append(event.New(k, 0, "", event.LinkPayload{Broker: broker, Reason: reason})); err != nil {
 		l.log.Error("journal "+string(k), "err", err)
@@ -372,11 +403,34 @@ type connState struct {
 	done    chan struct{}
 	once    sync.Once
 
-	mu      sync.Mutex
-	gen     uint64 // counts connects and reconnects
-	reason  string // why the connection last went down
-	up      bool
-	failure error // why a connection attempt failed, until Run takes it
+	mu     sync.Mutex
+	gen    uint64 // counts connects and reconnects
+	reason string // why the connection last went down
+	up     bool
+	// failure is why a connection attempt failed, until Run takes it.
+	failure error
+	// next is the reason of a disconnection the link asked for.
+	next string
+	// authRefused is set when a refusal of the credentials was journaled,
+	// until the link is up again.
+	authRefused bool
+}
+
+// expect says why the connection is about to go down, for the journal.
+func (s *connState) expect(reason string) {
+	s.mu.Lock()
+	s.next = reason
+	s.mu.Unlock()
+}
+
+// refused reports whether a refusal of the credentials is the first since
+// the link was last up.
+func (s *connState) refused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first := !s.authRefused
+	s.authRefused = true
+	return first
 }
 
 func newConnState() *connState {
@@ -394,6 +448,7 @@ func (s *connState) connected(*nats.Conn) {
 	s.mu.Lock()
 	s.gen++
 	s.up = true
+	s.authRefused = false
 	s.mu.Unlock()
 	s.poke()
 }
@@ -402,7 +457,10 @@ func (s *connState) disconnected(_ *nats.Conn, err error) {
 	s.mu.Lock()
 	s.up = false
 	s.reason = "disconnected"
-	if err != nil {
+	switch {
+	case s.next != "":
+		s.reason, s.next = s.next, ""
+	case err != nil:
 		s.reason = err.Error()
 	}
 	s.mu.Unlock()

@@ -58,12 +58,13 @@ func (l *Link) runSession(ctx context.Context, nc *nats.Conn) {
 		wg.Go(func() { l.helloUntilAnswered(ctx, nc) })
 	}
 	wg.Go(func() { l.publishEvents(ctx, nc) })
+	wg.Go(func() { l.renewals(ctx, nc) })
 	l.heartbeats(ctx, nc)
 }
 
 // hello asks the control plane for this node's declaration, once.
 func (l *Link) hello(ctx context.Context, nc *nats.Conn) (*linkproto.Welcome, error) {
-	h := linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: l.cfg.Node, Version: l.cfg.Version, Nonce: linkproto.NewNonce(), SealKey: l.cfg.SealKey}
+	h := linkproto.Hello{Protocol: linkproto.ProtocolVersion, Node: l.cfg.Node, Version: l.cfg.Version, Nonce: linkproto.NewNonce()}
 	s, err := l.host.State()
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -35,8 +36,17 @@ const (
 	// synceds. Its public half travels in every enrolment token.
 	declarationsSeedFile = "declarations.nk"
 	controlCredsFile     = "control.creds"
-	configFile           = "control.json"
-	jetstreamDir         = "jetstream"
+	// systemCredsFile is a user of the system account: what pushes the
+	// mesh account's JWT to the broker when it changes (a revocation).
+	systemCredsFile = "system.creds"
+	// accountLockFile serialises changes to mesh.jwt between processes
+	// sharing the data directory (serve's enrolments, revoke).
+	accountLockFile = ".mesh.jwt.lock"
+	// resolverDir is where the embedded broker keeps the account JWTs it
+	// was pushed (its "full" resolver), so a revocation survives a restart.
+	resolverDir  = "accounts"
+	configFile   = "control.json"
+	jetstreamDir = "jetstream"
 )
 
 // Config is DIR/control.json: which mesh the authority serves, where its
@@ -209,6 +219,9 @@ func create(dir, mesh string) error {
 	if err := createDeclarationKey(dir); err != nil {
 		return err
 	}
+	if err := createSystemCreds(dir); err != nil {
+		return err
+	}
 	if err := writeConfig(dir, Config{Mesh: mesh}); err != nil {
 		return err
 	}
@@ -268,6 +281,14 @@ func Open(dir string) (*Authority, error) {
 	if _, err := os.Stat(a.ControlCreds()); err != nil {
 		return nil, err
 	}
+	if _, err := os.Stat(a.SystemCreds()); errors.Is(err, fs.ErrNotExist) {
+		// An authority made before revocation gains its system user here.
+		if err := createSystemCreds(dir); err != nil {
+			return nil, fmt.Errorf("create the system user: %w", err)
+		}
+	} else if err != nil {
+		return nil, err
+	}
 	seed, err = read(declarationsSeedFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		// An authority made before declarations were signed gains its key
@@ -292,6 +313,25 @@ func Open(dir string) (*Authority, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// createSystemCreds signs a user of the system account with its key and
+// writes its credentials into dir.
+func createSystemCreds(dir string) error {
+	seed, err := os.ReadFile(filepath.Join(dir, systemSeedFile))
+	if err != nil {
+		return err
+	}
+	system, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
+	if err != nil {
+		return fmt.Errorf("%s: %w", systemSeedFile, err)
+	}
+	systemPub, _ := system.PublicKey()
+	creds, err := userCreds(system, systemPub, "meshctl-system", nil)
+	if err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, systemCredsFile), creds)
 }
 
 // createDeclarationKey writes a new declaration key into dir.
@@ -322,48 +362,216 @@ func (a *Authority) SigningKey() string {
 // permissions in the mesh account.
 func (a *Authority) ControlCreds() string { return filepath.Join(a.Dir, controlCredsFile) }
 
+// SystemCreds is the path of the system user's credentials file: it may
+// push account JWTs to the broker.
+func (a *Authority) SystemCreds() string { return filepath.Join(a.Dir, systemCredsFile) }
+
+// ResolverDir is where the embedded broker keeps the account JWTs.
+func (a *Authority) ResolverDir() string { return filepath.Join(a.Dir, resolverDir) }
+
+// AccountPublicKey is the mesh account's public key.
+func (a *Authority) AccountPublicKey() string { return a.accountPub }
+
+// AccountJWT is the mesh account's JWT as the data directory holds it now.
+func (a *Authority) AccountJWT() (string, error) {
+	b, err := os.ReadFile(filepath.Join(a.Dir, accountJWTFile))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// revokedForever is the time a revocation is entered at: the server
+// refuses every JWT of a revoked key issued before it, so a far future
+// time refuses every JWT of the key ever, including one a renewal racing
+// the revocation signed a moment later. A node's key is made at enrolment
+// and never used again once revoked.
+var revokedForever = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// RevokeKeys adds keys (public user nkeys) to the mesh account's
+// revocations, re-signs the account with the operator key and writes it
+// to mesh.jwt, and returns the new JWT for the caller to push to the
+// broker. current, when not empty, is the account JWT the broker holds:
+// its revocations are kept too, so the account never goes backwards even
+// when another data directory revoked something this one did not. Changes
+// are serialised between the processes sharing the data directory.
+func (a *Authority) RevokeKeys(keys []string, current string) (string, error) {
+	for _, k := range keys {
+		if !nkeys.IsValidPublicUserKey(k) {
+			return "", fmt.Errorf("%q is not a public user nkey", k)
+		}
+	}
+	unlock, err := lockFile(filepath.Join(a.Dir, accountLockFile))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	onDisk, err := a.AccountJWT()
+	if err != nil {
+		return "", err
+	}
+	ac, err := jwt.DecodeAccountClaims(onDisk)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", accountJWTFile, err)
+	}
+	latest := ac.IssuedAt
+	if current != "" {
+		held, err := jwt.DecodeAccountClaims(current)
+		if err != nil || held.Subject != ac.Subject {
+			return "", fmt.Errorf("the broker's mesh account JWT: not the mesh account's (%v)", err)
+		}
+		for k, at := range held.Revocations {
+			ac.RevokeAt(k, time.Unix(at, 0))
+		}
+		latest = max(latest, held.IssuedAt)
+	}
+	// A resolver keeps the JWT with the later issue time (in seconds) and
+	// takes an equal one as newer: a preload of this account's previous
+	// JWT, signed in the same second, would replace this one when the
+	// server restarts. So each change is signed in a later second than
+	// the last.
+	for now := time.Now(); now.Unix() <= latest; now = time.Now() {
+		time.Sleep(time.Unix(latest+1, 0).Sub(now))
+	}
+	for _, k := range keys {
+		ac.RevokeAt(k, revokedForever)
+	}
+	seed, err := os.ReadFile(filepath.Join(a.Dir, operatorSeedFile))
+	if err != nil {
+		return "", err
+	}
+	operator, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", operatorSeedFile, err)
+	}
+	signed, err := ac.Encode(operator)
+	if err != nil {
+		return "", fmt.Errorf("sign the mesh account: %w", err)
+	}
+	// On disk first: a broker restarted from here preloads it, and a
+	// broker holding a newer one keeps its own.
+	if err := writeFile(filepath.Join(a.Dir, accountJWTFile), []byte(signed+"\n")); err != nil {
+		return "", err
+	}
+	a.accountJWT = signed
+	return signed, nil
+}
+
+// lockFile takes an exclusive lock on name, creating it, and returns its
+// release.
+func lockFile(name string) (func(), error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	return func() { f.Close() }, nil
+}
+
 // StoreDir is where the embedded broker keeps JetStream's files.
 func (a *Authority) StoreDir() string { return filepath.Join(a.Dir, jetstreamDir) }
 
-// NodeCreds signs credentials for node: it may publish only under its own
+// nodePermissions is everything node may do: publish only under its own
 // up subjects, subscribe only under its own down subjects, and answer each
 // request it receives once within a minute (its Ack to a push). Nothing
 // else: no JetStream API, no KV, no other node's subjects.
-func (a *Authority) NodeCreds(node string) ([]byte, error) {
-	if err := linkproto.ValidName(node); err != nil {
-		return nil, fmt.Errorf("node: %w", err)
-	}
-	perms := &jwt.Permissions{
+func (a *Authority) nodePermissions(node string) jwt.Permissions {
+	return jwt.Permissions{
 		Pub:  jwt.Permission{Allow: jwt.StringList{linkproto.NodePublish(a.Mesh, node)}},
 		Sub:  jwt.Permission{Allow: jwt.StringList{linkproto.NodeSubscribe(a.Mesh, node)}},
 		Resp: &jwt.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
 	}
-	return userCreds(a.signer, a.accountPub, node, perms)
 }
 
-// Enrol returns node's enrolment token: its credentials, the CA its
-// broker is trusted by, and where to connect, urls or, when none are given, those control.json records. The
-// token is a secret. Enrolling a node again issues new credentials; the
-// old ones stay valid (there is no revocation yet).
-func (a *Authority) Enrol(node string, urls []string) (linkproto.Token, error) {
-	if a.ca == nil {
-		return linkproto.Token{}, fmt.Errorf("%w: run `meshctl init` (it adds one)", ErrNoCA)
+// NodeJWT signs node's user JWT for key, the public half of a key the
+// node made (its private half stays on the node): the node's permissions,
+// issued at now and expiring ttl later.
+func (a *Authority) NodeJWT(node, key string, now time.Time, ttl time.Duration) (string, time.Time, error) {
+	if err := linkproto.ValidName(node); err != nil {
+		return "", time.Time{}, fmt.Errorf("node: %w", err)
 	}
-	creds, err := a.NodeCreds(node)
+	if !nkeys.IsValidPublicUserKey(key) {
+		return "", time.Time{}, fmt.Errorf("%q is not a public user nkey (starting with U)", key)
+	}
+	if ttl <= 0 {
+		return "", time.Time{}, fmt.Errorf("credential lifetime %v: must be positive", ttl)
+	}
+	expires := now.Add(ttl).Truncate(time.Second)
+	uc := jwt.NewUserClaims(key)
+	uc.Name = node
+	uc.IssuerAccount = a.accountPub
+	uc.Expires = expires.Unix()
+	uc.Permissions = a.nodePermissions(node)
+	token, err := uc.Encode(a.signer)
 	if err != nil {
-		return linkproto.Token{}, err
+		return "", time.Time{}, err
+	}
+	return token, expires, nil
+}
+
+// IssueToken returns node's enrolment token, signed and encoded: where to
+// connect (urls or, when none are given, those control.json records), the
+// mesh's signing key, and a bootstrap user valid until now+ttl that may
+// only present the token. It holds no credentials of the node: those are
+// signed when the token is redeemed, for a key the node makes.
+func (a *Authority) IssueToken(node string, urls []string, now time.Time, ttl time.Duration) (string, linkproto.Token, error) {
+	if err := linkproto.ValidName(node); err != nil {
+		return "", linkproto.Token{}, fmt.Errorf("node: %w", err)
+	}
+	if ttl <= 0 {
+		return "", linkproto.Token{}, fmt.Errorf("token lifetime %v: must be positive", ttl)
 	}
 	if len(urls) == 0 {
 		cfg, err := ReadConfig(a.Dir)
 		if err != nil {
-			return linkproto.Token{}, err
+			return "", linkproto.Token{}, err
 		}
 		urls = cfg.URLs
 	}
 	if len(urls) == 0 {
-		return linkproto.Token{}, fmt.Errorf("%w: run `meshctl serve` once (it records where it listens) or give --url", ErrNoBroker)
+		return "", linkproto.Token{}, fmt.Errorf("%w: run `meshctl serve` once (it records where it listens) or give --url", ErrNoBroker)
 	}
-	return linkproto.Token{Protocol: linkproto.ProtocolVersion, Mesh: a.Mesh, Node: node, URLs: urls, Creds: string(creds), SigningKey: a.SigningKey(), CA: string(a.ca.pem)}, nil
+	if a.ca == nil {
+		return "", linkproto.Token{}, fmt.Errorf("%w: run `meshctl init` (it adds one)", ErrNoCA)
+	}
+	t := linkproto.Token{
+		Protocol:   linkproto.ProtocolVersion,
+		ID:         linkproto.NewTokenID(),
+		Mesh:       a.Mesh,
+		Node:       node,
+		URLs:       urls,
+		SigningKey: a.SigningKey(),
+		CA:         string(a.ca.pem),
+		Expires:    now.Add(ttl).UTC().Truncate(time.Second),
+	}
+	// A bearer JWT: the bootstrap user needs no key of its own, so the
+	// token carries no private key, and the JWT can do nothing but
+	// present this token until it expires with it.
+	boot, err := nkeys.CreateUser()
+	if err != nil {
+		return "", linkproto.Token{}, err
+	}
+	bootPub, _ := boot.PublicKey()
+	uc := jwt.NewUserClaims(bootPub)
+	uc.Name = "enrol-" + node
+	uc.IssuerAccount = a.accountPub
+	uc.BearerToken = true
+	uc.Expires = t.Expires.Unix()
+	uc.Permissions = jwt.Permissions{
+		Pub: jwt.Permission{Allow: jwt.StringList{linkproto.EnrolSubject(a.Mesh, t.ID)}},
+		Sub: jwt.Permission{Allow: jwt.StringList{linkproto.EnrolledPrefix(a.Mesh, t.ID) + ".>"}},
+	}
+	if t.Bootstrap, err = uc.Encode(a.signer); err != nil {
+		return "", linkproto.Token{}, fmt.Errorf("sign the bootstrap user: %w", err)
+	}
+	enc, err := t.Sign(a.declKey)
+	if err != nil {
+		return "", linkproto.Token{}, err
+	}
+	return enc, t, nil
 }
 
 // userCreds signs a user of the mesh account with signer and returns its
@@ -399,17 +607,25 @@ type NATSTLS struct {
 
 // NATSConfig is a configuration snippet for an existing NATS server (or
 // every server of a cluster) to include, so that it trusts this authority:
-// the operator, the system account, both accounts preloaded into a memory
-// resolver, the payload limit declarations need, and TLS with a
-// certificate from the mesh's CA, the only one nodes trust. The server
-// must also enable JetStream itself.
-func (a *Authority) NATSConfig(t NATSTLS) string {
+// the operator, the system account, a "full" account resolver keeping its
+// JWTs in jwtDir with both accounts preloaded, the payload limit
+// declarations need, and TLS with a certificate from the mesh's CA, the
+// only one nodes trust. The full resolver is what takes the account
+// updates `meshctl revoke` pushes at runtime, keeps them across restarts
+// and shares them within a cluster. The server must also enable JetStream
+// itself.
+func (a *Authority) NATSConfig(jwtDir string, t NATSTLS) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# meshctl: the authority of mesh %q (operator mode).\n", a.Mesh)
 	b.WriteString("# Include it in the server's configuration; enable JetStream there too.\n")
 	fmt.Fprintf(&b, "operator: %q\n", a.operatorJWT)
 	fmt.Fprintf(&b, "system_account: %q\n", a.systemPub)
-	b.WriteString("resolver: MEMORY\n")
+	b.WriteString("resolver: {\n")
+	b.WriteString("  type: full\n")
+	fmt.Fprintf(&b, "  dir: %q\n", jwtDir)
+	b.WriteString("  allow_delete: false\n")
+	b.WriteString("}\n")
+	b.WriteString("# A preload older than what the resolver holds is ignored.\n")
 	b.WriteString("resolver_preload: {\n")
 	fmt.Fprintf(&b, "  %s: %q\n", a.systemPub, a.systemJWT)
 	fmt.Fprintf(&b, "  %s: %q\n", a.accountPub, a.accountJWT)

@@ -1,13 +1,16 @@
 package control
 
 import (
+	"encoding/base64"
 	"errors"
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 
@@ -96,8 +99,8 @@ func TestAuthorityRefusesBadNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, node := range []string{"", "b.>", "*", "B", "a b", strings.Repeat("x", 64)} {
-		if _, err := a.Enrol(node, []string{"nats://127.0.0.1:4222"}); !errors.Is(err, linkproto.ErrInvalidName) {
-			t.Errorf("Enrol(%q): %v, want ErrInvalidName", node, err)
+		if _, _, err := a.IssueToken(node, []string{"nats://127.0.0.1:4222"}, time.Now(), time.Hour); !errors.Is(err, linkproto.ErrInvalidName) {
+			t.Errorf("IssueToken(%q): %v, want ErrInvalidName", node, err)
 		}
 	}
 }
@@ -107,29 +110,48 @@ func TestEnrolToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Enrol("web-1", nil); !errors.Is(err, ErrNoBroker) {
-		t.Fatalf("Enrol with no address known: %v, want ErrNoBroker", err)
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	if _, _, err := a.IssueToken("web-1", nil, now, time.Hour); !errors.Is(err, ErrNoBroker) {
+		t.Fatalf("IssueToken with no address known: %v, want ErrNoBroker", err)
 	}
 	if err := a.SetURLs([]string{"nats://control.example:4222"}); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := a.Enrol("web-1", nil)
+	enc, _, err := a.IssueToken("web-1", nil, now, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	parsed, err := linkproto.ParseToken(tok.Encode())
+	parsed, err := linkproto.VerifyToken(enc, a.SigningKey(), "lab")
 	if err != nil {
-		t.Fatalf("the token does not parse: %v", err)
+		t.Fatalf("the token does not verify: %v", err)
 	}
 	if parsed.Mesh != "lab" || parsed.Node != "web-1" || !slices.Equal(parsed.URLs, []string{"nats://control.example:4222"}) || parsed.Protocol != linkproto.ProtocolVersion || parsed.CA != string(a.CAPEM()) {
 		t.Errorf("token %+v", parsed)
 	}
-	given, err := a.Enrol("web-1", []string{"nats://10.0.0.1:4222", "nats://10.0.0.2:4222"})
-	if err != nil || len(given.URLs) != 2 {
-		t.Fatalf("Enrol with --url: %+v, %v", given, err)
+	if !parsed.Expires.Equal(now.Add(time.Hour)) {
+		t.Errorf("expires %v, want an hour after %v", parsed.Expires, now)
 	}
-	if claims := userClaims(t, []byte(parsed.Creds)); claims.Name != "web-1" {
-		t.Errorf("user name %q", claims.Name)
+	// The token carries no private key, not even the bootstrap user's.
+	noSeed(t, "the token", tokenJSON(t, enc))
+	boot, err := jwt.DecodeUserClaims(parsed.Bootstrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !boot.BearerToken || boot.Expires != parsed.Expires.Unix() {
+		t.Errorf("bootstrap user: bearer %v, expires %d; want a bearer JWT expiring with the token", boot.BearerToken, boot.Expires)
+	}
+	if got, want := []string(boot.Pub.Allow), []string{"mesh.lab.enrol." + parsed.ID}; !slices.Equal(got, want) {
+		t.Errorf("bootstrap pub allow %v, want %v", got, want)
+	}
+	if got, want := []string(boot.Sub.Allow), []string{"mesh.lab.enrolled." + parsed.ID + ".>"}; !slices.Equal(got, want) {
+		t.Errorf("bootstrap sub allow %v, want %v", got, want)
+	}
+	again, _, err := a.IssueToken("web-1", []string{"nats://10.0.0.1:4222", "nats://10.0.0.2:4222"}, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if given, err := linkproto.ParseToken(again); err != nil || len(given.URLs) != 2 || given.ID == parsed.ID {
+		t.Fatalf("IssueToken with --url: %+v, %v; want two urls and a new id", given, err)
 	}
 	cfg, err := ReadConfig(a.Dir)
 	if err != nil || cfg.Mesh != "lab" {
@@ -151,8 +173,8 @@ func TestNATSConfigSnippet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := a.NATSConfig(NATSTLS{})
-	for _, want := range []string{a.operatorJWT, a.systemJWT, a.accountJWT, "system_account: \"" + a.systemPub, "resolver: MEMORY", "max_payload: 8388608"} {
+	conf := a.NATSConfig("/var/lib/nats/jwt", NATSTLS{})
+	for _, want := range []string{a.operatorJWT, a.systemJWT, a.accountJWT, "system_account: \"" + a.systemPub, "type: full", "dir: \"/var/lib/nats/jwt\"", "max_payload: 8388608"} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("nats-config lacks %q:\n%s", want, conf)
 		}
@@ -187,4 +209,26 @@ func readAll(t *testing.T, dir string) map[string]string {
 		out[e.Name()] = string(b)
 	}
 	return out
+}
+
+// seedPattern matches an nkey seed: S, its kind, and base32.
+var seedPattern = regexp.MustCompile(`S[UAONCXP][A-Z2-7]{50,}`)
+
+// noSeed fails when text holds an nkey seed.
+func noSeed(t *testing.T, what, text string) {
+	t.Helper()
+	if m := seedPattern.FindString(text); m != "" {
+		t.Errorf("%s holds an nkey seed: %.8s…", what, m)
+	}
+}
+
+// tokenJSON is the JSON an encoded token carries.
+func tokenJSON(t *testing.T, enc string) string {
+	t.Helper()
+	body, _, _ := strings.Cut(strings.TrimPrefix(enc, "meshtoken2."), ".")
+	b, err := base64.RawURLEncoding.DecodeString(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

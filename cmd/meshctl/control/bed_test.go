@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -66,8 +68,9 @@ func newBed(t testing.TB) *bed {
 	return &bed{t: t, a: a, url: b.URL(), nc: nc, js: js, log: log}
 }
 
-// serve runs a control service until the test ends.
-func (b *bed) serve() {
+// serve runs a control service until the test ends; opts change it
+// before it runs.
+func (b *bed) serve(opts ...func(*Service)) {
 	b.t.Helper()
 	nc, err := Dial(b.a, []string{b.url})
 	if err != nil {
@@ -75,7 +78,10 @@ func (b *bed) serve() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	s := &Service{Conn: nc, Mesh: testMesh, Key: b.a.DeclarationKey(), Log: b.log}
+	s := &Service{Conn: nc, Mesh: testMesh, Key: b.a.DeclarationKey(), Log: b.log, Issuer: b.accounts()}
+	for _, o := range opts {
+		o(s)
+	}
 	go func() { done <- s.Run(ctx) }()
 	b.t.Cleanup(func() {
 		cancel()
@@ -84,6 +90,32 @@ func (b *bed) serve() {
 		}
 		nc.Close()
 	})
+	// Its subscriptions are in place once it answers a sync.
+	waitFor(b.t, 5*time.Second, func() error {
+		q := linkproto.Sync{Protocol: linkproto.ProtocolVersion, Node: "probe"}
+		inbox := linkproto.InboxPrefix(testMesh, "probe") + "." + nats.NewInbox()
+		sub, err := b.nc.SubscribeSync(inbox)
+		if err != nil {
+			return err
+		}
+		defer sub.Unsubscribe()
+		if err := b.nc.PublishRequest(linkproto.SyncSubject(testMesh, "probe"), inbox, linkproto.Marshal(q)); err != nil {
+			return err
+		}
+		_, err = sub.NextMsg(200 * time.Millisecond)
+		return err
+	})
+}
+
+// accounts signs and revokes as serve does, over a system-user connection.
+func (b *bed) accounts() *Accounts {
+	b.t.Helper()
+	sys, err := DialSystem(b.a, []string{b.url}, false, nil)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(sys.Close)
+	return &Accounts{A: b.a, Sys: sys, Now: time.Now}
 }
 
 // client is an operator's client with a fixed clock.
@@ -114,25 +146,21 @@ type node struct {
 	errs  []error
 }
 
+// node connects as name with credentials signed as an enrolment signs
+// them, for a key made here (the enrolment itself is enrol_test.go's).
 func (b *bed) node(name string) *node {
 	b.t.Helper()
-	tok, err := b.a.Enrol(name, []string{b.url})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	creds := filepath.Join(b.t.TempDir(), name+".creds")
-	if err := os.WriteFile(creds, []byte(tok.Creds), 0o600); err != nil {
-		b.t.Fatal(err)
-	}
+	creds := b.nodeCreds(name, time.Hour)
 	ca := filepath.Join(b.t.TempDir(), name+"-ca.pem")
-	if err := os.WriteFile(ca, []byte(tok.CA), 0o600); err != nil {
+	if err := os.WriteFile(ca, b.a.CAPEM(), 0o600); err != nil {
 		b.t.Fatal(err)
 	}
-	n := &node{name: name, creds: creds, ca: ca, url: tok.URLs[0], js: b.js, trust: tok.SigningKey}
-	n.nc, err = nats.Connect(tok.URLs[0],
+	n := &node{name: name, creds: creds, ca: ca, url: b.url, js: b.js, trust: b.a.SigningKey()}
+	var err error
+	n.nc, err = nats.Connect(b.url,
 		nats.UserCredentials(creds),
 		nats.RootCAs(ca),
-		nats.CustomInboxPrefix(linkproto.InboxPrefix(tok.Mesh, name)),
+		nats.CustomInboxPrefix(linkproto.InboxPrefix(testMesh, name)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			n.mu.Lock()
 			n.errs = append(n.errs, err)
@@ -140,10 +168,35 @@ func (b *bed) node(name string) *node {
 		}),
 	)
 	if err != nil {
-		b.t.Fatalf("node %s connects with its enrolled credentials: %v", name, err)
+		b.t.Fatalf("node %s connects with its credentials: %v", name, err)
 	}
 	b.t.Cleanup(n.nc.Close)
 	return n
+}
+
+// nodeCreds writes a credentials file for node: a key made here and its
+// JWT signed by the authority, valid for ttl.
+func (b *bed) nodeCreds(name string, ttl time.Duration) string {
+	b.t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	token, _, err := b.a.NodeJWT(name, pub, time.Now(), ttl)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	creds, err := jwt.FormatUserConfig(token, seed)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	path := filepath.Join(b.t.TempDir(), name+".creds")
+	if err := os.WriteFile(path, creds, 0o600); err != nil {
+		b.t.Fatal(err)
+	}
+	return path
 }
 
 // violation waits for the broker to report a permissions violation that
@@ -275,8 +328,27 @@ func (n *node) hello(revision uint64, timeout time.Duration) (*linkproto.Welcome
 	return &w, nil
 }
 
+// tlsOpt is how a client trusts the bed's broker: by the mesh's CA alone.
+func (b *bed) tlsOpt() nats.Option {
+	tc, err := b.a.ClientTLS()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return nats.Secure(tc)
+}
+
+// testSealKey is a node's public sealing key, as enrolment presents it.
+func testSealKey(t testing.TB) string {
+	k, err := nkeys.CreateCurveKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := k.PublicKey()
+	return pub
+}
+
 // waitFor calls check until it returns nil or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, check func() error) {
+func waitFor(t testing.TB, timeout time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -322,4 +394,14 @@ func (n *node) heartbeat(t *testing.T, hb linkproto.Heartbeat) {
 	if err := n.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// kv opens a bucket as the control user.
+func (b *bed) kv(bucket string) jetstream.KeyValue {
+	b.t.Helper()
+	kv, err := b.js.KeyValue(context.Background(), bucket)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return kv
 }

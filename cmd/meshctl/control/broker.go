@@ -37,9 +37,10 @@ type BrokerConfig struct {
 
 // Broker is an embedded NATS server with JetStream, in operator mode: it
 // trusts only the authority's operator and knows the system and mesh
-// accounts from memory, so it needs no account server and no files but
-// JetStream's. It serves TLS only, with a certificate from the mesh's CA,
-// so that a node can tell it from any other server at its address.
+// accounts from its resolver directory in the data directory, so it needs
+// no account server. It serves TLS only, with a certificate from the
+// mesh's CA, so that a node can tell it from any other server at its
+// address.
 type Broker struct {
 	srv   *server.Server
 	ready time.Duration
@@ -88,11 +89,21 @@ func NewBroker(a *Authority, cfg BrokerConfig) (*Broker, error) {
 	if storeDir == "" {
 		storeDir = a.StoreDir()
 	}
-	resolver := &server.MemAccResolver{}
+	// A "full" resolver, as a configured cluster has (NATSConfig): it
+	// takes the account JWT `meshctl revoke` pushes at runtime and keeps
+	// it in the data directory. The latest mesh.jwt is preloaded, and a
+	// preload older than what the directory holds is ignored, so the
+	// account the broker enforces never goes backwards.
+	resolver, err := server.NewDirAccResolver(a.ResolverDir(), 0, 0, server.NoDelete)
+	if err != nil {
+		return nil, fmt.Errorf("the account resolver in %s: %w", a.ResolverDir(), err)
+	}
 	if err := resolver.Store(a.systemPub, a.systemJWT); err != nil {
+		resolver.Close()
 		return nil, err
 	}
 	if err := resolver.Store(a.accountPub, a.accountJWT); err != nil {
+		resolver.Close()
 		return nil, err
 	}
 	opts := &server.Options{
@@ -116,6 +127,7 @@ func NewBroker(a *Authority, cfg BrokerConfig) (*Broker, error) {
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
+		resolver.Close()
 		return nil, fmt.Errorf("configure the broker: %w", err)
 	}
 	if cfg.Log != nil {

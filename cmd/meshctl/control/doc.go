@@ -48,6 +48,11 @@ var (
 	// ErrApplyFailed is returned by Declare when the node reports that
 	// applying the declaration failed.
 	ErrApplyFailed = errors.New("apply failed")
+	// ErrTokenUsed is returned for an enrolment token redeemed before.
+	ErrTokenUsed = errors.New("enrolment token already used")
+	// ErrRevoked is returned for a node whose key is revoked, or that has
+	// no credential on record.
+	ErrRevoked = errors.New("credential revoked")
 	// ErrNoRecord is returned when the events stream holds no record that
 	// a question needs.
 	ErrNoRecord = errors.New("no such record")

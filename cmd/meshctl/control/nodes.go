@@ -27,6 +27,11 @@ const (
 	StateBehind = "behind"
 	// StateUnreadable: its last heartbeat does not decode.
 	StateUnreadable = "unreadable"
+	// StateRevoked: its key is revoked; it cannot connect.
+	StateRevoked = "revoked"
+	// StateExpired: its credentials expired without being renewed; it
+	// cannot connect until enrolled again.
+	StateExpired = "expired"
 )
 
 // silentAfter is how many of its own heartbeat intervals a node may miss
@@ -46,6 +51,9 @@ type NodeStatus struct {
 	Heartbeat *linkproto.Heartbeat `json:"heartbeat,omitempty"`
 	// Problem says why a heartbeat is unreadable.
 	Problem string `json:"problem,omitempty"`
+	// Credential is its record of enrolment: key, expiry, revocation;
+	// nil for a node enrolled before credentials were recorded.
+	Credential *NodeCredential `json:"credential,omitempty"`
 }
 
 // Nodes returns every node of the mesh that has reported or has desired
@@ -112,6 +120,14 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 		get(node).Desired = d.Revision
 	}
 
+	creds, err := c.credentials(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for node, rec := range creds {
+		get(node).Credential = &rec
+	}
+
 	now := c.Now()
 	out := make([]NodeStatus, 0, len(byName))
 	for _, s := range byName {
@@ -124,7 +140,11 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 
 func stateOf(s NodeStatus, now time.Time) string {
 	hb := s.Heartbeat
-	switch {
+	switch cr := s.Credential; {
+	case cr != nil && !cr.Revoked.IsZero():
+		return StateRevoked
+	case cr != nil && !now.Before(cr.Expires):
+		return StateExpired
 	case s.Problem != "":
 		return StateUnreadable
 	case hb == nil:
@@ -153,7 +173,7 @@ func PrintNodes(w io.Writer, nodes []NodeStatus, now time.Time, asJSON bool) err
 		return enc.Encode(nodes)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tVERSION\tDESIRED\tAPPLIED\tDRIFTED\tFAILED\tLAST HEARD\tSTATE")
+	fmt.Fprintln(tw, "NODE\tVERSION\tDESIRED\tAPPLIED\tDRIFTED\tFAILED\tLAST HEARD\tCREDENTIAL\tSTATE")
 	for _, n := range nodes {
 		desired := "-"
 		if n.Desired != 0 {
@@ -169,9 +189,28 @@ func PrintNodes(w io.Writer, nodes []NodeStatus, now time.Time, asJSON bool) err
 			failed = fmt.Sprint(hb.Failed)
 			heard = age(now.Sub(hb.Sent))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, version, desired, applied, drifted, failed, heard, n.State)
+		credential := "-"
+		if cr := n.Credential; cr != nil {
+			switch {
+			case !cr.Revoked.IsZero():
+				credential = "revoked " + age(now.Sub(cr.Revoked))
+			case !now.Before(cr.Expires):
+				credential = "expired " + age(now.Sub(cr.Expires))
+			default:
+				credential = "expires in " + span(cr.Expires.Sub(now))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, version, desired, applied, drifted, failed, heard, credential, n.State)
 	}
 	return tw.Flush()
+}
+
+// span shows a long duration in days, a short one to the second.
+func span(d time.Duration) string {
+	if d >= 48*time.Hour {
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+	return d.Round(time.Second).String()
 }
 
 // age shows how long ago something was, to the second.

@@ -35,6 +35,16 @@ func TestNodes(t *testing.T) {
 	b.node("silent").heartbeat(t, linkproto.Heartbeat{Version: "v0", Sent: now.Add(-4 * time.Second), Interval: linkproto.Duration(time.Second), Applied: 0})
 	// Just within three intervals is not silence.
 	b.node("late").heartbeat(t, linkproto.Heartbeat{Version: "v1", Sent: now.Add(-3 * time.Minute), Interval: minute})
+	// Credentials as enrolment and revoke record them.
+	record := func(rec NodeCredential) {
+		t.Helper()
+		if _, err := b.kv(linkproto.NodesBucket).Put(ctx, nodeKey(testMesh, rec.Node), mustJSON(rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record(NodeCredential{Node: "ok-1", Key: "U1", Expires: now.Add(720 * time.Hour)})
+	record(NodeCredential{Node: "behind", Key: "U2", Expires: now.Add(-time.Hour)})
+	record(NodeCredential{Node: "gone", Key: "U3", Expires: now.Add(time.Hour), Revoked: now.Add(-5 * time.Minute)})
 	// Another mesh on the same broker is not this one's.
 	other := linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion, Mesh: "work", Node: "x", Sent: now}
 	if err := b.nc.Publish(linkproto.HeartbeatSubject("work", "x"), linkproto.Marshal(other)); err != nil {
@@ -63,7 +73,7 @@ func TestNodes(t *testing.T) {
 	for _, n := range nodes {
 		got = append(got, n.Node+"="+n.State)
 	}
-	want := "behind=behind late=ok never=never heard ok-1=ok silent=silent"
+	want := "behind=expired gone=revoked late=ok never=never heard ok-1=ok silent=silent"
 	if strings.Join(got, " ") != want {
 		t.Errorf("states\n got %s\nwant %s", strings.Join(got, " "), want)
 	}
@@ -72,12 +82,13 @@ func TestNodes(t *testing.T) {
 	if err := PrintNodes(&out, nodes, now, false); err != nil {
 		t.Fatal(err)
 	}
-	table := `NODE    VERSION  DESIRED  APPLIED  DRIFTED  FAILED  LAST HEARD  STATE
-behind  v1       3        2        0        0       1s ago      behind
-late    v1       -        0        0        0       3m0s ago    ok
-never   -        1        -        -        -       -           never heard
-ok-1    v1       2        2        1        0       30s ago     ok
-silent  v0       -        0        0        0       4s ago      silent
+	table := `NODE    VERSION  DESIRED  APPLIED  DRIFTED  FAILED  LAST HEARD  CREDENTIAL          STATE
+behind  v1       3        2        0        0       1s ago      expired 1h0m0s ago  expired
+gone    -        -        -        -        -       -           revoked 5m0s ago    revoked
+late    v1       -        0        0        0       3m0s ago    -                   ok
+never   -        1        -        -        -       -           -                   never heard
+ok-1    v1       2        2        1        0       30s ago     expires in 30d      ok
+silent  v0       -        0        0        0       4s ago      -                   silent
 `
 	if out.String() != table {
 		t.Errorf("table\n%s\nwant\n%s", out.String(), table)
@@ -91,11 +102,15 @@ silent  v0       -        0        0        0       4s ago      silent
 	if err := json.Unmarshal(out.Bytes(), &decoded); err != nil {
 		t.Fatalf("nodes --json: %v\n%s", err, out.String())
 	}
-	if len(decoded) != 5 {
-		t.Fatalf("%d nodes in JSON, want 5:\n%s", len(decoded), out.String())
+	if len(decoded) != 6 {
+		t.Fatalf("%d nodes in JSON, want 6:\n%s", len(decoded), out.String())
 	}
-	if first := decoded[0]; first.Node != "behind" || first.State != StateBehind || first.Desired != 3 || first.Heartbeat == nil || first.Heartbeat.Applied != 2 {
+	if first := decoded[0]; first.Node != "behind" || first.State != StateExpired || first.Desired != 3 || first.Heartbeat == nil || first.Heartbeat.Applied != 2 ||
+		first.Credential == nil || !first.Credential.Expires.Equal(now.Add(-time.Hour)) {
 		t.Errorf("first node in JSON: %+v", first)
+	}
+	if gone := decoded[1]; gone.Credential == nil || !gone.Credential.Revoked.Equal(now.Add(-5*time.Minute)) {
+		t.Errorf("a revoked node in JSON: %+v", gone)
 	}
 }
 

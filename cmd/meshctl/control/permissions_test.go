@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -330,7 +331,7 @@ func TestNodeOwnSubjects(t *testing.T) {
 
 func TestNodeCredentialsSayExactlyThis(t *testing.T) {
 	b := newBed(t)
-	creds, err := b.a.NodeCreds("web-1")
+	creds, err := os.ReadFile(b.nodeCreds("web-1", time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,6 +353,9 @@ func TestNodeCredentialsSayExactlyThis(t *testing.T) {
 	}
 	if claims.BearerToken {
 		t.Error("a bearer token: the node's key must sign its connection")
+	}
+	if got := time.Until(time.Unix(claims.Expires, 0)); got <= 0 || got > time.Hour {
+		t.Errorf("the credentials expire in %v, want within the hour asked", got)
 	}
 }
 

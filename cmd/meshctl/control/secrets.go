@@ -210,11 +210,11 @@ func withoutSealed(d *declaration.Declaration) *declaration.Declaration {
 	return &out
 }
 
-// nodeSealKey is the sealing key node told in its hellos.
+// nodeSealKey is the sealing key node told when it enrolled.
 func nodeSealKey(ctx context.Context, keys jetstream.KeyValue, mesh, node string) (string, error) {
 	e, err := keys.Get(ctx, linkproto.DesiredKey(mesh, node))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", fmt.Errorf("%w: %w of %s: it has not said hello since it was enrolled; start its host, then declare again", ErrRefused, ErrNoSealKey, node)
+		return "", fmt.Errorf("%w: %w of %s: it was enrolled before secrets existed: enrol it again", ErrRefused, ErrNoSealKey, node)
 	}
 	if err != nil {
 		return "", fmt.Errorf("the sealing key of %s: %w", node, err)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
-	"github.com/mesh-host/mesh-host/sealing"
 )
 
 // Service is the control service of one mesh: it keeps the streams and the
@@ -37,6 +36,14 @@ type Service struct {
 	// keeps every record. Every service of a cluster should agree: the
 	// last to start sets it.
 	EventsMaxAge time.Duration
+	// Issuer signs the credentials of enrolling and renewing nodes and
+	// revokes a node's previous key; nil answers neither.
+	Issuer CredentialIssuer
+	// CredentialTTL is how long the credentials it signs are valid;
+	// DefaultCredentialTTL when zero.
+	CredentialTTL time.Duration
+	// Now is the clock tokens' expiry is judged by; time.Now when nil.
+	Now func() time.Time
 	// RetryEvery is how long to wait after failing to set up the streams
 	// (the broker not reachable yet) before trying again; zero means 2 s.
 	RetryEvery time.Duration
@@ -84,17 +91,26 @@ func (s *Service) Ensure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, _, _, err = s.ensure(ctx, js)
+	_, err = s.ensure(ctx, js)
 	return err
 }
 
-func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, jetstream.KeyValue, jetstream.KeyValue, error) {
+// buckets are the streams and buckets a service answers from.
+type buckets struct {
+	events   jetstream.Stream
+	desired  jetstream.KeyValue
+	tokens   jetstream.KeyValue
+	nodes    jetstream.KeyValue
+	sealKeys jetstream.KeyValue
+}
+
+func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets, error) {
 	if err := s.migrateEvents(ctx, js); err != nil {
-		return nil, nil, nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
+		return nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
 	}
 	events, err := js.CreateOrUpdateStream(ctx, eventsConfig(s.EventsMaxAge))
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
+		return nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              linkproto.HeartbeatsStream,
@@ -105,7 +121,7 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		MaxMsgSize:        linkproto.MaxReportSize,
 		NoAck:             true, // as the events stream, and nobody waits for one
 	}); err != nil {
-		return nil, nil, nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
+		return nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
 	}
 	desired, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      linkproto.DesiredBucket,
@@ -114,18 +130,36 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		Storage:     jetstream.FileStorage,
 	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("desired-state bucket %s: %w", linkproto.DesiredBucket, err)
+		return nil, fmt.Errorf("desired-state bucket %s: %w", linkproto.DesiredBucket, err)
+	}
+	tokens, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      linkproto.TokensBucket,
+		Description: "every enrolment token redeemed, so none is redeemed twice",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tokens bucket %s: %w", linkproto.TokensBucket, err)
+	}
+	nodes, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      linkproto.NodesBucket,
+		Description: "every node's credential: its public key, expiry, revocation",
+		History:     8,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nodes bucket %s: %w", linkproto.NodesBucket, err)
 	}
 	sealKeys, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      linkproto.SealKeysBucket,
-		Description: "every node's public sealing key, as its hellos tell it",
+		Description: "every node's public sealing key, as its enrolment told it",
 		History:     4,
 		Storage:     jetstream.FileStorage,
 	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("sealing-key bucket %s: %w", linkproto.SealKeysBucket, err)
+		return nil, fmt.Errorf("sealing-key bucket %s: %w", linkproto.SealKeysBucket, err)
 	}
-	return events, desired, sealKeys, nil
+	return &buckets{events: events, desired: desired, tokens: tokens, nodes: nodes, sealKeys: sealKeys}, nil
 }
 
 // eventsConfig is the events stream: one subject per record
@@ -174,11 +208,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if retry == 0 {
 		retry = 2 * time.Second
 	}
-	var events jetstream.Stream
-	var desired, sealKeys jetstream.KeyValue
+	var b *buckets
 	for {
 		ectx, cancel := context.WithTimeout(ctx, dialTimeout)
-		events, desired, sealKeys, err = s.ensure(ectx, js)
+		b, err = s.ensure(ectx, js)
 		cancel()
 		if err == nil {
 			break
@@ -196,19 +229,35 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	sub, err := s.Conn.QueueSubscribe(linkproto.AllHellos(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
-		s.hello(ctx, events, desired, sealKeys, m)
+		s.hello(ctx, b.events, b.desired, m)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to hellos: %w", err)
 	}
 	defer sub.Unsubscribe()
 	syncs, err := s.Conn.QueueSubscribe(linkproto.AllSyncs(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
-		s.sync(ctx, events, m)
+		s.sync(ctx, b.events, m)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to syncs: %w", err)
 	}
 	defer syncs.Unsubscribe()
+	if s.Issuer != nil {
+		enrols, err := s.Conn.QueueSubscribe(linkproto.AllEnrols(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
+			s.enrol(ctx, b, m)
+		})
+		if err != nil {
+			return fmt.Errorf("subscribe to enrolments: %w", err)
+		}
+		defer enrols.Unsubscribe()
+		renews, err := s.Conn.QueueSubscribe(linkproto.AllRenews(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
+			s.renew(ctx, b, m)
+		})
+		if err != nil {
+			return fmt.Errorf("subscribe to renewals: %w", err)
+		}
+		defer renews.Unsubscribe()
+	}
 	s.Log.Info("answering hellos", "mesh", s.Mesh, "subject", linkproto.AllHellos(s.Mesh))
 	<-ctx.Done()
 	return nil
@@ -217,7 +266,7 @@ func (s *Service) Run(ctx context.Context) error {
 // hello answers one Hello. A hello that is not one is logged and left
 // unanswered: the node times out and says hello again, and nothing a node
 // sends can stop the service.
-func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired, sealKeys jetstream.KeyValue, m *nats.Msg) {
+func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired jetstream.KeyValue, m *nats.Msg) {
 	mesh, node, err := linkproto.NodeOf(m.Subject)
 	if err != nil || mesh != s.Mesh {
 		s.Log.Warn("hello on an unexpected subject", "subject", m.Subject, "err", err)
@@ -238,9 +287,6 @@ func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired, s
 	}
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	if h.SealKey != "" {
-		s.recordSealKey(ctx, sealKeys, mesh, node, h.SealKey)
-	}
 	w, err := welcome(ctx, events, desired, mesh, node, h.Revision)
 	if err == nil {
 		w.Nonce = h.Nonce
@@ -260,26 +306,6 @@ func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired, s
 		revision = w.Declaration.Revision
 	}
 	s.Log.Debug("hello answered", "node", node, "version", h.Version, "events_through", w.EventsThrough, "declaration", revision)
-}
-
-// recordSealKey keeps the sealing key a node's hello tells, for sealing
-// its secrets. The hello came on the node's own subject, which only its
-// credentials may publish on. A key that is not one is logged and kept
-// out.
-func (s *Service) recordSealKey(ctx context.Context, keys jetstream.KeyValue, mesh, node, key string) {
-	if err := sealing.ValidPublicKey(key); err != nil {
-		s.Log.Warn("malformed hello", "node", node, "err", err)
-		return
-	}
-	k := linkproto.DesiredKey(mesh, node)
-	if e, err := keys.Get(ctx, k); err == nil && string(e.Value()) == key {
-		return
-	}
-	if _, err := keys.Put(ctx, k, []byte(key)); err != nil {
-		s.Log.Error("record a node's sealing key", "node", node, "err", err)
-		return
-	}
-	s.Log.Info("node's sealing key recorded", "node", node, "key", key)
 }
 
 // replyToInbox checks that m asks for its answer in node's own inbox. The
