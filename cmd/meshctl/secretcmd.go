@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/sealing"
 )
 
@@ -20,11 +21,7 @@ type secretSetCmd struct {
 }
 
 func (c *secretSetCmd) Run(e *env) error {
-	a, err := e.authority()
-	if err != nil {
-		return err
-	}
-	store, err := a.Secrets()
+	store, err := e.secrets()
 	if err != nil {
 		return err
 	}
@@ -50,14 +47,19 @@ func (c *secretSetCmd) Run(e *env) error {
 	return nil
 }
 
+// secrets is the authority's secret store.
+func (e *env) secrets() (*control.Secrets, error) {
+	a, err := e.authority()
+	if err != nil {
+		return nil, err
+	}
+	return a.Secrets()
+}
+
 type secretListCmd struct{}
 
 func (secretListCmd) Run(e *env) error {
-	a, err := e.authority()
-	if err != nil {
-		return err
-	}
-	store, err := a.Secrets()
+	store, err := e.secrets()
 	if err != nil {
 		return err
 	}
@@ -76,11 +78,7 @@ type secretRmCmd struct {
 }
 
 func (c *secretRmCmd) Run(e *env) error {
-	a, err := e.authority()
-	if err != nil {
-		return err
-	}
-	store, err := a.Secrets()
+	store, err := e.secrets()
 	if err != nil {
 		return err
 	}
