@@ -387,8 +387,13 @@ func (d *decoder) spec(kd kind, n *yaml.Node, path string) (drivers.Spec, *yaml.
 			key = f.value
 		}
 	}
-	if fspec, ok := spec.(*drivers.FileSpec); ok && fspec.Secret != nil && fspec.Content != "" {
-		d.fail(fs["content"].value, join(path, "content"), "give content or a secret, not both")
+	if fspec, ok := spec.(*drivers.FileSpec); ok {
+		if fspec.Secret != nil && fspec.Content != "" {
+			d.fail(fs["content"].value, join(path, "content"), "give content or a secret, not both")
+		}
+		if m := fspec.Mode; m != nil && *m&0o7000 != 0 && !fspec.SpecialBits {
+			d.fail(fs["mode"].value, join(path, "mode"), "%04o sets setuid, setgid or the sticky bit: say special_bits: true to mean it", uint32(*m))
+		}
 	}
 	return spec, key, join(path, keyName)
 }

@@ -66,11 +66,12 @@ type rule struct {
 // TestRulesCoverFields holds it to the spec types in package drivers.
 var rules = map[drivers.Kind]map[string]rule{
 	drivers.KindFile: {
-		"path":    {desc: "Absolute, clean path of the file.", pattern: pathPattern, check: plainPath},
-		"content": {desc: "The file's whole content; may be empty, but must be given."},
-		"mode":    modeRule("Permission mode as an octal string; defaults to \"0644\"."),
-		"owner":   nameRule("User owning the file, by name; defaults to root."),
-		"group":   nameRule("Group owning the file, by name; defaults to root."),
+		"path":         {desc: "Absolute, clean path of the file.", pattern: pathPattern, check: plainPath},
+		"content":      {desc: "The file's whole content; may be empty, but must be given."},
+		"mode":         modeRule("Permission mode as an octal string; defaults to \"0644\"."),
+		"owner":        nameRule("User owning the file, by name; defaults to root."),
+		"group":        nameRule("Group owning the file, by name; defaults to root."),
+		"special_bits": {desc: "Allows the mode to set setuid, setgid or the sticky bit; without it such a mode is refused. Defaults to false."},
 		"secret": {desc: "The file's content is the secret of this name, sealed to the node by the control plane; " +
 			"content is then empty (in YAML, content: {secret: NAME} says the same)."},
 	},

@@ -55,6 +55,10 @@ type FileSpec struct {
 	// etc/group; they default to root.
 	Owner string `json:"owner,omitempty"`
 	Group string `json:"group,omitempty"`
+	// SpecialBits allows Mode to set setuid, setgid or the sticky bit:
+	// without it such a mode is refused, so that no declaration makes a
+	// setuid root file by a slip of the mode.
+	SpecialBits bool `json:"special_bits,omitempty"`
 	// Secret, when set, is the file's content instead of Content (which
 	// is then empty): a value the declaration names and that travels and
 	// is stored sealed to the node.

@@ -60,6 +60,10 @@ func (c *planCmd) Run(e *env) error {
 	printOutcomes(e.stdout, res, true, false)
 	for _, step := range res.Steps {
 		if f, ok := step.Spec.(*drivers.FileSpec); ok && step.Planned != event.ActionUnchanged {
+			if m := drivers.ModeOr(f.Mode, 0); f.SpecialBits && m&0o7000 != 0 {
+				// Said on purpose, and still worth a second look.
+				fmt.Fprintf(e.stdout, "\n%s: mode %04o sets setuid, setgid or sticky (special_bits: true)\n", f.Path, uint32(m))
+			}
 			printDiff(e, rc.Root, f)
 		}
 	}

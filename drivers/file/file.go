@@ -134,6 +134,10 @@ func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.FileSpec
 	}
 	if m := drivers.ModeOr(s.Mode, DefaultMode); m > 0o7777 {
 		return nil, fmt.Errorf("file %s: %w: mode %o has bits above 07777", s.Path, drivers.ErrInvalidSpec, uint32(m))
+	} else if m&0o7000 != 0 && !s.SpecialBits {
+		// A setuid root file is a root shell for whoever runs it: only a
+		// declaration that says so in words gets one.
+		return nil, fmt.Errorf("file %s: %w: mode %04o sets setuid, setgid or sticky; say special_bits: true to mean it", s.Path, drivers.ErrInvalidSpec, uint32(m))
 	}
 	return s, nil
 }
@@ -186,6 +190,9 @@ type found struct {
 	digest   string
 	mode     drivers.Mode
 	uid, gid int
+	// links is the inode's link count: more than one means another path,
+	// perhaps outside the root, names the same file.
+	links uint64
 }
 
 // find looks at s's path without following a symlink there; nil means
@@ -227,6 +234,7 @@ func (d *Driver) find(s *drivers.FileSpec) (*found, error) {
 		mode:   drivers.Mode(st.Mode & 0o7777),
 		uid:    int(st.Uid),
 		gid:    int(st.Gid),
+		links:  uint64(st.Nlink),
 	}, nil
 }
 
@@ -287,7 +295,12 @@ func (d *Driver) plan(ctx context.Context, spec drivers.Spec, durable bool) (*pe
 		if len(differs) == 0 {
 			return nil, nil
 		}
-		if !slices.Contains(differs, "content") {
+		// Only the mode or owner differ: set them in place, unless
+		// another link names the inode. A chmod or chown through this
+		// path would change that other file too (a hard link from
+		// outside the root to /etc/shadow, say), so the path gets a new
+		// inode of its own instead, and the other link is left as it was.
+		if !slices.Contains(differs, "content") && f.links <= 1 {
 			return &pending{d: d, w: w, action: action, durable: durable}, nil
 		}
 	}

@@ -49,7 +49,12 @@ func TestConformance(t *testing.T) {
 		change func(s *drivers.FileSpec)
 	}{
 		{"content", func(s *drivers.FileSpec) { s.Content += "changed\n"; s.Mode = mode(0o600) }},
-		{"mode and owner", func(s *drivers.FileSpec) { s.Mode = mode(0o4750); s.Owner = "app"; s.Group = "staff" }},
+		{"mode and owner", func(s *drivers.FileSpec) {
+			s.Mode = mode(0o4750)
+			s.SpecialBits = true
+			s.Owner = "app"
+			s.Group = "staff"
+		}},
 	}
 	for _, c := range changes {
 		t.Run(c.name, func(t *testing.T) {
@@ -235,10 +240,10 @@ func TestOwnerAndMode(t *testing.T) {
 		{"owner and group", drivers.FileSpec{Owner: "app", Group: "app"}, 0o644, 1234, 1234},
 		{"owner only", drivers.FileSpec{Owner: "app"}, 0o644, 1234, 0},
 		{"group only", drivers.FileSpec{Group: "staff", Mode: mode(0o640)}, 0o640, 0, 50},
-		{"setuid", drivers.FileSpec{Mode: mode(0o4755)}, 0o4755, 0, 0},
-		{"setuid with owner", drivers.FileSpec{Mode: mode(0o4755), Owner: "app"}, 0o4755, 1234, 0},
-		{"setgid with group", drivers.FileSpec{Mode: mode(0o2750), Group: "staff"}, 0o2750, 0, 50},
-		{"sticky", drivers.FileSpec{Mode: mode(0o1600)}, 0o1600, 0, 0},
+		{"setuid", drivers.FileSpec{Mode: mode(0o4755), SpecialBits: true}, 0o4755, 0, 0},
+		{"setuid with owner", drivers.FileSpec{Mode: mode(0o4755), Owner: "app", SpecialBits: true}, 0o4755, 1234, 0},
+		{"setgid with group", drivers.FileSpec{Mode: mode(0o2750), Group: "staff", SpecialBits: true}, 0o2750, 0, 50},
+		{"sticky", drivers.FileSpec{Mode: mode(0o1600), SpecialBits: true}, 0o1600, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -560,5 +565,53 @@ func TestSecretContent(t *testing.T) {
 	both := &drivers.FileSpec{Path: "/srv/app/db.pass", Content: "x", Secret: sec}
 	if _, err := d.Apply(ctx, both); !errors.Is(err, drivers.ErrInvalidSpec) {
 		t.Errorf("content and secret both: %v", err)
+	}
+}
+
+// TestSpecialBitsOnlyWhenSaid: a mode with setuid, setgid or sticky is
+// refused unless the spec says special_bits, and nothing is written.
+func TestSpecialBitsOnlyWhenSaid(t *testing.T) {
+	r := newRoot(t)
+	d := file.New(r)
+	for _, m := range []drivers.Mode{0o4755, 0o2755, 0o1644, 0o6777} {
+		spec := &drivers.FileSpec{Path: "/srv/app/su", Content: "#!/bin/sh\n", Mode: mode(m)}
+		if _, err := d.Apply(t.Context(), spec); !errors.Is(err, drivers.ErrInvalidSpec) || !strings.Contains(err.Error(), "special_bits") {
+			t.Errorf("mode %s: Apply = %v, want refused naming special_bits", m, err)
+		}
+		if _, err := os.Lstat(r.Host(spec.Path)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("mode %s: the file was written: %v", m, err)
+		}
+	}
+}
+
+// TestHardLinkIsNotChangedInPlace: a file whose inode another path also
+// names (a hard link from outside the root, say to a file of the
+// machine's) gets a new inode of its own when only its mode or owner
+// differ; the other path keeps its mode, owner and content.
+func TestHardLinkIsNotChangedInPlace(t *testing.T) {
+	r := newRoot(t)
+	d := file.New(r)
+	outside := filepath.Join(t.TempDir(), "shadow")
+	if err := os.WriteFile(outside, []byte("root:secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := r.Host("/srv/app/linked")
+	if err := os.Link(outside, target); err != nil {
+		t.Skipf("cannot make a hard link across these directories: %v", err)
+	}
+	// The content is what the file holds already: only the mode differs,
+	// which a chmod in place would apply to the outside file too.
+	spec := &drivers.FileSpec{Path: "/srv/app/linked", Content: "root:secret\n", Mode: mode(0o644)}
+	if a, err := d.Apply(t.Context(), spec); err != nil || a != drivers.Updated {
+		t.Fatalf("Apply = %v, %v", a, err)
+	}
+	if st := lstat(t, outside); st.Mode&0o7777 != 0o600 || st.Nlink != 1 {
+		t.Errorf("the outside file: mode %o, links %d; want 600, 1", st.Mode&0o7777, st.Nlink)
+	}
+	if st := lstat(t, target); st.Mode&0o7777 != 0o644 || st.Nlink != 1 {
+		t.Errorf("the managed file: mode %o, links %d; want 644 and an inode of its own", st.Mode&0o7777, st.Nlink)
+	}
+	if got := readHost(t, outside); got != "root:secret\n" {
+		t.Errorf("the outside file's content: %q", got)
 	}
 }
