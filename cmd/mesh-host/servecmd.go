@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -60,6 +61,10 @@ func (c *serveCmd) Run(e *env) error {
 			return refused("%v", err)
 		}
 	}
+	tightened, err := tightenDirs(e.cli.StateDir, filepath.Dir(e.cli.socketPath()))
+	if err != nil {
+		return failed("%v", err)
+	}
 	j, err := openJournal(e.cli.journalPath())
 	if err != nil {
 		return failed("%v", err)
@@ -68,9 +73,14 @@ func (c *serveCmd) Run(e *env) error {
 	if err := j.Check(); err != nil {
 		return failed("%v", err)
 	}
-	started, err := j.Append(event.New(event.HostStarted, 0, "", hv.startedPayload()))
+	started, err := j.Append(append([]event.Record{event.New(event.HostStarted, 0, "", hv.startedPayload())}, tightened...)...)
 	if err != nil {
 		return failed("record start: %v", err)
+	}
+	for _, r := range started[1:] {
+		var p event.DirTightenedPayload
+		_ = json.Unmarshal(r.Payload, &p)
+		log.Warn("a directory of the host's was open to others: made 0700", "path", p.Path, "was", p.Was)
 	}
 	if err := hv.atStart(j); err != nil {
 		return failed("%v", err)

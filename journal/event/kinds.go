@@ -28,6 +28,7 @@ const (
 	LinkPlaintext       Kind = "link.plaintext"
 	LinkRenewed         Kind = "link.renewed"
 	LinkDenied          Kind = "link.denied"
+	DirTightened        Kind = "dir.tightened"
 )
 
 // payloads maps each known kind to a constructor of its payload.
@@ -52,6 +53,7 @@ var payloads = map[Kind]func() any{
 	LinkPlaintext:       func() any { return new(LinkPlaintextPayload) },
 	LinkRenewed:         func() any { return new(LinkRenewedPayload) },
 	LinkDenied:          func() any { return new(LinkPayload) },
+	DirTightened:        func() any { return new(DirTightenedPayload) },
 }
 
 // Known reports whether this binary knows kind k.
@@ -64,7 +66,7 @@ func Kinds() []Kind {
 		DeclarationReceived, DeclarationRefused, ReconcileStarted, ReconcileCompleted,
 		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
 		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
-		LinkRefused, VersionHalted, LinkPlaintext, LinkRenewed, LinkDenied,
+		LinkRefused, VersionHalted, LinkPlaintext, LinkRenewed, LinkDenied, DirTightened,
 	}
 }
 
@@ -247,6 +249,15 @@ type LinkRefusedPayload struct {
 type LinkPayload struct {
 	Broker string `json:"broker,omitempty"`
 	Reason string `json:"reason,omitempty"`
+}
+
+// DirTightenedPayload records a directory of the host's own (its state
+// directory, its socket's) found open to others at start and made 0700:
+// Was is the mode it had, in octal. Someone loosened it, or it was made
+// by hand; either is worth knowing.
+type DirTightenedPayload struct {
+	Path string `json:"path"`
+	Was  string `json:"was"`
 }
 
 // LinkPlaintextPayload records a host starting its link without TLS,

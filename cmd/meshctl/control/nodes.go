@@ -187,7 +187,10 @@ func PrintNodes(w io.Writer, nodes []NodeStatus, now time.Time, asJSON bool) err
 			applied = fmt.Sprint(hb.Applied)
 			drifted = fmt.Sprint(hb.Drifted)
 			failed = fmt.Sprint(hb.Failed)
-			heard = age(now.Sub(hb.Sent))
+			heard = "no time given"
+			if !hb.Sent.IsZero() {
+				heard = age(now.Sub(hb.Sent))
+			}
 		}
 		credential := "-"
 		if cr := n.Credential; cr != nil {

@@ -125,3 +125,17 @@ func TestNodesEmpty(t *testing.T) {
 		t.Errorf("nodes --json of an empty mesh: %q, %v", out.String(), err)
 	}
 }
+
+// TestPrintNodesHeartbeatWithoutTime: a heartbeat that gives no time (a
+// node's bug, or a forgery) shows as such, not as 292 years ago.
+func TestPrintNodesHeartbeatWithoutTime(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	nodes := []NodeStatus{{Node: "web-1", State: StateSilent, Heartbeat: &linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion, Node: "web-1"}}}
+	var out strings.Builder
+	if err := PrintNodes(&out, nodes, now, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "no time given") || strings.Contains(out.String(), "2562047h") {
+		t.Errorf("printed:\n%s", out.String())
+	}
+}
