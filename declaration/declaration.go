@@ -298,27 +298,6 @@ func copyMode(m *drivers.Mode) *drivers.Mode {
 	return &c
 }
 
-// Refuse returns an error if the declaration has a unit resource named
-// unit, the host's own unit (such as "mesh-host.service"), which the host
-// never manages: the error names the unit and where it was declared, and
-// matches ErrOwnUnit and ErrInvalid.
-func (d *Declaration) Refuse(unit string) error {
-	for i, s := range d.Resources {
-		u, ok := s.(*drivers.UnitSpec)
-		if !ok || u == nil || u.Name != unit {
-			continue
-		}
-		e := &Error{File: d.file, Field: fmt.Sprintf("resources[%d].unit.name", i),
-			Msg:      fmt.Sprintf("%q is the host's own unit: the installation manages it, never a declaration", unit),
-			sentinel: ErrOwnUnit}
-		if at, ok := d.where[drivers.ID(u)]; ok && at.index == i {
-			e.Line, e.Column = at.line, at.column
-		}
-		return e
-	}
-	return nil
-}
-
 // DecodeStored reads a declaration the host itself stored: MarshalJSON's
 // output, journaled when the declaration was accepted. It was checked then,
 // so it is decoded without positions or ParseJSON's rules, which cost

@@ -14,6 +14,10 @@ var (
 	// ErrOwnUnit is returned by Refuse for a declaration that names the
 	// host's own unit: the installation owns the host, never a declaration.
 	ErrOwnUnit = errors.New("declares the host's own unit")
+	// ErrOwnInstallation is returned by RefuseInstallation for a
+	// declaration that touches the host's own installation otherwise: its
+	// state, binaries, versions or package.
+	ErrOwnInstallation = errors.New("touches the host's own installation")
 )
 
 // maxErrors is how many problems a parse reports before it stops listing

@@ -72,4 +72,14 @@ const (
 	ConfigDir   = "/etc/mesh-host"
 	// ArrivedFile is the arrival marker inside a version directory.
 	ArrivedFile = ".mesh-host-arrived"
+	// PackageName is the host's package, which no declaration may name.
+	PackageName = "mesh-host"
 )
+
+// InstalledPaths are the installation's own directories and files, as both
+// install paths lay them out: no declaration may write at or under one.
+// (The unit's files are refused by name, wherever they are; the versions
+// directory is written by release archives only.)
+func InstalledPaths() []string {
+	return []string{StateDir, ConfigDir, LibDir, CommandPath}
+}

@@ -254,18 +254,19 @@ func TestStandsAsideOnlyAfterTheApplyInFlight(t *testing.T) {
 // other way round: the one that arrived last runs.
 func TestNewestIsTheLastArrived(t *testing.T) {
 	u := newUpgradeBed(t)
-	v2, v3 := u.release(t, builds["v2"]), u.release(t, builds["v3"])
-	named := func(r testbeds.Release, name string) string {
-		return strings.Replace(r.ArchiveYAML(), "/${version}", "/"+name, 1)
+	// Versions are named by digest (only a release archive writes in the
+	// versions directory): the one whose name sorts last arrives first.
+	first, last := u.release(t, builds["v2"]), u.release(t, builds["v3"])
+	if first.Version() < last.Version() {
+		first, last = last, first
 	}
-	// zz arrives first (revision 2), aa last (revision 3).
-	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 2, nil, named(v2, "zz")), "--wait", "0")
-	u.waitVersion(t, "zz")
-	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 3, nil, named(v2, "zz"), named(v3, "aa")), "--wait", "0")
-	u.waitVersion(t, "aa")
+	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 2, nil, first.ArchiveYAML()), "--wait", "0")
+	u.waitVersion(t, first.Version())
+	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 3, nil, first.ArchiveYAML(), last.ArchiveYAML()), "--wait", "0")
+	u.waitVersion(t, last.Version())
 	newest, ok, err := upgrade.Newest(filepath.Join(u.h.Root, testbeds.VersionsDir))
-	if err != nil || !ok || newest.Name != "aa" {
-		t.Errorf("upgrade.Newest = %+v, %v, %v; want aa", newest, ok, err)
+	if err != nil || !ok || newest.Name != last.Version() {
+		t.Errorf("upgrade.Newest = %+v, %v, %v; want %s, which sorts first but arrived last", newest, ok, err, last.Version())
 	}
 }
 
@@ -423,9 +424,20 @@ func TestKilledMidUpgradeLeavesOneRunnableNewest(t *testing.T) {
 			t.Fatalf("round %d: known-good %s is not a version on disk: %v", round, good, err)
 		}
 	}
+	// A release of its own each round (only a release archive, at
+	// ${version}, may write in the versions directory): the same binary,
+	// packed again until its digest is new.
+	seen := map[string]bool{v2.Digest: true}
+	var last string
 	for round := range 8 {
-		name := fmt.Sprintf("r%d", round)
-		archive := strings.Replace(v2.ArchiveYAML(), "/${version}", "/"+name, 1)
+		r := u.release(t, builds["v2"])
+		for seen[r.Digest] {
+			time.Sleep(time.Second) // tar keeps the file's mtime, in seconds
+			r = u.release(t, builds["v2"])
+		}
+		seen[r.Digest] = true
+		name, archive := r.Version(), r.ArchiveYAML()
+		last = name
 		u.MustMeshctl("declare", "web-1", u.Declare("web-1", uint64(round+2), nil, archive), "--wait", "0")
 		time.Sleep(time.Duration(round*80) * time.Millisecond) // a different step each round
 		kids, err := testbeds.Children(u.h.PID())
@@ -456,7 +468,7 @@ func TestKilledMidUpgradeLeavesOneRunnableNewest(t *testing.T) {
 	}
 	// Left alone, the last delivery runs and confirms.
 	testbeds.Eventually(t, 60*time.Second, "the last version runs and confirms", func() error {
-		if got := knownGood(t, u.h); got != "r7" {
+		if got := knownGood(t, u.h); got != last {
 			return fmt.Errorf("known-good %q", got)
 		}
 		return nil

@@ -96,7 +96,7 @@ func (e *env) admissible(d *declaration.Declaration, s projector.State) error {
 		return fmt.Errorf("revision %d is older than revision %d, already applied (declared at #%d): an old declaration never replays over a new one",
 			d.Revision, s.Desired.Revision, s.Desired.Seq)
 	}
-	if err := d.Refuse(e.cli.OwnUnit); err != nil {
+	if err := d.RefuseInstallation(e.installation()); err != nil {
 		return err
 	}
 	// Secrets that are not sealed to this node are refused at the door,

@@ -59,6 +59,11 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 	if err == nil && decl.Revision != s.Desired.Revision {
 		err = fmt.Errorf("it says revision %d where its record says %d", decl.Revision, s.Desired.Revision)
 	}
+	if err == nil {
+		// Checked again, as at admission: a journal written by an older
+		// host, or changed on disk, must not make this one touch itself.
+		err = decl.RefuseInstallation(e.installation())
+	}
 	if err != nil {
 		// Never reconcile to a document that is not the one accepted: an
 		// empty one would remove everything the host owns.

@@ -12,6 +12,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/packaging"
 )
 
 type initCmd struct {
@@ -164,7 +165,9 @@ func (c *declareCmd) Run(e *env) error {
 	if err == nil {
 		// The node refuses it by name too; refusing here keeps it out of
 		// the stored desired state.
-		err = d.Refuse(c.OwnUnit)
+		err = d.RefuseInstallation(declaration.Installation{
+			Unit: c.OwnUnit, Package: packaging.PackageName, Versions: packaging.VersionsDir, Paths: packaging.InstalledPaths(),
+		})
 	}
 	if err != nil {
 		return refused("%v", err)
