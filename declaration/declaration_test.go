@@ -297,7 +297,7 @@ func TestRefuse(t *testing.T) {
       name: mesh-host.service
       content: "[Service]\nExecStart=/usr/bin/mesh-host serve\n"
 `)
-	err := d.Refuse("mesh-host.service")
+	err := d.RefuseInstallation(declaration.Installation{Unit: "mesh-host.service"})
 	want := `host.yaml:10:13: resources[2].unit.name: "mesh-host.service" is the host's own unit: the installation manages it, never a declaration`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v\nwant %s", err, want)
@@ -310,14 +310,14 @@ func TestRefuse(t *testing.T) {
 		t.Errorf("got %#v, want an *Error at line 10", err)
 	}
 	for _, unit := range []string{"other.service", "mesh-host", "mesh-host.socket"} {
-		if err := d.Refuse(unit); err != nil {
+		if err := d.RefuseInstallation(declaration.Installation{Unit: unit}); err != nil {
 			t.Errorf("Refuse(%q): got %v, want nil", unit, err)
 		}
 	}
 	// Built in Go, a declaration has no positions to give.
 	built := &declaration.Declaration{Resources: []drivers.Spec{&drivers.UnitSpec{Name: "mesh-host.service", Content: "x"}}}
 	want = `resources[0].unit.name: "mesh-host.service" is the host's own unit: the installation manages it, never a declaration`
-	if err := built.Refuse("mesh-host.service"); err == nil || err.Error() != want {
+	if err := built.RefuseInstallation(declaration.Installation{Unit: "mesh-host.service"}); err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
 }

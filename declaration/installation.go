@@ -55,11 +55,6 @@ func (d *Declaration) RefuseInstallation(inst Installation) error {
 	return nil
 }
 
-// Refuse is RefuseInstallation for an installation known only by its unit.
-func (d *Declaration) Refuse(unit string) error {
-	return d.RefuseInstallation(Installation{Unit: unit})
-}
-
 // refusal says why s touches the installation: the field, the message and
 // the sentinel; an empty message when it does not.
 func (inst Installation) refusal(s drivers.Spec) (field, msg string, sentinel error) {

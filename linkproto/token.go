@@ -1,10 +1,9 @@
 package linkproto
 
 import (
-	"crypto/x509"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/url"
@@ -169,22 +168,15 @@ func ParseToken(s string) (Token, error) {
 
 // checkCA checks that caPEM is one certificate, a certificate authority's.
 func checkCA(caPEM []byte) error {
-	b, rest := pem.Decode(caPEM)
-	if b == nil || b.Type != "CERTIFICATE" {
-		return errors.New("not a PEM certificate")
+	_, n, err := CAPool(caPEM)
+	if err == nil && n != 1 {
+		err = errors.New("more than one certificate")
 	}
-	if len(strings.TrimSpace(string(rest))) != 0 {
-		return errors.New("more than one certificate")
-	}
-	cert, err := x509.ParseCertificate(b.Bytes)
-	if err != nil {
-		return err
-	}
-	if !cert.BasicConstraintsValid || !cert.IsCA {
-		return fmt.Errorf("%q is not a certificate authority", cert.Subject.CommonName)
-	}
-	return nil
+	return err
 }
+
+// TLS is how the holder of t trusts the broker: by the token's CA alone.
+func (t Token) TLS() (*tls.Config, error) { return BrokerTLS([]byte(t.CA)) }
 
 // VerifyToken is ParseToken for the control service: the token must also
 // be signed by trusted, the mesh's own key, and be for mesh.

@@ -2,17 +2,12 @@ package testbeds_test
 
 import (
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -45,12 +40,12 @@ func TestRogueBrokerIsRefused(t *testing.T) {
 	}{
 		{"plaintext", func(*testing.T, *testbeds.Bed) *tls.Certificate { return nil }, "secure connection not available"},
 		{"another CA", func(t *testing.T, _ *testbeds.Bed) *tls.Certificate {
-			key, cert := selfSignedCA(t)
-			return issue(t, cert, key, "localhost", "127.0.0.1")
+			cert := testbeds.NewCA(t).Issue(t, "localhost", "127.0.0.1")
+			return &cert
 		}, "certificate signed by unknown authority"},
 		{"the mesh's CA for another name", func(t *testing.T, b *testbeds.Bed) *tls.Certificate {
-			key, cert := meshCA(t, b)
-			return issue(t, cert, key, "broker.example", "")
+			cert := meshCA(t, b).Issue(t, "broker.example", "")
+			return &cert
 		}, "cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -218,28 +213,9 @@ func pushFrom(t *testing.T, rogue *server.Server, useTLS bool, done func() error
 	})
 }
 
-func selfSignedCA(t *testing.T) (crypto.Signer, *x509.Certificate) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rogue CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		BasicConstraintsValid: true, IsCA: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return key, cert
-}
-
 // meshCA reads the bed's CA and its key from the control's data directory:
 // what an attacker who stole it would hold.
-func meshCA(t *testing.T, b *testbeds.Bed) (crypto.Signer, *x509.Certificate) {
+func meshCA(t *testing.T, b *testbeds.Bed) *testbeds.CA {
 	t.Helper()
 	read := func(name string) []byte {
 		data, err := os.ReadFile(filepath.Join(b.Control.DataDir, name))
@@ -257,26 +233,5 @@ func meshCA(t *testing.T, b *testbeds.Bed) (crypto.Signer, *x509.Certificate) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return key.(crypto.Signer), cert
-}
-
-func issue(t *testing.T, ca *x509.Certificate, caKey crypto.Signer, dnsName, ip string) *tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: dnsName},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: []string{dnsName},
-	}
-	if ip != "" {
-		tmpl.IPAddresses = []net.IP{net.ParseIP(ip)}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return &testbeds.CA{Cert: cert, Key: key.(crypto.Signer)}
 }

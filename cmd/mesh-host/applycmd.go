@@ -102,7 +102,7 @@ func (e *env) admissible(d *declaration.Declaration, s projector.State) error {
 	// Secrets that are not sealed to this node are refused at the door,
 	// not found failing at every reconcile. The values opened here are
 	// dropped: they are opened again, in memory, when applied.
-	return e.openSecrets(d.Expanded())
+	return e.checkSecrets(d.Resources)
 }
 
 // admitting takes the service's admission lock, when running inside the

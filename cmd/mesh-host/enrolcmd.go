@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,11 +92,7 @@ func (c *enrolCmd) Run(e *env) error {
 		return failed("%v", err)
 	}
 	sealPub, _ := sealKey.PublicKey()
-	pool, err := caPool([]byte(tok.CA))
-	if err != nil {
-		return refused("the token's CA: %v", err)
-	}
-	creds, cred, err := link.Enrol(e.ctx, tok, key, sealPub, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	creds, cred, err := link.Enrol(e.ctx, tok, key, sealPub)
 	if errors.Is(err, link.ErrRefused) {
 		return refused("enrolment %v", err)
 	}

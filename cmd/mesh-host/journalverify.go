@@ -21,16 +21,17 @@ import (
 // snapshot's desired state, which keeps the latest declaration's
 // signature. It fails when any declaration from the link does not verify.
 func verifyDeclarations(e *env, j *journal.Journal, key string) error {
+	// Whom the declarations are for, when enrolled; else each document
+	// says (see check).
+	cfg, cfgErr := readLinkConfig(e.stateDir())
 	if key == "" {
-		cfg, err := readLinkConfig(e.stateDir())
-		if err != nil {
-			return refused("no key to verify with: %v (or give --key)", err)
+		if cfgErr != nil {
+			return refused("no key to verify with: %v (or give --key)", cfgErr)
 		}
 		key = cfg.SigningKey
 	} else if err := linkproto.ValidSigningKey(key); err != nil {
 		return refused("--key: %v", err)
 	}
-	cfg, _ := readLinkConfig(e.stateDir())
 	mesh, node := cfg.Mesh, cfg.Node
 
 	var tally verifyTally

@@ -2,13 +2,12 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mesh-host/mesh-host/linkproto"
 )
 
 // linkTLS decides how the link authenticates the broker, from link.json:
@@ -42,38 +41,9 @@ func linkTLS(dir string, cfg linkConfig) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := caPool(b)
+	tc, err := linkproto.BrokerTLS(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ca, err)
 	}
-	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
-}
-
-// caPool is the CA certificates of a PEM file, each checked to be a CA's.
-func caPool(b []byte) (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	n := 0
-	for {
-		var block *pem.Block
-		block, b = pem.Decode(b)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		if !cert.BasicConstraintsValid || !cert.IsCA {
-			return nil, fmt.Errorf("%q is not a certificate authority", cert.Subject.CommonName)
-		}
-		pool.AddCert(cert)
-		n++
-	}
-	if n == 0 {
-		return nil, errors.New("no PEM certificate")
-	}
-	return pool, nil
+	return tc, nil
 }

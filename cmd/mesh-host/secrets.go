@@ -83,10 +83,28 @@ func sealedSecrets(specs []drivers.Spec) ([]*drivers.FileSpec, error) {
 }
 
 // openSecrets opens, in memory, every secret specs name, with the node's
-// sealing key, and gives each spec its own opened copy: the value is held
-// by nothing that is encoded or kept. A secret that does not open refuses
-// the whole: a half-opened declaration is never applied.
+// sealing key, and gives each spec (specs are a declaration's Expanded
+// copies) its own opened copy: the value is held by nothing that is encoded
+// or kept. A secret that does not open refuses the whole: a half-opened
+// declaration is never applied.
 func (e *env) openSecrets(specs []drivers.Spec) error {
+	return e.eachSecret(specs, func(f *drivers.FileSpec, value, digestKey []byte) {
+		opened := *f.Secret
+		opened.Provide(value, digestKey)
+		f.Secret = &opened
+	})
+}
+
+// checkSecrets is admission's look at the secrets specs name: each is
+// sealed to this node and opens. Nothing is kept or changed, so it reads a
+// declaration's own resources, with no copy on the push's path.
+func (e *env) checkSecrets(specs []drivers.Spec) error {
+	return e.eachSecret(specs, func(*drivers.FileSpec, []byte, []byte) {})
+}
+
+// eachSecret opens every secret specs name and hands each to use; a
+// declaration naming none costs one pass over its resources.
+func (e *env) eachSecret(specs []drivers.Spec, use func(f *drivers.FileSpec, value, digestKey []byte)) error {
 	files, err := sealedSecrets(specs)
 	if err != nil || len(files) == 0 {
 		return err
@@ -104,9 +122,7 @@ func (e *env) openSecrets(specs []drivers.Spec) error {
 		if err != nil {
 			return fmt.Errorf("file %s: secret %q: %w", f.Path, f.Secret.Name, err)
 		}
-		opened := *f.Secret
-		opened.Provide(value, digestKey)
-		f.Secret = &opened
+		use(f, value, digestKey)
 	}
 	return nil
 }

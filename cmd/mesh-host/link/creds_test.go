@@ -79,7 +79,7 @@ func (m *meshBed) enrol(t *testing.T) string {
 	key, _ := nkeys.CreateUser()
 	var creds []byte
 	eventually(t, "the control service answers the enrolment", func() bool {
-		creds, _, err = Enrol(context.Background(), tok, key, m.sealPub(t), m.tls(t))
+		creds, _, err = Enrol(context.Background(), tok, key, m.sealPub(t))
 		return err == nil
 	})
 	path := filepath.Join(t.TempDir(), "node.creds")

@@ -2,7 +2,6 @@ package link
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -23,17 +22,18 @@ var ErrRefused = errors.New("refused by the control service")
 const enrolTimeout = 10 * time.Second
 
 // Enrol redeems tok: it connects as the token's bootstrap user to a broker
-// proven by tlsConfig (the token's CA), presents the token with the public
+// proven by the token's CA alone, presents the token with the public
 // half of key (made on this host; its private half is sent nowhere) and
 // the node's public sealing key, and returns the node's credentials file:
 // the JWT the control service signed for that key, and key's seed.
-func Enrol(ctx context.Context, tok linkproto.Token, key nkeys.KeyPair, sealKey string, tlsConfig *tls.Config) ([]byte, linkproto.Credential, error) {
+func Enrol(ctx context.Context, tok linkproto.Token, key nkeys.KeyPair, sealKey string) ([]byte, linkproto.Credential, error) {
 	pub, err := key.PublicKey()
 	if err != nil {
 		return nil, linkproto.Credential{}, err
 	}
-	if tlsConfig == nil {
-		return nil, linkproto.Credential{}, errors.New("enrolment needs TLS: nothing would authenticate the broker")
+	tlsConfig, err := tok.TLS()
+	if err != nil {
+		return nil, linkproto.Credential{}, fmt.Errorf("%w: ca: %v", linkproto.ErrBadToken, err)
 	}
 	nc, err := nats.Connect(strings.Join(tok.URLs, ","),
 		nats.Secure(tlsConfig),

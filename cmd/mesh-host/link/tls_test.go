@@ -2,16 +2,9 @@ package link
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
-	"math/big"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -21,61 +14,8 @@ import (
 
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/testbeds"
 )
-
-// testCA is a certificate authority of a test's own.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newTestCA(t testing.TB) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		BasicConstraintsValid: true, IsCA: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key}
-}
-
-// client is the link's TLS configuration trusting this CA alone.
-func (ca *testCA) client() *tls.Config {
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
-	return &tls.Config{RootCAs: pool}
-}
-
-// issue is a server certificate for dnsName and ip.
-func (ca *testCA) issue(t testing.TB, dnsName, ip string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: dnsName},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: []string{dnsName},
-	}
-	if ip != "" {
-		tmpl.IPAddresses = []net.IP{net.ParseIP(ip)}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // runTLSServer starts a broker serving TLS only with cert, and no
 // authentication: the control plane's side of these tests and the rogue
@@ -104,13 +44,13 @@ func runTLSServer(t testing.TB, cert *tls.Certificate) *server.Server {
 // TestLinkUpOverTLS: a broker with a certificate from the mesh's CA for
 // the name in the URL is linked to, whatever the URL's scheme.
 func TestLinkUpOverTLS(t *testing.T) {
-	ca := newTestCA(t)
-	cert := ca.issue(t, "localhost", "127.0.0.1")
+	ca := testbeds.NewCA(t)
+	cert := ca.Issue(t, "localhost", "127.0.0.1")
 	srv := runTLSServer(t, &cert)
 	for _, url := range []string{"tls://127.0.0.1:%d", "nats://localhost:%d"} {
 		j := openJournal(t, t.TempDir()+"/journal.db")
 		b := &bed{t: t, j: j, host: &testHost{j: j}}
-		b.start(Config{Mesh: testMesh, Node: testNode, Trust: publicKey(testKey), URLs: []string{fmt.Sprintf(url, serverPort(t, srv))}, TLS: ca.client(),
+		b.start(Config{Mesh: testMesh, Node: testNode, Trust: publicKey(testKey), URLs: []string{fmt.Sprintf(url, serverPort(t, srv))}, TLS: ca.Client(),
 			ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, HelloTimeout: 100 * time.Millisecond})
 		b.waitUp()
 		b.stop()
@@ -122,9 +62,9 @@ func TestLinkUpOverTLS(t *testing.T) {
 // name the link dialled is never linked to: the link journals why, as
 // link.down, once, and nothing the server pushes reaches the host.
 func TestRefusesAnUnprovenBroker(t *testing.T) {
-	ca := newTestCA(t)
-	otherCert := newTestCA(t).issue(t, "localhost", "127.0.0.1")
-	wrongName := ca.issue(t, "broker.example", "")
+	ca := testbeds.NewCA(t)
+	otherCert := testbeds.NewCA(t).Issue(t, "localhost", "127.0.0.1")
+	wrongName := ca.Issue(t, "broker.example", "")
 	for _, tc := range []struct {
 		name   string
 		cert   *tls.Certificate // nil: no TLS at all
@@ -139,7 +79,7 @@ func TestRefusesAnUnprovenBroker(t *testing.T) {
 			url := fmt.Sprintf("tls://localhost:%d", serverPort(t, rogue))
 			j := openJournal(t, t.TempDir()+"/journal.db")
 			b := &bed{t: t, j: j, host: &testHost{j: j}}
-			b.start(Config{Mesh: testMesh, Node: testNode, Trust: publicKey(testKey), URLs: []string{url}, TLS: ca.client(),
+			b.start(Config{Mesh: testMesh, Node: testNode, Trust: publicKey(testKey), URLs: []string{url}, TLS: ca.Client(),
 				ReconnectMin: 20 * time.Millisecond, ReconnectMax: 50 * time.Millisecond, HelloTimeout: 100 * time.Millisecond})
 
 			// The rogue pushes a declaration, again and again.
@@ -201,15 +141,15 @@ func (u *upSignal) Append(recs ...event.Record) ([]event.Record, error) {
 // BenchmarkConnect is a host's connect time: from Run to link.up, over
 // TLS with a certificate from the mesh's CA and over plaintext.
 func BenchmarkConnect(b *testing.B) {
-	ca := newTestCA(b)
-	cert := ca.issue(b, "localhost", "127.0.0.1")
+	ca := testbeds.NewCA(b)
+	cert := ca.Issue(b, "localhost", "127.0.0.1")
 	for _, bc := range []struct {
 		name string
 		srv  *server.Server
 		tls  *tls.Config
 	}{
 		{"plaintext", runTLSServer(b, nil), nil},
-		{"tls", runTLSServer(b, &cert), ca.client()},
+		{"tls", runTLSServer(b, &cert), ca.Client()},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			j := openJournal(b, b.TempDir()+"/journal.db")

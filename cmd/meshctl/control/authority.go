@@ -216,7 +216,7 @@ func create(dir, mesh string) error {
 			return err
 		}
 	}
-	if err := createDeclarationKey(dir); err != nil {
+	if _, err := declarationKey(dir); err != nil {
 		return err
 	}
 	if err := createSystemCreds(dir); err != nil {
@@ -289,22 +289,10 @@ func Open(dir string) (*Authority, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	seed, err = read(declarationsSeedFile)
-	if errors.Is(err, fs.ErrNotExist) {
-		// An authority made before declarations were signed gains its key
-		// here; nodes enrolled before it must be enrolled again to learn it.
-		if err = createDeclarationKey(dir); err == nil {
-			seed, err = read(declarationsSeedFile)
-		}
-	}
-	if err != nil {
+	// An authority made before declarations were signed gains its key
+	// here; nodes enrolled before it must be enrolled again to learn it.
+	if a.declKey, err = declarationKey(dir); err != nil {
 		return nil, err
-	}
-	if a.declKey, err = nkeys.FromSeed([]byte(seed)); err != nil {
-		return nil, fmt.Errorf("%s: %w", declarationsSeedFile, err)
-	}
-	if pub, _ := a.declKey.PublicKey(); linkproto.ValidSigningKey(pub) != nil {
-		return nil, fmt.Errorf("%s is not a mesh signing key", declarationsSeedFile)
 	}
 	if err := linkproto.ValidName(a.Mesh); err != nil {
 		return nil, fmt.Errorf("%s: mesh: %w", configFile, err)
@@ -334,17 +322,49 @@ func createSystemCreds(dir string) error {
 	return writeFile(filepath.Join(dir, systemCredsFile), creds)
 }
 
-// createDeclarationKey writes a new declaration key into dir.
-func createDeclarationKey(dir string) error {
-	kp, err := linkproto.NewSigningKey()
-	if err != nil {
-		return err
+// declarationKey reads the mesh's declaration key from dir, making it on
+// first use.
+func declarationKey(dir string) (nkeys.KeyPair, error) {
+	return keyFile(dir, declarationsSeedFile, linkproto.NewSigningKey, func(seed []byte) (nkeys.KeyPair, error) {
+		kp, err := nkeys.FromSeed(seed)
+		if err != nil {
+			return nil, err
+		}
+		if pub, _ := kp.PublicKey(); linkproto.ValidSigningKey(pub) != nil {
+			return nil, errors.New("not a mesh signing key")
+		}
+		return kp, nil
+	})
+}
+
+// keyFile reads the key whose seed is DIR/name with parse, or, when there
+// is none, makes one with create and writes its seed there (0600): keys an
+// authority gained after it was first made are added on first use.
+func keyFile(dir, name string, create func() (nkeys.KeyPair, error), parse func([]byte) (nkeys.KeyPair, error)) (nkeys.KeyPair, error) {
+	path := filepath.Join(dir, name)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		kp, err := create()
+		if err != nil {
+			return nil, err
+		}
+		seed, err := kp.Seed()
+		if err != nil {
+			return nil, err
+		}
+		if err := writeFile(path, append(seed, '\n')); err != nil {
+			return nil, err
+		}
+		return kp, nil
 	}
-	seed, err := kp.Seed()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return writeFile(filepath.Join(dir, declarationsSeedFile), append(seed, '\n'))
+	kp, err := parse([]byte(strings.TrimSpace(string(b))))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return kp, nil
 }
 
 // DeclarationKey is the mesh's declaration key: what signs declarations,

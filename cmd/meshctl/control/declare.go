@@ -187,11 +187,13 @@ func (c *Client) store(ctx context.Context, node string, d *declaration.Declarat
 		if err != nil {
 			return nil, err
 		}
-		same := withoutSealed(d).Digest() == withoutSealed(stored).Digest()
+		// Sealed anew, a secret differs in its bytes: the same revision is
+		// the same declaration when what the operator named is.
+		same := func() bool { return withoutSealed(d).Digest() == withoutSealed(stored).Digest() }
 		switch {
 		case d.Revision < stored.Revision:
 			return nil, fmt.Errorf("%w: %s is at revision %d; revision %d is older", ErrRefused, node, stored.Revision, d.Revision)
-		case d.Revision == stored.Revision && !same:
+		case d.Revision == stored.Revision && !same():
 			return nil, fmt.Errorf("%w: revision %d of %s is already stored with other content: bump the revision", ErrRefused, d.Revision, node)
 		case d.Revision == stored.Revision:
 			// The same declaration again: push the stored one again,

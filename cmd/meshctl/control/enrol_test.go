@@ -287,6 +287,11 @@ func TestEnrolKeepsTheSeedOnTheHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The server must know the subscription before the enrolment's
+	// messages pass, or the spy sees none of them.
+	if err := b.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	enc := b.token("web-1", time.Hour)
 	noSeed(t, "the token", tokenJSON(t, enc))
 	h := newHost(t)

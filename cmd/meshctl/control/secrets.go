@@ -40,27 +40,7 @@ var secretName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 // sealingKey reads the mesh's sealing key from dir, making it on first use
 // (an authority made before secrets existed gains it then).
 func sealingKey(dir string) (nkeys.KeyPair, error) {
-	path := filepath.Join(dir, sealingSeedFile)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		k, err := sealing.NewKey()
-		if err != nil {
-			return nil, err
-		}
-		seed, _ := k.Seed()
-		if err := writeFile(path, append(seed, '\n')); err != nil {
-			return nil, err
-		}
-		return k, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	k, err := sealing.KeyFromSeed([]byte(strings.TrimSpace(string(b))))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return k, nil
+	return keyFile(dir, sealingSeedFile, sealing.NewKey, sealing.KeyFromSeed)
 }
 
 // Secrets is the control plane's store of secret values: one file each in
@@ -166,12 +146,9 @@ func (s *Secrets) List() ([]string, error) {
 // is not changed.
 func (s *Secrets) sealFor(ctx context.Context, keys jetstream.KeyValue, mesh, node string, d *declaration.Declaration) (*declaration.Declaration, error) {
 	var nodeKey string
-	out := *d
-	out.Resources = slices.Clone(d.Resources)
-	for i, r := range out.Resources {
-		f, ok := r.(*drivers.FileSpec)
-		if !ok || f.Secret == nil || f.Secret.Sealed != "" {
-			continue
+	return replaceSecrets(d, func(f *drivers.FileSpec) (*drivers.Secret, error) {
+		if f.Secret.Sealed != "" {
+			return f.Secret, nil
 		}
 		if nodeKey == "" {
 			var err error
@@ -187,27 +164,39 @@ func (s *Secrets) sealFor(ctx context.Context, keys jetstream.KeyValue, mesh, no
 		if err != nil {
 			return nil, fmt.Errorf("file %s: secret %q: %w", f.Path, f.Secret.Name, err)
 		}
-		c := *f
-		c.Secret = &drivers.Secret{Name: f.Secret.Name, Sealed: sealed, Sender: s.pub}
-		out.Resources[i] = &c
-	}
-	return &out, nil
+		return &drivers.Secret{Name: f.Secret.Name, Sealed: sealed, Sender: s.pub}, nil
+	})
 }
 
 // withoutSealed is d with its secrets named only: what an operator
 // declared, whatever the sealing. Two declarations that differ only by
 // being sealed again are the same declaration.
 func withoutSealed(d *declaration.Declaration) *declaration.Declaration {
+	out, _ := replaceSecrets(d, func(f *drivers.FileSpec) (*drivers.Secret, error) {
+		return &drivers.Secret{Name: f.Secret.Name}, nil
+	})
+	return out
+}
+
+// replaceSecrets returns a copy of d in which each file naming a secret is
+// a copy with the secret with gives it; d itself is not changed.
+func replaceSecrets(d *declaration.Declaration, with func(*drivers.FileSpec) (*drivers.Secret, error)) (*declaration.Declaration, error) {
 	out := *d
 	out.Resources = slices.Clone(d.Resources)
 	for i, r := range out.Resources {
-		if f, ok := r.(*drivers.FileSpec); ok && f.Secret != nil {
-			c := *f
-			c.Secret = &drivers.Secret{Name: f.Secret.Name}
-			out.Resources[i] = &c
+		f, ok := r.(*drivers.FileSpec)
+		if !ok || f.Secret == nil {
+			continue
 		}
+		sec, err := with(f)
+		if err != nil {
+			return nil, err
+		}
+		c := *f
+		c.Secret = sec
+		out.Resources[i] = &c
 	}
-	return &out
+	return &out, nil
 }
 
 // nodeSealKey is the sealing key node told when it enrolled.
