@@ -3,6 +3,7 @@ package declaration
 import (
 	"bufio"
 	"fmt"
+	"net/url"
 	"path"
 	"strings"
 
@@ -85,7 +86,10 @@ func (inst Installation) refusal(s drivers.Spec) (field, msg string, sentinel er
 	case *drivers.DirectorySpec:
 		return inst.pathRefusal(s.Path, false)
 	case *drivers.ArchiveSpec:
-		return inst.pathRefusal(s.Path, true)
+		if f, m, e := inst.pathRefusal(s.Path, true); m != "" {
+			return f, m, e
+		}
+		return inst.sourceRefusal(s.Source)
 	}
 	return "", "", nil
 }
@@ -122,6 +126,23 @@ func (inst Installation) pathRefusal(p string, archive bool) (field, msg string,
 			return field0, own(fmt.Sprintf("%s is in the host's versions directory %s, where only a release archive (%s/%s) writes", p, v, v, version)), ErrOwnInstallation
 		case archive && within(v, p):
 			return field0, own(fmt.Sprintf("an archive at %s would replace the host's versions directory %s", p, v)), ErrOwnInstallation
+		}
+	}
+	return "", "", nil
+}
+
+// sourceRefusal refuses an archive's file source inside the installation:
+// the host's state holds its keys, credentials and journal, and no
+// declaration reads them, even as an archive that would fail its digest.
+func (inst Installation) sourceRefusal(source string) (field, msg string, sentinel error) {
+	u, err := url.Parse(source)
+	if err != nil || u.Scheme != "file" {
+		return "", "", nil
+	}
+	p := path.Clean(u.Path)
+	for _, q := range append(inst.Paths[:len(inst.Paths):len(inst.Paths)], inst.Versions) {
+		if q != "" && within(p, path.Clean(q)) {
+			return "source", fmt.Sprintf("%s is in the host's own %s: a declaration never reads the host's installation", p, path.Clean(q)), ErrOwnInstallation
 		}
 	}
 	return "", "", nil

@@ -56,6 +56,9 @@ func TestInstallationIsUntouchable(t *testing.T) {
 		{"an archive over the versions", archive("/opt/mesh-host"), declaration.ErrOwnInstallation, "would replace the host's versions directory"},
 		{"an archive over the state", archive("/var/lib"), declaration.ErrOwnInstallation, "would replace the host's own /var/lib/mesh-host"},
 		{"an archive at the root", archive("/srv/../usr"), declaration.ErrOwnInstallation, "would replace"},
+		{"its credentials as an archive source", `archive: {path: /srv/a, source: "file:///var/lib/mesh-host/node.creds", digest: "` + digest + `", format: tar}`, declaration.ErrOwnInstallation, "never reads the host's installation"},
+		{"its journal as an archive source", `archive: {path: /srv/a, source: "file:///var/lib/mesh-host/journal.db", digest: "` + digest + `", format: tar}`, declaration.ErrOwnInstallation, "own /var/lib/mesh-host"},
+		{"a version as an archive source", `archive: {path: /srv/a, source: "file:///opt/mesh-host/versions/abc/mesh-host", digest: "` + digest + `", format: tar}`, declaration.ErrOwnInstallation, "versions"},
 		{"its package removed", `package: {name: mesh-host, state: absent}`, declaration.ErrOwnInstallation, `"mesh-host" is the host's own package`},
 		{"its package declared", `package: {name: mesh-host}`, declaration.ErrOwnInstallation, "own package"},
 	} {

@@ -84,7 +84,8 @@ var rules = map[drivers.Kind]map[string]rule{
 	drivers.KindArchive: {
 		"path": {desc: "Absolute, clean path of the directory the archive unpacks into; " +
 			version + " expands to the digest's hex.", pattern: pathPattern, check: archivePath},
-		"source": {desc: "Where to fetch the archive: a file://, http:// or https:// URL; " +
+		"source": {desc: "Where to fetch the archive: a file://, http:// or https:// URL " +
+			"(a file URL's path is beneath the root, as every path is); " +
 			version + " expands to the digest's hex.", pattern: sourcePattern, check: source},
 		"digest": {desc: "The archive's sha256 digest, checked before anything is unpacked.",
 			pattern: digestPattern, check: digest},
@@ -326,6 +327,9 @@ func source(s string) string {
 	case u.Scheme == "file":
 		if u.Host != "" || !strings.HasPrefix(s, "file:///") {
 			return fmt.Sprintf("%q: a file URL holds an absolute path and no host, as in file:///srv/app.tar.gz", s)
+		}
+		if err := drivers.CheckPath(u.Path); err != nil {
+			return fmt.Sprintf("%q: its path is beneath the root, and %v", s, err)
 		}
 	case u.Host == "":
 		return fmt.Sprintf("%q has no host", s)

@@ -124,7 +124,8 @@ type ArchiveSpec struct {
 	// Path is the destination directory; "${version}" in it (and in any
 	// value of the resource) expands to the digest's hex.
 	Path string `json:"path"`
-	// Source is an http, https or file URL.
+	// Source is an http, https or file URL. A file URL's path is beneath
+	// the root, as Path is: file:///srv/a.tar is <root>/srv/a.tar.
 	Source string `json:"source"`
 	// Digest is "sha256:" and 64 hex digits, checked before anything is
 	// unpacked.

@@ -389,7 +389,7 @@ func benchRollback(b *testing.B, delay string) {
 	if err := os.WriteFile(badBin, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 		b.Fatal(err)
 	}
-	bad, err := testbeds.Pack(badBin, dir)
+	bad, err := testbeds.Pack(badBin, h.Root)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -98,7 +98,7 @@ func newUpgradeBed(t *testing.T, env ...string) *upgradeBed {
 // release packs bin as a release archive.
 func (u *upgradeBed) release(t *testing.T, bin string) testbeds.Release {
 	t.Helper()
-	r, err := testbeds.Pack(bin, u.dir)
+	r, err := testbeds.Pack(bin, u.h.Root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,8 @@ const VersionsDir = "/opt/mesh-host/versions"
 // Release is a host build packed as a release archive: a tar.gz holding
 // mesh-host at its top, made with the real tar.
 type Release struct {
-	Path   string // the archive
+	Path   string // the archive, on this machine
+	Source string // the file source naming it beneath the root it was packed into
 	Digest string // sha256:HEX of the archive
 }
 
@@ -27,8 +28,18 @@ type Release struct {
 // archive's digest, which is what ${version} expands to.
 func (r Release) Version() string { return strings.TrimPrefix(r.Digest, "sha256:") }
 
-// Pack makes a release archive of the executable bin in dir.
-func Pack(bin, dir string) (Release, error) {
+// ReleasesDir is where, beneath a host's root, Pack puts release archives:
+// a file source names a file beneath the root.
+const ReleasesDir = "/srv/releases"
+
+// Pack makes a release archive of the executable bin in root's
+// ReleasesDir, so that a host whose root is root fetches it from its
+// file source.
+func Pack(bin, root string) (Release, error) {
+	dir := filepath.Join(root, ReleasesDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Release{}, err
+	}
 	stage, err := os.MkdirTemp(dir, "pack-")
 	if err != nil {
 		return Release{}, err
@@ -49,12 +60,12 @@ func Pack(bin, dir string) (Release, error) {
 	if err != nil {
 		return Release{}, err
 	}
-	return Release{Path: f.Name(), Digest: "sha256:" + sum}, nil
+	return Release{Path: f.Name(), Source: "file://" + ReleasesDir + "/" + filepath.Base(f.Name()), Digest: "sha256:" + sum}, nil
 }
 
 // ArchiveYAML is the declaration resource that delivers r.
 func (r Release) ArchiveYAML() string {
-	return fmt.Sprintf("  - archive: {path: \"%s/${version}\", source: \"file://%s\", digest: %q, format: tar.gz}\n", VersionsDir, r.Path, r.Digest)
+	return fmt.Sprintf("  - archive: {path: \"%s/${version}\", source: %q, digest: %q, format: tar.gz}\n", VersionsDir, r.Source, r.Digest)
 }
 
 // Install puts the executable bin into h's versions directory as the first

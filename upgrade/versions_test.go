@@ -195,7 +195,7 @@ func TestArchiveDeliveries(t *testing.T) {
 	defer root.Close()
 	d := archive.New(root, archive.Options{})
 	for _, name := range []string{"ffff", "0000"} {
-		src, digest := tarGz(t, "#!/bin/sh\necho "+name+"\n")
+		src, digest := tarGz(t, rootDir, "#!/bin/sh\necho "+name+"\n")
 		spec := &drivers.ArchiveSpec{Path: "/opt/mesh-host/versions/" + name, Source: "file://" + src, Digest: digest, Format: "tar.gz"}
 		if _, err := d.Apply(context.Background(), spec); err != nil {
 			t.Fatal(err)
@@ -211,12 +211,17 @@ func TestArchiveDeliveries(t *testing.T) {
 	}
 }
 
-// tarGz writes a tar.gz holding an executable mesh-host and returns its
-// path and digest.
-func tarGz(t *testing.T, exe string) (path, digest string) {
+// tarGz writes a tar.gz holding an executable mesh-host beneath rootDir
+// (a file source is beneath the root) and returns its path there and its
+// digest.
+func tarGz(t *testing.T, rootDir, exe string) (path, digest string) {
 	t.Helper()
-	path = filepath.Join(t.TempDir(), "release.tar.gz")
-	f, err := os.Create(path)
+	dir, err := os.MkdirTemp(rootDir, "release-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = "/" + filepath.Base(dir) + "/release.tar.gz"
+	f, err := os.Create(filepath.Join(rootDir, path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +236,7 @@ func tarGz(t *testing.T, exe string) (path, digest string) {
 	}
 	zw.Close()
 	f.Close()
-	b, _ := os.ReadFile(path)
+	b, _ := os.ReadFile(filepath.Join(rootDir, path))
 	sum := sha256.Sum256(b)
 	return path, "sha256:" + hex.EncodeToString(sum[:])
 }

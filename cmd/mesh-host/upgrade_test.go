@@ -449,7 +449,8 @@ func (b *upgradeBed) startLauncher(serveArgs ...string) *proc {
 	return b.start("launcher", env, append([]string{"sh", script, "--root", b.root}, serveArgs...)...)
 }
 
-// release is the test's binary packed as a release archive.
+// release is the test's binary packed as a release archive; path is where
+// it is beneath the root, as its file source names it.
 type release struct{ path, digest string }
 
 func (r release) version() string { return strings.TrimPrefix(r.digest, "sha256:") }
@@ -465,7 +466,11 @@ func (b *upgradeBed) release() release {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	f, err := os.CreateTemp(b.dir, "release-*.tar.gz")
+	releases := filepath.Join(b.root, "srv/releases")
+	if err := os.MkdirAll(releases, 0o755); err != nil {
+		b.t.Fatal(err)
+	}
+	f, err := os.CreateTemp(releases, "release-*.tar.gz")
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -481,7 +486,7 @@ func (b *upgradeBed) release() release {
 	f.Close()
 	data, _ := os.ReadFile(f.Name())
 	sum := sha256.Sum256(data)
-	return release{path: f.Name(), digest: "sha256:" + hex.EncodeToString(sum[:])}
+	return release{path: "/srv/releases/" + filepath.Base(f.Name()), digest: "sha256:" + hex.EncodeToString(sum[:])}
 }
 
 func appendResource(t *testing.T, decl, yaml string) {

@@ -118,9 +118,10 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultMaxBytes    = 1 << 30
-	DefaultMaxEntries  = 100_000
-	DefaultHTTPTimeout = 15 * time.Minute
+	DefaultMaxBytes     = 1 << 30
+	DefaultMaxEntries   = 100_000
+	DefaultHTTPTimeout  = 15 * time.Minute
+	DefaultFetchTimeout = DefaultHTTPTimeout
 )
 
 // Options tune a Driver; a zero field takes its default.
@@ -134,6 +135,9 @@ type Options struct {
 	// HTTPClient fetches http and https sources; the default has a
 	// DefaultHTTPTimeout timeout.
 	HTTPClient *http.Client
+	// FetchTimeout bounds a whole fetch, local or remote, from open to
+	// the last byte (DefaultFetchTimeout).
+	FetchTimeout time.Duration
 	// Now is the clock of arrival markers (time.Now).
 	Now func() time.Time
 }
@@ -163,6 +167,9 @@ func New(root *drivers.Root, opts Options) *Driver {
 	opts.MaxEntries = min(opts.MaxEntries, math.MaxInt32)
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: DefaultHTTPTimeout}
+	}
+	if opts.FetchTimeout <= 0 {
+		opts.FetchTimeout = DefaultFetchTimeout
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -328,6 +335,10 @@ func sourceURL(src string) (*url.URL, error) {
 		}
 		if u.Path == "" || u.Path[0] != '/' {
 			return nil, fmt.Errorf("source %q: a file URL's path is absolute", src)
+		}
+		// The path is beneath the root, and so as clean as any other.
+		if err := drivers.CheckPath(u.Path); err != nil {
+			return nil, fmt.Errorf("source %q: %w", src, err)
 		}
 	default:
 		return nil, fmt.Errorf("source %q is not an http, https or file URL", src)

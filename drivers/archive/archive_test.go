@@ -141,7 +141,7 @@ func TestRealTools(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := &drivers.ArchiveSpec{Path: "/srv/app", Source: fileURL(out), Digest: sum(data), Format: c.format}
+			s := &drivers.ArchiveSpec{Path: "/srv/app", Source: e.fileURL(out), Digest: sum(data), Format: c.format}
 			e.apply(s, drivers.Created)
 			if obs := e.observe(s); !obs.InSync || obs.Seen != s.Digest {
 				t.Errorf("Observe after Apply = %+v, want InSync, Seen %s", obs, s.Digest)
@@ -302,7 +302,7 @@ func TestRefused(t *testing.T) {
 			// The digest of what was fetched is never said: a source
 			// naming any file would make the error, journaled and sent
 			// upward, an oracle for that file's digest.
-			if fetched, rerr := os.ReadFile(strings.TrimPrefix(bad.Source, "file://")); rerr != nil {
+			if fetched, rerr := os.ReadFile(e.sourcePath(bad)); rerr != nil {
 				t.Fatal(rerr)
 			} else if hexOnly := strings.TrimPrefix(sum(fetched), "sha256:"); bad.Digest != sum(fetched) && strings.Contains(err.Error(), hexOnly) {
 				t.Errorf("the error %q reveals the digest of what was fetched", err)
@@ -488,7 +488,7 @@ func TestObserve(t *testing.T) {
 	if obs := e.observe(s); strings.Join(obs.Differs, ",") != "arrival" || obs.Seen != s.Digest {
 		t.Errorf("Observe without the arrival marker = %+v, want Differs [arrival]", obs)
 	}
-	if err := os.Remove(strings.TrimPrefix(s.Source, "file://")); err != nil {
+	if err := os.Remove(e.sourcePath(s)); err != nil {
 		t.Fatal(err)
 	}
 	e.apply(s, drivers.Updated)
@@ -503,11 +503,11 @@ func TestObserve(t *testing.T) {
 func TestSourceThatIsNotAFileIsRefusedAtOnce(t *testing.T) {
 	e := newEnv(t, archive.Options{})
 	s := e.spec("/srv/app", drivers.FormatTarGz, tgzOf(t, file("a", "x")))
-	fifo := filepath.Join(t.TempDir(), "fifo")
+	fifo := filepath.Join(e.src, "fifo")
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
 		t.Skipf("mkfifo: %v", err)
 	}
-	s.Source = "file://" + fifo
+	s.Source = e.fileURL(fifo)
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.d.Apply(t.Context(), s)
@@ -805,6 +805,94 @@ func TestLongName(t *testing.T) {
 	e.apply(s, drivers.Unchanged)
 	if err := e.d.Remove(t.Context(), s); err != nil {
 		t.Fatal(err)
+	}
+	e.noLeftovers("/srv")
+}
+
+// TestFileSourceIsBeneathTheRoot: a file source names a path beneath the
+// root, as every path a declaration names does. Each source here reaches,
+// or would reach, an archive outside the root whose digest is the one
+// declared: read, it would unpack. Each is refused, and nothing is
+// unpacked.
+func TestFileSourceIsBeneathTheRoot(t *testing.T) {
+	e := newEnv(t, archive.Options{})
+	data := tgzOf(t, file("secret", "from outside the root"))
+	outside := t.TempDir()
+	outsideArchive := filepath.Join(outside, "a.tgz")
+	if err := os.WriteFile(outsideArchive, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outsideArchive, filepath.Join(e.src, "link.tgz")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(e.src, "linkdir")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(e.src, "dir.tgz"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, source string
+		want         []string
+		is           error
+	}{
+		// The machine's path is read as a path beneath the root, where
+		// nothing is.
+		{"the machine's own path", "file://" + outsideArchive, []string{e.root.Host(outsideArchive)}, fs.ErrNotExist},
+		{"a symlink at the path", "file://" + sourceDir + "/link.tgz", []string{"a symlink, not a regular file"}, nil},
+		{"a symlink in a parent", "file://" + sourceDir + "/linkdir/a.tgz", []string{"linkdir"}, nil},
+		{"a directory", "file://" + sourceDir + "/dir.tgz", []string{"a directory, not a regular file"}, nil},
+		{"dot-dot out of the root", "file://" + sourceDir + "/../../../../" + outsideArchive, nil, drivers.ErrInvalidSpec},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &drivers.ArchiveSpec{Path: "/srv/app", Source: c.source, Digest: sum(data), Format: drivers.FormatTarGz}
+			_, err := e.d.Apply(t.Context(), s)
+			t.Logf("Apply: %v", err)
+			if err == nil {
+				t.Fatalf("Apply(%s) unpacked an archive from outside the root", c.source)
+			}
+			wantErr(t, err, c.is, c.want...)
+			if _, err := os.Lstat(e.root.Host("/srv/app")); !os.IsNotExist(err) {
+				t.Errorf("/srv/app exists after a refused source: %v", err)
+			}
+			e.noLeftovers("/srv")
+		})
+	}
+}
+
+// TestFetchTimeout: a source that trickles its bytes is given up after
+// Options.FetchTimeout, whatever the transport's own timeouts, and the
+// destination is left as it was.
+func TestFetchTimeout(t *testing.T) {
+	data := tgzOf(t, file("big", strings.Repeat("0123456789abcdef", 1<<12)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		for i := range data { // a byte every 10 ms: minutes for the whole
+			if _, err := w.Write(data[i : i+1]); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	e := newEnv(t, archive.Options{HTTPClient: &http.Client{}, FetchTimeout: 300 * time.Millisecond})
+	s := &drivers.ArchiveSpec{Path: "/srv/app", Source: srv.URL + "/a.tgz", Digest: sum(data), Format: drivers.FormatTarGz}
+	result := make(chan error, 1)
+	go func() {
+		_, err := e.d.Apply(t.Context(), s)
+		result <- err
+	}()
+	select {
+	case err := <-result:
+		wantErr(t, err, context.DeadlineExceeded, "took longer than 300ms", "FetchTimeout")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Apply from a trickling source still runs after 30 s, with a 300 ms fetch timeout")
 	}
 	e.noLeftovers("/srv")
 }

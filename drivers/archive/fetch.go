@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -39,6 +40,10 @@ func (d *Driver) fetch(ctx context.Context, dirfd int, base string, s *drivers.A
 
 // download writes the source into f and checks its digest.
 func (d *Driver) download(ctx context.Context, f *os.File, s *drivers.ArchiveSpec) error {
+	// The whole fetch, local or remote, is bounded in time: a source that
+	// trickles a byte a minute does not hold the apply for ever.
+	ctx, cancel := context.WithTimeout(ctx, d.opts.FetchTimeout)
+	defer cancel()
 	src, size, err := d.open(ctx, s.Source)
 	if err != nil {
 		return err
@@ -54,6 +59,9 @@ func (d *Driver) download(ctx context.Context, f *os.File, s *drivers.ArchiveSpe
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(f, h), &ctxReader{ctx: ctx, r: io.LimitReader(src, limit+1)})
 	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("fetch %s: took longer than %s (Options.FetchTimeout): %w", s.Source, d.opts.FetchTimeout, ctx.Err())
+		}
 		return fmt.Errorf("fetch %s: %w", s.Source, ctxErr(ctx, err))
 	}
 	if n > limit {
@@ -77,19 +85,20 @@ func (d *Driver) open(ctx context.Context, source string) (r io.ReadCloser, size
 		return nil, 0, err
 	}
 	if u.Scheme == "file" {
-		// Non-blocking, so that a FIFO or a device at the path cannot
-		// hold the open (and the apply) for ever; not through a symlink at
-		// the path; and nothing but a regular file is read.
-		fd, err := unix.Open(u.Path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		// A local source is a file beneath the root, as every path a
+		// declaration names is: file:///srv/app.tar is <root>/srv/app.tar.
+		// It is opened non-blocking (a FIFO or a device cannot hold the
+		// open, and the apply, for ever), through no symlink at the path
+		// or in a parent, and only if it is a regular file.
+		rc, st, err := d.root.Look(u.Path)
 		if err != nil {
-			return nil, 0, fmt.Errorf("fetch %s: %w", source, &os.PathError{Op: "open", Path: u.Path, Err: err})
+			return nil, 0, fmt.Errorf("fetch %s: %w", source, err)
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-			unix.Close(fd)
-			return nil, 0, fmt.Errorf("fetch %s: not a regular file", source)
+		if rc == nil {
+			return nil, 0, fmt.Errorf("fetch %s: %s is %s, not a regular file beneath the root; nothing but a regular file is read",
+				source, d.root.Host(u.Path), fileType(st.Mode))
 		}
-		return os.NewFile(uintptr(fd), u.Path), st.Size, nil
+		return rc, st.Size, nil
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, source, nil)
 	if err != nil {
@@ -104,6 +113,23 @@ func (d *Driver) open(ctx context.Context, source string) (r io.ReadCloser, size
 		return nil, 0, fmt.Errorf("fetch %s: %s", source, resp.Status)
 	}
 	return resp.Body, resp.ContentLength, nil
+}
+
+// fileType names what a mode says is at a path, for an error.
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFLNK:
+		return "a symlink"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFCHR, unix.S_IFBLK:
+		return "a device"
+	}
+	return "not a regular file"
 }
 
 // ctxErr is ctx's error when ctx is done, so that a cancelled fetch says

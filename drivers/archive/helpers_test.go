@@ -122,8 +122,9 @@ func sum(b []byte) string {
 	return "sha256:" + hex.EncodeToString(s[:])
 }
 
-// env is a driver over a fresh root with /srv in it, and a directory
-// outside the root for archives.
+// env is a driver over a fresh root with /srv in it, and the directory in
+// the root its archives are fetched from (a file source is beneath the
+// root).
 type env struct {
 	t       *testing.T
 	rootDir string
@@ -134,8 +135,12 @@ type env struct {
 
 func newEnv(t *testing.T, opts archive.Options) *env {
 	t.Helper()
-	e := &env{t: t, rootDir: t.TempDir(), src: t.TempDir()}
+	e := &env{t: t, rootDir: t.TempDir()}
 	if err := os.Mkdir(filepath.Join(e.rootDir, "srv"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.src = filepath.Join(e.rootDir, sourceDir)
+	if err := os.MkdirAll(e.src, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	root, err := drivers.NewRoot(e.rootDir)
@@ -147,8 +152,11 @@ func newEnv(t *testing.T, opts archive.Options) *env {
 	return e
 }
 
-// spec writes data outside the root and returns the spec unpacking it at
-// dest.
+// sourceDir is where, beneath the root, a test's archives are fetched from.
+const sourceDir = "/var/cache/archives"
+
+// spec writes data into the source directory and returns the spec
+// unpacking it at dest.
 func (e *env) spec(dest, format string, data []byte) *drivers.ArchiveSpec {
 	e.t.Helper()
 	f, err := os.CreateTemp(e.src, "archive-*."+format)
@@ -161,10 +169,27 @@ func (e *env) spec(dest, format string, data []byte) *drivers.ArchiveSpec {
 	if err := f.Close(); err != nil {
 		e.t.Fatal(err)
 	}
-	return &drivers.ArchiveSpec{Path: dest, Source: fileURL(f.Name()), Digest: sum(data), Format: format}
+	return &drivers.ArchiveSpec{Path: dest, Source: e.fileURL(f.Name()), Digest: sum(data), Format: format}
 }
 
-func fileURL(p string) string { return (&url.URL{Scheme: "file", Path: p}).String() }
+// fileURL is the file source naming the file at host path p, which is
+// beneath the root.
+func (e *env) fileURL(p string) string {
+	rel, err := filepath.Rel(e.rootDir, p)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		e.t.Fatalf("%s is not beneath the root %s", p, e.rootDir)
+	}
+	return (&url.URL{Scheme: "file", Path: "/" + rel}).String()
+}
+
+// sourcePath is the host path a file source names.
+func (e *env) sourcePath(s *drivers.ArchiveSpec) string {
+	u, err := url.Parse(s.Source)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.root.Host(u.Path)
+}
 
 func (e *env) apply(s *drivers.ArchiveSpec, want drivers.Action) {
 	e.t.Helper()
