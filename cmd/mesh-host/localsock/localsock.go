@@ -55,12 +55,22 @@ func Listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create socket directory: %w", err)
 	}
-	if c, err := net.Dial("unix", path); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("listen on %s: another mesh-host service answers there", path)
-	}
-	_ = os.Remove(path)
-	l, err := net.Listen("unix", path)
+	var l net.Listener
+	err := withShortPath(path, func(addr string) error {
+		if c, err := net.Dial("unix", addr); err == nil {
+			c.Close()
+			return fmt.Errorf("another mesh-host service answers there")
+		}
+		_ = os.Remove(path)
+		ul, err := net.Listen("unix", addr)
+		if err != nil {
+			return err
+		}
+		// Removed by its real path on Close, never by the address.
+		ul.(*net.UnixListener).SetUnlinkOnClose(false)
+		l = &unlinkingListener{Listener: ul, path: path}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
@@ -126,8 +136,12 @@ func serveConn(ctx context.Context, c net.Conn, h Handler) {
 // stderr, returning the command's exit code. It returns ErrNoService when
 // nothing listens there.
 func Call(ctx context.Context, path string, args []string, stdout, stderr io.Writer) (int, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
+	var c net.Conn
+	err := withShortPath(path, func(addr string) (err error) {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "unix", addr)
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
 			return 0, fmt.Errorf("%w (no socket at %s)", ErrNoService, path)

@@ -109,3 +109,43 @@ func TestClientHangupCancelsCommand(t *testing.T) {
 		t.Fatal("the command outlived its client")
 	}
 }
+
+// TestLongPath: a socket whose path is longer than a socket address holds
+// (a state directory deep in a workspace) is listened on, called, refused
+// to a second service, and removed when the service stops.
+func TestLongPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("a-deep-workspace-directory/", 5))
+	path := filepath.Join(dir, "control.sock")
+	if len(path) < maxSunPath {
+		t.Fatalf("the path is %d bytes: not long enough to test", len(path))
+	}
+	l, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(path); err == nil || !strings.Contains(err.Error(), "another mesh-host service answers there") {
+		t.Errorf("a second Listen: %v, want refused", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, l, func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+			fmt.Fprint(stdout, strings.Join(args, " "))
+			return 0
+		})
+	}()
+	var out bytes.Buffer
+	if code, err := Call(context.Background(), path, []string{"status"}, &out, io.Discard); err != nil || code != 0 || out.String() != "status" {
+		t.Errorf("Call over a long path: %d, %v, %q", code, err, out.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the socket is still there after the service stopped: %v", err)
+	}
+	if _, err := Call(context.Background(), path, nil, io.Discard, io.Discard); !errors.Is(err, ErrNoService) {
+		t.Errorf("Call after the service stopped: %v, want ErrNoService", err)
+	}
+}
