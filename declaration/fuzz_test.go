@@ -3,10 +3,13 @@ package declaration_test
 import (
 	"errors"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
 )
 
 func seeds(f *testing.F, patterns ...string) {
@@ -75,5 +78,74 @@ func FuzzParseJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := declaration.ParseJSON("fuzz.json", data)
 		check(t, d, err)
+	})
+}
+
+// FuzzAdmission checks admission against an installation the fuzzer also
+// chooses: whatever the declaration and the configured paths, the check
+// never panics; a refusal is a placed ErrInvalid naming the part of the
+// installation; and a declaration it admits writes nothing at or under a
+// path of the installation, names neither its unit nor its package, and
+// puts nothing in its versions directory but a release archive.
+func FuzzAdmission(f *testing.F) {
+	for _, doc := range []string{
+		"mesh: m\nnode: n\nrevision: 1\nresources:\n  - file: {path: /var/lib/mesh-host/journal.db, content: x}\n",
+		"mesh: m\nnode: n\nrevision: 1\nresources:\n  - directory: {path: /var/lib}\n",
+		"mesh: m\nnode: n\nrevision: 1\nresources:\n  - archive: {path: /var, source: \"file:///srv/a.tar\", digest: \"sha256:" + strings.Repeat("0", 64) + "\", format: tar}\n",
+		"mesh: m\nnode: n\nrevision: 1\nresources:\n  - archive: {path: \"/opt/mesh-host/versions/${version}\", source: \"https://x/a.tar\", digest: \"sha256:" + strings.Repeat("0", 64) + "\", format: tar}\n",
+		"mesh: m\nnode: n\nrevision: 1\nresources:\n  - unit: {name: mesh-host.service, content: x}\n",
+		"mesh: m\nnode: n\nrevision: 1\nresources:\n  - package: {name: mesh-host, state: absent}\n",
+	} {
+		f.Add([]byte(doc), "mesh-host.service", "mesh-host", "/var/lib/mesh-host", "/opt/mesh-host/versions")
+	}
+	f.Fuzz(func(t *testing.T, doc []byte, unit, pkg, state, versions string) {
+		inst := declaration.Installation{Unit: unit, Package: pkg, Paths: []string{state}, Versions: versions}
+		d, err := declaration.ParseYAML("fuzz.yaml", doc)
+		if err != nil {
+			return
+		}
+		if err := d.RefuseInstallation(inst); err != nil {
+			var e *declaration.Error
+			if !errors.As(err, &e) || !errors.Is(err, declaration.ErrInvalid) ||
+				!errors.Is(err, declaration.ErrOwnInstallation) && !errors.Is(err, declaration.ErrOwnUnit) {
+				t.Fatalf("refusal %T %v: want a placed Error matching ErrInvalid and ErrOwnInstallation or ErrOwnUnit", err, err)
+			}
+			if !strings.Contains(e.Field, "resources[") {
+				t.Fatalf("refusal %v does not name the resource", err)
+			}
+			return
+		}
+		// An independent oracle, for installations a host could have.
+		clean := func(p string) bool { return p != "" && p[0] == '/' && path.Clean(p) == p && p != "/" }
+		under := func(p, q string) bool { return p == q || strings.HasPrefix(p, q+"/") }
+		for _, s := range d.Resources {
+			var p string
+			archive := false
+			switch s := s.(type) {
+			case *drivers.FileSpec:
+				p = s.Path
+			case *drivers.DirectorySpec:
+				p = s.Path
+			case *drivers.ArchiveSpec:
+				p, archive = s.Path, true
+			case *drivers.UnitSpec:
+				if unit != "" && s.Name == unit {
+					t.Fatalf("admitted a unit named %q, the host's own", unit)
+				}
+			case *drivers.PackageSpec:
+				if pkg != "" && s.Name == pkg {
+					t.Fatalf("admitted the host's own package %q", pkg)
+				}
+			}
+			if p == "" {
+				continue
+			}
+			if clean(state) && (under(p, state) || archive && under(state, p)) {
+				t.Fatalf("admitted %s %s over the host's own %s", s.Kind(), p, state)
+			}
+			if clean(versions) && under(p, versions) && !(archive && p == versions+"/${version}") {
+				t.Fatalf("admitted %s %s in the versions directory %s", s.Kind(), p, versions)
+			}
+		}
 	})
 }
