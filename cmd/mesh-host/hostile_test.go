@@ -93,7 +93,9 @@ func hostileCorpus() []hostileItem {
 
 		// Archive sources outside the root, or not files.
 		{name: "archive source on the machine, outside the root",
-			setup:     func(t *testing.T, s *scratch) { writeFile(t, filepath.Join(s.outside, "a.tgz"), "not an archive", 0o644) },
+			setup: func(t *testing.T, s *scratch) {
+				writeFile(t, filepath.Join(s.outside, "a.tgz"), "not an archive", 0o644)
+			},
 			resources: archive("/srv/app", "file://OUTSIDE/a.tgz"), code: 1, want: `no such file or directory`},
 		{name: "archive source through a symlink",
 			setup:     func(t *testing.T, s *scratch) { symlink(t, filepath.Join(s.outside, "precious"), s.in("srv/a.tgz")) },
