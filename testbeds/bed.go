@@ -517,13 +517,13 @@ func (b *Bed) NodeVersions() (map[string]string, error) {
 	if r.Code != 0 {
 		return nil, errors.New(r.String())
 	}
-	var nodes []struct {
+	nodes, err := JSONLines[struct {
 		Node      string `json:"node"`
 		Heartbeat struct {
 			Version string `json:"version"`
 		} `json:"heartbeat"`
-	}
-	if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil {
+	}](r.Stdout)
+	if err != nil {
 		return nil, fmt.Errorf("meshctl nodes --json: %v: %s", err, r.Stdout)
 	}
 	out := make(map[string]string, len(nodes))
@@ -531,4 +531,18 @@ func (b *Bed) NodeVersions() (map[string]string, error) {
 		out[n.Node] = n.Heartbeat.Version
 	}
 	return out, nil
+}
+
+// JSONLines decodes out, JSON lines (what --json prints), one T a line.
+func JSONLines[T any](out string) ([]T, error) {
+	var all []T
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var v T
+		if err := dec.Decode(&v); err != nil {
+			return all, err
+		}
+		all = append(all, v)
+	}
+	return all, nil
 }

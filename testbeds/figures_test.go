@@ -258,10 +258,10 @@ func BenchmarkHeartbeats1000Nodes(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	// Every simulated node is known, and none is silent.
 	r := bed.Meshctl("nodes", "--json")
-	var seen []struct {
+	seen, err := testbeds.JSONLines[struct {
 		State string `json:"state"`
-	}
-	if err := json.Unmarshal([]byte(r.Stdout), &seen); err != nil || len(seen) != nodes {
+	}](r.Stdout)
+	if err != nil || len(seen) != nodes {
 		b.Fatalf("meshctl nodes --json: %d nodes (%v): %s", len(seen), err, r.Stderr)
 	}
 	for _, n := range seen {

@@ -84,12 +84,12 @@ func TestPushIsAppliedAndReported(t *testing.T) {
 		t.Errorf("after declare returned, /etc/motd holds %q", got)
 	}
 	testbeds.Eventually(t, 10*time.Second, "meshctl nodes shows revision 1 applied", func() error {
-		var nodes []map[string]any
 		r := b.Meshctl("nodes", "--json")
 		if r.Code != 0 {
 			return errors.New(r.String())
 		}
-		if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil {
+		nodes, err := testbeds.JSONLines[map[string]any](r.Stdout)
+		if err != nil {
 			return fmt.Errorf("%v in %s", err, r.Stdout)
 		}
 		if len(nodes) != 1 || !strings.Contains(r.Stdout, `"web-1"`) {

@@ -289,8 +289,8 @@ func TestServeOnAnExistingServer(t *testing.T) {
 	}
 
 	logs := []*syncBuffer{
-		serve(t, "--data", data, "--nats", url, "serve", "--log-level", "debug"),
-		serve(t, "--data", data, "--nats", url, "serve", "--log-level", "debug"),
+		serve(t, "--data", data, "--nats", url, "serve", "--log-level", "debug", "--releases-listen", "127.0.0.1:0"),
+		serve(t, "--data", data, "--nats", url, "serve", "--log-level", "debug", "--releases-listen", "127.0.0.1:0"),
 	}
 
 	nc := enrolled(t, data, "web-1")
@@ -353,7 +353,7 @@ func TestServeOnAnExistingServer(t *testing.T) {
 // address, and answers a node enrolled with the address it recorded.
 func TestServeEmbedded(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
-	serve(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--mesh", "lab")
+	serve(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--mesh", "lab", "--releases-listen", "off")
 	cfg, err := control.ReadConfig(data)
 	if err != nil || cfg.Mesh != "lab" || len(cfg.URLs) != 1 || !strings.HasPrefix(cfg.URLs[0], "tls://127.0.0.1:") || strings.HasSuffix(cfg.URLs[0], ":0") {
 		t.Fatalf("control.json %+v, %v", cfg, err)

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -163,4 +164,20 @@ func desired(t *testing.T, nc *nats.Conn, node string) *declaration.Declaration 
 		t.Fatal(err)
 	}
 	return d
+}
+
+// TestServeReleasesClash: a releases address another process holds is an
+// error at start, naming the flag, not a log line that leaves release
+// pointing nodes at whatever answers there.
+func TestServeReleasesClash(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	data := filepath.Join(t.TempDir(), "data")
+	code, _, stderr := meshctl(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--mesh", "home", "--releases-listen", ln.Addr().String())
+	if code == exitOK || !strings.Contains(stderr, "--releases-listen") || !strings.Contains(stderr, "address already in use") {
+		t.Errorf("serve with its releases address taken: exit %d\n%s", code, stderr)
+	}
 }

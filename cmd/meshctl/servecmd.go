@@ -98,11 +98,11 @@ func (c *serveCmd) Run(e *env) error {
 
 	var g run.Group
 	if c.ReleasesListen != "off" {
+		// A clash is an error, not a log line: a release would later
+		// point nodes at whatever holds the port. Several serves of one
+		// mesh on one machine give each its own address, or off.
 		if err := c.serveReleases(&g, a, log); err != nil {
-			// Another serve on this machine may hold the port (several
-			// may serve one mesh): the hellos matter more than the files,
-			// and what control.json records is left to the one serving.
-			log.Error("releases are not served", "err", err)
+			return failed("serve releases: %v", err)
 		}
 	} else if err := a.SetReleasesURL(""); err != nil {
 		return failed("record the releases address: %v", err)

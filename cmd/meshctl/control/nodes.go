@@ -167,10 +167,14 @@ func stateOf(s NodeStatus, now time.Time) string {
 // when asJSON (a snapshot, unlike a journal, which streams as JSON
 // lines). Ages are measured from now.
 func PrintNodes(w io.Writer, nodes []NodeStatus, now time.Time, asJSON bool) error {
-	if asJSON {
+	if asJSON { // JSON lines, one node each: for jq and for reading as they come
 		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(nodes)
+		for _, n := range nodes {
+			if err := enc.Encode(n); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tVERSION\tDESIRED\tAPPLIED\tDRIFTED\tFAILED\tLAST HEARD\tCREDENTIAL\tSTATE")

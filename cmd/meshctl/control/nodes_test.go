@@ -98,9 +98,14 @@ silent  v0       -        0        0        0       4s ago      -               
 	if err := PrintNodes(&out, nodes, now, true); err != nil {
 		t.Fatal(err)
 	}
+	// JSON lines: one node a line, each a whole JSON object.
 	var decoded []NodeStatus
-	if err := json.Unmarshal(out.Bytes(), &decoded); err != nil {
-		t.Fatalf("nodes --json: %v\n%s", err, out.String())
+	for i, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		var n NodeStatus
+		if err := json.Unmarshal([]byte(line), &n); err != nil {
+			t.Fatalf("nodes --json, line %d: %v\n%s", i+1, err, out.String())
+		}
+		decoded = append(decoded, n)
 	}
 	if len(decoded) != 6 {
 		t.Fatalf("%d nodes in JSON, want 6:\n%s", len(decoded), out.String())
@@ -121,7 +126,7 @@ func TestNodesEmpty(t *testing.T) {
 		t.Fatalf("nodes of an empty mesh: %v, %v", nodes, err)
 	}
 	var out bytes.Buffer
-	if err := PrintNodes(&out, nodes, time.Now(), true); err != nil || out.String() != "[]\n" {
+	if err := PrintNodes(&out, nodes, time.Now(), true); err != nil || out.String() != "" {
 		t.Errorf("nodes --json of an empty mesh: %q, %v", out.String(), err)
 	}
 }
