@@ -8,13 +8,11 @@
 package testbeds
 
 import (
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
-	"github.com/nats-io/nkeys"
-
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +22,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
@@ -47,17 +48,54 @@ type Binaries struct {
 // Build compiles both programs into dir, stripped and static as they ship,
 // saying they are version.
 func Build(dir, version string) (Binaries, error) {
+	return BuildWithProgress(dir, version, nil)
+}
+
+// BuildWithProgress is Build telling progress, when progress is not nil:
+// a line for every few packages compiled, since a first build compiles
+// every dependency and takes minutes on a small machine.
+func BuildWithProgress(dir, version string, progress io.Writer) (Binaries, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return Binaries{}, err
 	}
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", dir+string(os.PathSeparator), "./cmd/mesh-host", "./cmd/meshctl")
+	args := []string{"build", "-trimpath", "-ldflags", "-s -w -X main.version=" + version, "-o", dir + string(os.PathSeparator)}
+	if progress != nil {
+		args = append(args, "-v") // a package's path on stderr as it is compiled
+	}
+	cmd := exec.Command("go", append(args, "./cmd/mesh-host", "./cmd/meshctl")...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("go build: %v\n%s", err, out)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if progress != nil {
+		cmd.Stderr = &buildProgress{w: progress, out: &out, start: time.Now()}
+	}
+	if err := cmd.Run(); err != nil {
+		return Binaries{}, fmt.Errorf("go build: %v\n%s", err, out.String())
 	}
 	return Binaries{MeshHost: filepath.Join(dir, "mesh-host"), Meshctl: filepath.Join(dir, "meshctl")}, nil
+}
+
+// buildProgress counts the packages `go build -v` names and says how many
+// every few seconds; everything is also kept for an error.
+type buildProgress struct {
+	w        io.Writer
+	out      *bytes.Buffer
+	start    time.Time
+	packages int
+	said     time.Time
+}
+
+func (p *buildProgress) Write(b []byte) (int, error) {
+	p.out.Write(b)
+	p.packages += bytes.Count(b, []byte("\n"))
+	if time.Since(p.said) >= 3*time.Second {
+		p.said = time.Now()
+		fmt.Fprintf(p.w, "  %d packages compiled (%s)\n", p.packages, time.Since(p.start).Round(time.Second))
+	}
+	return len(b), nil
 }
 
 func moduleRoot() (string, error) {

@@ -6,6 +6,11 @@
 //
 //	go run ./testbeds/demo            # up, in ./sandbox
 //	go run ./testbeds/demo down       # stop both services
+//	go run ./testbeds/demo reset      # stop them and remove ./sandbox
+//
+// Up, down and up again work in every state the README leads to: a node
+// that keeps a newer declaration (a release raised its revision) keeps
+// it, and an up that fails stops what it started.
 package main
 
 import (
@@ -23,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/packaging"
 	"github.com/mesh-host/mesh-host/testbeds"
 	"github.com/mesh-host/mesh-host/upgrade"
@@ -43,19 +49,22 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fl.SetOutput(stderr)
 	dir := fl.String("dir", "sandbox", "Directory of everything the demo makes.")
 	listen := fl.String("listen", "127.0.0.1:4222", "Where the embedded broker listens.")
+	releases := fl.String("releases-listen", "127.0.0.1:4280", "Where meshctl serves host releases over HTTP.")
 	decl := fl.String("declaration", "examples/sandbox.yaml", "The declaration to push.")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
-	d := &demo{dir: *dir, listen: *listen, out: stdout}
+	d := &demo{dir: *dir, listen: *listen, releases: *releases, out: stdout}
 	var err error
 	switch cmd := fl.Arg(0); cmd {
 	case "", "up":
 		err = d.up(*decl)
 	case "down":
 		err = d.down()
+	case "reset":
+		err = d.reset()
 	default:
-		err = fmt.Errorf("unknown command %q: up or down", cmd)
+		err = fmt.Errorf("unknown command %q: up, down or reset", cmd)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "demo: %v\n", err)
@@ -65,17 +74,26 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 type demo struct {
-	dir    string
-	listen string
-	out    io.Writer
-	bins   testbeds.Binaries
+	dir      string
+	listen   string // the broker's address
+	releases string // the releases server's address
+	out      io.Writer
+	bins     testbeds.Binaries
 }
 
 func (d *demo) path(p ...string) string { return filepath.Join(append([]string{d.dir}, p...)...) }
 
-func (d *demo) up(decl string) error {
+func (d *demo) up(decl string) (err error) {
 	if err := d.down(); err != nil {
 		return err
+	}
+	// Every address is checked before minutes go into a build.
+	for _, a := range []struct{ flag, addr string }{{"--listen", d.listen}, {"--releases-listen", d.releases}} {
+		l, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			return fmt.Errorf("%s is taken (%v): pass %s HOST:PORT", a.addr, err, a.flag)
+		}
+		l.Close()
 	}
 	for _, p := range []string{"bin", "logs", "root/etc", "control"} {
 		if err := os.MkdirAll(d.path(p), 0o755); err != nil {
@@ -85,7 +103,7 @@ func (d *demo) up(decl string) error {
 	if err := os.Chmod(d.path("control"), 0o700); err != nil {
 		return err
 	}
-	fmt.Fprintln(d.out, "building mesh-host and meshctl...")
+	fmt.Fprintln(d.out, "building mesh-host and meshctl (the first build compiles every dependency: minutes on a small machine)...")
 	bin, err := filepath.Abs(d.path("bin"))
 	if err != nil {
 		return err
@@ -94,21 +112,28 @@ func (d *demo) up(decl string) error {
 	if out, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
 		version = strings.TrimSpace(string(out))
 	}
-	if d.bins, err = testbeds.Build(bin, version); err != nil {
+	start := time.Now()
+	if d.bins, err = testbeds.BuildWithProgress(bin, version, d.out); err != nil {
 		return err
 	}
-	if l, err := net.Listen("tcp", d.listen); err != nil {
-		return fmt.Errorf("the broker cannot listen on %s (%v): pass --listen HOST:PORT", d.listen, err)
-	} else {
-		l.Close()
-	}
+	fmt.Fprintf(d.out, "built in %s\n", time.Since(start).Round(100*time.Millisecond))
+	// An up that fails stops what it started: nothing is left running
+	// that the next up would trip over.
+	defer func() {
+		if err != nil {
+			fmt.Fprintln(d.out, "up failed; stopping what it started")
+			if derr := d.down(); derr != nil {
+				err = fmt.Errorf("%w (and stopping: %v)", err, derr)
+			}
+		}
+	}()
 
 	if _, err := os.Stat(d.path("control", "control.json")); err != nil {
 		if _, err := d.meshctl("init", "--mesh", mesh); err != nil {
 			return err
 		}
 	}
-	if err := d.background("meshctl", nil, d.bins.Meshctl, "--data", d.path("control"), "serve", "--listen", d.listen); err != nil {
+	if err := d.background("meshctl", nil, d.bins.Meshctl, "--data", d.path("control"), "serve", "--listen", d.listen, "--releases-listen", d.releases); err != nil {
 		return err
 	}
 	if err := wait(30*time.Second, func() error { _, err := d.meshctl("nodes"); return err }); err != nil {
@@ -147,9 +172,14 @@ func (d *demo) up(decl string) error {
 	}); err != nil {
 		return fmt.Errorf("mesh-host did not come up (see %s): %v", d.path("logs", "mesh-host.log"), err)
 	}
-	out, err := d.meshctl("declare", node, decl)
-	fmt.Fprint(d.out, out)
+	// The push waits for the node's link, which says so with a heartbeat
+	// sent after this start: pushed earlier, the node would be "offline".
+	started := time.Now()
+	stored, err := d.waitLinked(started)
 	if err != nil {
+		return err
+	}
+	if err := d.declare(decl, stored); err != nil {
 		return err
 	}
 	mc := fmt.Sprintf("%s --data %s", d.path("bin", "meshctl"), d.path("control"))
@@ -176,8 +206,86 @@ new one, nodes shows it):
   %[6]s release %[8]s/mesh-host-next-linux-*.release.tar.gz --nodes %[2]s
 
 Stop both services with: go run ./testbeds/demo --dir %[9]s down
+(up again resumes where it stopped; reset removes %[9]s to start afresh)
 `, d.listen, node, d.path("root"), decl, d.path("logs"), mc, mh, d.path("dist"), d.dir, d.path("control", "ca.pem"))
 	return nil
+}
+
+// waitLinked waits until the node reports over its link with a heartbeat
+// sent after since, and returns the revision the control plane stores for
+// it (0 for none).
+func (d *demo) waitLinked(since time.Time) (stored uint64, err error) {
+	err = wait(30*time.Second, func() error {
+		out, err := d.meshctl("nodes", "--json")
+		if err != nil {
+			return err
+		}
+		nodes, err := testbeds.JSONLines[struct {
+			Node      string `json:"node"`
+			Desired   uint64 `json:"desired"`
+			Heartbeat *struct {
+				Sent time.Time `json:"sent"`
+			} `json:"heartbeat"`
+		}](out)
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if n.Node == node && n.Heartbeat != nil && !n.Heartbeat.Sent.Before(since.Add(-time.Second)) {
+				stored = n.Desired
+				return nil
+			}
+		}
+		return fmt.Errorf("%s has not reported over its link since it started", node)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%v (see %s)", err, d.path("logs", "mesh-host.log"))
+	}
+	return stored, nil
+}
+
+// declare pushes the declaration file, unless the node keeps a stored
+// declaration as new or newer: after a release (which raises the
+// revision), or an up again, pushing the file's older revision would only
+// be refused.
+func (d *demo) declare(decl string, stored uint64) error {
+	data, err := os.ReadFile(decl)
+	if err != nil {
+		return err
+	}
+	parsed, err := declaration.ParseYAML(decl, data)
+	if err != nil {
+		return err
+	}
+	if stored != 0 && stored >= parsed.Revision {
+		fmt.Fprintf(d.out, "%s keeps its stored declaration, revision %d (%s is revision %d; raise it to push the file)\n",
+			node, stored, decl, parsed.Revision)
+		return nil
+	}
+	out, err := d.meshctl("declare", node, decl)
+	fmt.Fprint(d.out, out)
+	return err
+}
+
+// reset stops both services and removes the sandbox, for a fresh start:
+// only a directory the demo made (it holds control/control.json, or
+// nothing).
+func (d *demo) reset() error {
+	if err := d.down(); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(d.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(d.path("control", "control.json")); err != nil && len(entries) > 0 {
+		return fmt.Errorf("%s does not look like the demo's sandbox (no control/control.json): remove it yourself", d.dir)
+	}
+	fmt.Fprintf(d.out, "removing %s\n", d.dir)
+	return os.RemoveAll(d.dir)
 }
 
 // launcherPath is where the tarball's install.sh puts the launcher, under

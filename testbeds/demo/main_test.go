@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,7 +13,10 @@ import (
 
 // TestUpAndDown runs the README's main job as a person would, then stops
 // it: the example declaration is applied in the sandbox root, the output
-// says what to run next, and down leaves no service running.
+// says what to run next, and down leaves no service running. Up again
+// works after a newer revision was stored (as a release stores one); an
+// address taken fails the up and leaves nothing running; reset removes
+// the sandbox.
 func TestUpAndDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs both programs; skipped with -short")
@@ -39,23 +43,83 @@ func TestUpAndDown(t *testing.T) {
 	if err != nil || !strings.Contains(string(motd), "held by mesh-host") {
 		t.Errorf("sandbox/root/etc/motd: %q, %v", motd, err)
 	}
-	pids := map[string][]byte{}
-	for _, name := range []string{"mesh-host", "meshctl"} {
-		if pids[name], err = os.ReadFile(filepath.Join(dir, name+".pid")); err != nil {
-			t.Fatalf("no pid file for %s: %v", name, err)
-		}
+	pids := readPids(t, dir)
+	// A newer revision stored (as a release stores one), then down and up
+	// again: the node keeps it, and up succeeds.
+	rev2 := filepath.Join(t.TempDir(), "rev2.yaml")
+	example, err := os.ReadFile("../../examples/sandbox.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	out.Reset()
+	if err := os.WriteFile(rev2, []byte(strings.Replace(string(example), "revision: 1", "revision: 2", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	meshctl := filepath.Join(dir, "bin", "meshctl")
+	if b, err := exec.Command(meshctl, "--data", filepath.Join(dir, "control"), "declare", "sandbox", rev2).CombinedOutput(); err != nil {
+		t.Fatalf("declare revision 2: %v\n%s", err, b)
+	}
 	if code := Main([]string{"--dir", dir, "down"}, &out, &errb); code != 0 {
 		t.Fatalf("demo down: exit %d\n%s", code, errb.String())
 	}
-	for name, b := range pids {
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	stopped(t, pids)
+	out.Reset()
+	if code := Main(up, &out, &errb); code != 0 {
+		t.Fatalf("demo up again, after a newer revision was stored: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "sandbox keeps its stored declaration, revision 2") {
+		t.Errorf("up again did not say the node keeps revision 2:\n%s", out.String())
+	}
+	pids = readPids(t, dir)
+
+	// An address taken is an error before anything starts, and the
+	// services of the up before are stopped, not left running.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	out.Reset()
+	errb.Reset()
+	clash := append([]string{"--releases-listen", taken.Addr().String()}, up...)
+	if code := Main(clash, &out, &errb); code == 0 || !strings.Contains(errb.String(), "pass --releases-listen") {
+		t.Errorf("demo up with its releases address taken: exit %d\n%s", code, errb.String())
+	}
+	stopped(t, pids)
+
+	// Reset stops everything and removes the sandbox.
+	if code := Main(up, &out, &errb); code != 0 {
+		t.Fatalf("demo up after the clash: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	pids = readPids(t, dir)
+	if code := Main([]string{"--dir", dir, "reset"}, &out, &errb); code != 0 {
+		t.Fatalf("demo reset: exit %d\n%s", code, errb.String())
+	}
+	stopped(t, pids)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the sandbox is still there after reset: %v", err)
+	}
+}
+
+func readPids(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	pids := map[string]int{}
+	for _, name := range []string{"mesh-host", "meshctl"} {
+		b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
 		if err != nil {
+			t.Fatalf("no pid file for %s: %v", name, err)
+		}
+		if pids[name], err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
 			t.Fatal(err)
 		}
+	}
+	return pids
+}
+
+func stopped(t *testing.T, pids map[string]int) {
+	t.Helper()
+	for name, pid := range pids {
 		if alive(pid) {
-			t.Errorf("%s (pid %d) still runs after down", name, pid)
+			t.Errorf("%s (pid %d) still runs", name, pid)
 		}
 	}
 }
