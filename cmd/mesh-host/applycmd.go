@@ -245,7 +245,17 @@ func printOutcomes(w io.Writer, res *agent.Result, planned, changesOnly bool) {
 		}
 		fmt.Fprintln(b, strings.TrimRight(fmt.Sprintf("%-44s  %-10s  %s", s.ID, what, strings.Join(detail, "; ")), " "))
 	}
-	if !planned {
+	switch {
+	case planned:
+	case changesOnly: // check: what it found matters as much as what it did
+		drifted := 0
+		for _, s := range res.Steps {
+			if s.Drift {
+				drifted++
+			}
+		}
+		fmt.Fprintf(b, "%d drifted, %d changed, %d unchanged, %d failed\n", drifted, res.Changed, res.Unchanged, res.Failed)
+	default:
 		fmt.Fprintf(b, "%d changed, %d unchanged, %d failed\n", res.Changed, res.Unchanged, res.Failed)
 	}
 }

@@ -40,9 +40,13 @@ func (c *journalCmd) Run(e *env) error {
 	if err != nil {
 		return refused("--since: %v", err)
 	}
-	for _, k := range c.Kind {
-		if !event.Known(event.Kind(k)) {
-			fmt.Fprintf(e.stderr, "mesh-host: note: kind %q is not one this version knows; showing any records of it\n", k)
+	// Said where the records are read: once, by the service when it runs
+	// the command for this one.
+	noteUnknownKinds := func() {
+		for _, k := range c.Kind {
+			if !event.Known(event.Kind(k)) {
+				fmt.Fprintf(e.stderr, "mesh-host: note: kind %q is not one this version knows; showing any records of it\n", k)
+			}
 		}
 	}
 	out := journalview.NewPrinter(e.stdout, c.JSON)
@@ -58,6 +62,7 @@ func (c *journalCmd) Run(e *env) error {
 		return nil
 	}
 	if c.Follow {
+		noteUnknownKinds()
 		err := e.follow(from, func(r event.Record) error {
 			if err := print(r); err != nil {
 				return err
@@ -73,6 +78,7 @@ func (c *journalCmd) Run(e *env) error {
 		if c.Why != "" {
 			return c.why(e, j)
 		}
+		noteUnknownKinds()
 		var err error
 		// Use an index when one narrows the scan.
 		switch {
