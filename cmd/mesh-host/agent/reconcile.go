@@ -228,12 +228,14 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 		switch {
 		case err != nil:
 			s.Planned, s.Err = event.ActionUpdate, fmt.Errorf("observe: %w", err)
+		case s.Observation.InSync:
+			// Before Exists: a package declared absent is in sync when
+			// it does not exist.
+			s.Planned = event.ActionUnchanged
 		case !s.Observation.Exists:
 			s.Planned = event.ActionCreate
-		case !s.Observation.InSync:
-			s.Planned = event.ActionUpdate
 		default:
-			s.Planned = event.ActionUnchanged
+			s.Planned = event.ActionUpdate
 		}
 		if o, ok := req.Owned[s.ID]; ok && s.Planned != event.ActionUnchanged && s.Err == nil &&
 			o.SpecDigest == s.Digest && o.LastOutcome != event.ActionFailed {

@@ -330,3 +330,33 @@ func kinds(recs []event.Record) []event.Kind {
 	}
 	return k
 }
+
+// absentDriver stands for the package driver with a package declared
+// absent and not installed: in sync, and not there.
+type absentDriver struct{}
+
+func (absentDriver) Observe(context.Context, drivers.Spec) (drivers.Observation, error) {
+	return drivers.Observation{InSync: true}, nil
+}
+
+func (absentDriver) Apply(context.Context, drivers.Spec) (drivers.Action, error) {
+	return drivers.Unchanged, nil
+}
+
+func (absentDriver) Remove(context.Context, drivers.Spec) error { return nil }
+
+// TestPlanOfAnAbsentPackage: a resource in sync that does not exist (a
+// package declared absent) is planned unchanged, as apply finds it; it was
+// planned "created", and plan exited 3 for ever.
+func TestPlanOfAnAbsentPackage(t *testing.T) {
+	b := newBed(t)
+	b.rc.Drivers[drivers.KindPackage] = absentDriver{}
+	gone := &drivers.PackageSpec{Name: "telnetd", State: "absent"}
+	res, err := b.rc.Reconcile(context.Background(), Request{Trigger: event.TriggerManual, Revision: 1, Specs: []drivers.Spec{gone}, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Steps) != 1 || res.Steps[0].Planned != event.ActionUnchanged {
+		t.Errorf("planned %+v, want unchanged", res.Steps[0])
+	}
+}
