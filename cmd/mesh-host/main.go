@@ -18,6 +18,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/completion"
 	"github.com/mesh-host/mesh-host/upgrade"
 )
 
@@ -42,23 +43,26 @@ const (
 
 // cli is the grammar. Global flags say where the host keeps its state.
 type cli struct {
-	StateDir string `name:"state-dir" env:"MESH_HOST_STATE_DIR" default:"/var/lib/mesh-host" help:"Directory of the journal and the service's socket."`
-	Journal  string `name:"journal" env:"MESH_HOST_JOURNAL" help:"Journal file to open directly, never through the service (default: STATE-DIR/journal.db)."`
-	Socket   string `name:"socket" env:"MESH_HOST_SOCKET" help:"The running service's socket (default: STATE-DIR/control.sock)."`
-	Root     string `name:"root" env:"MESH_HOST_ROOT" default:"/" type:"path" help:"The root prefix the host manages: / on a node, a sandbox directory in tests and demos."`
-	Versions string `name:"versions" default:"${versions_dir}" help:"Directory of the host's own versions, under --root: VERSIONS/NAME/mesh-host, delivered as archives. Archives there outlive the declaration that delivered them until the host retires them."`
-	OwnUnit  string `name:"own-unit" default:"mesh-host.service" help:"The host's own unit, which no declaration may name."`
-	Parallel int    `name:"parallel" default:"8" help:"How many resources to observe or apply at once."`
+	ShowVersion kong.VersionFlag `name:"version" group:"global" help:"Print this binary's version and exit."`
 
-	Apply      applyCmd   `cmd:"" help:"Apply a declaration to this machine now."`
-	Plan       planCmd    `cmd:"" help:"Show what applying a declaration would change; change nothing."`
-	Check      checkCmd   `cmd:"" help:"Look for drift in what the host owns, journal it, and repair it."`
-	JournalCmd journalCmd `cmd:"" name:"journal" help:"Show what changed on this machine, and why."`
-	Replay     replayCmd  `cmd:"" help:"Rebuild the state from the journal's first record, to check it or to look at the past."`
-	Status     statusCmd  `cmd:"" help:"Show the host's current state."`
-	Serve      serveCmd   `cmd:"" help:"Run the host service."`
-	Enrol      enrolCmd   `cmd:"" help:"Join a mesh with the token 'meshctl enrol' printed: write the link's configuration and credentials."`
-	Version    versionCmd `cmd:"" help:"Print this binary's version."`
+	StateDir string `group:"global" name:"state-dir" env:"MESH_HOST_STATE_DIR" default:"/var/lib/mesh-host" help:"Directory of the journal and the service's socket."`
+	Journal  string `group:"global" name:"journal" env:"MESH_HOST_JOURNAL" help:"Journal file to open directly, never through the service (default: STATE-DIR/journal.db)."`
+	Socket   string `group:"global" name:"socket" env:"MESH_HOST_SOCKET" help:"The running service's socket (default: STATE-DIR/control.sock)."`
+	Root     string `group:"global" name:"root" env:"MESH_HOST_ROOT" default:"/" type:"path" help:"The root prefix the host manages: / on a node, a sandbox directory in tests and demos."`
+	Versions string `group:"global" name:"versions" default:"${versions_dir}" help:"Directory of the host's own versions, under --root: VERSIONS/NAME/mesh-host, delivered as archives. Archives there outlive the declaration that delivered them until the host retires them."`
+	OwnUnit  string `group:"global" name:"own-unit" default:"mesh-host.service" help:"The host's own unit, which no declaration may name."`
+	Parallel int    `group:"global" name:"parallel" default:"8" help:"How many resources to observe or apply at once."`
+
+	Apply      applyCmd      `cmd:"" help:"Apply a declaration to this machine now."`
+	Plan       planCmd       `cmd:"" help:"Show what applying a declaration would change; change nothing."`
+	Check      checkCmd      `cmd:"" help:"Look for drift in what the host owns, journal it, and repair it."`
+	JournalCmd journalCmd    `cmd:"" name:"journal" help:"Show what changed on this machine, and why."`
+	Replay     replayCmd     `cmd:"" help:"Rebuild the state from the journal's first record, to check it or to look at the past."`
+	Status     statusCmd     `cmd:"" help:"Show the host's current state."`
+	Serve      serveCmd      `cmd:"" help:"Run the host service."`
+	Enrol      enrolCmd      `cmd:"" help:"Join a mesh with the token 'meshctl enrol' printed: write the link's configuration and credentials."`
+	Version    versionCmd    `cmd:"" help:"Print this binary's version."`
+	Completion completionCmd `cmd:"" help:"Print the script that completes this command in a shell: eval \"$(mesh-host completion bash)\"."`
 }
 
 func (c *cli) journalPath() string {
@@ -131,11 +135,16 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, held *
 		kong.Description("The node agent of a mesh: holds this machine in its declared state and remembers every change and its cause."),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
-		kong.Vars{"versions_dir": upgrade.DefaultVersionsDir},
+		// A command's own flags first, then those every command takes.
+		kong.ExplicitGroups([]kong.Group{{Key: "global", Title: "Global flags:"}}),
+		kong.Vars{"versions_dir": upgrade.DefaultVersionsDir, "version": version},
 	)
 	if err != nil {
 		fmt.Fprintf(stderr, "mesh-host: %v\n", err)
 		return exitRefused
+	}
+	if held == nil { // a shell asking for completions; never a client's command line
+		completion.Answer(parser)
 	}
 	kctx, err := parser.Parse(args)
 	if err != nil {
@@ -155,6 +164,23 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, held *
 		return exitFailed
 	}
 	return exitOK
+}
+
+type completionCmd struct {
+	Shell string `arg:"" enum:"bash,zsh,fish" help:"The shell: bash, zsh or fish."`
+}
+
+func (c completionCmd) Run(e *env) error {
+	bin, err := completion.Executable()
+	if err != nil {
+		return failed("%v", err)
+	}
+	script, err := completion.Script(c.Shell, "mesh-host", bin)
+	if err != nil {
+		return refused("%v", err)
+	}
+	fmt.Fprint(e.stdout, script)
+	return nil
 }
 
 type versionCmd struct{}

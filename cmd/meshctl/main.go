@@ -19,6 +19,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/nats-io/nats.go"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/completion"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -40,9 +41,11 @@ const (
 // cli is the grammar. Global flags say where the authority lives and which
 // broker to talk to.
 type cli struct {
-	Data     string   `name:"data" env:"MESHCTL_DATA" default:"/var/lib/meshctl" type:"path" help:"Directory of the authority: keys, credentials and control.json."`
-	NATS     []string `name:"nats" env:"MESHCTL_NATS" placeholder:"URL" help:"Broker address(es) (default: those control.json records). serve: use this broker instead of embedding one."`
-	Operator string   `name:"operator" env:"MESHCTL_OPERATOR" placeholder:"NAME" help:"Who is declaring: signed into every declaration and shown by the nodes' journals (default: USER@HOSTNAME)."`
+	ShowVersion kong.VersionFlag `name:"version" group:"global" help:"Print this binary's version and exit."`
+
+	Data     string   `group:"global" name:"data" env:"MESHCTL_DATA" default:"/var/lib/meshctl" type:"path" help:"Directory of the authority: keys, credentials and control.json."`
+	NATS     []string `group:"global" name:"nats" env:"MESHCTL_NATS" placeholder:"URL" help:"Broker address(es) (default: those control.json records). serve: use this broker instead of embedding one."`
+	Operator string   `group:"global" name:"operator" env:"MESHCTL_OPERATOR" placeholder:"NAME" help:"Who is declaring: signed into every declaration and shown by the nodes' journals (default: USER@HOSTNAME)."`
 
 	Init       initCmd       `cmd:"" help:"Create the authority of a mesh in the data directory (once; later runs reuse it)."`
 	Enrol      enrolCmd      `cmd:"" help:"Print an enrolment token for a node: signed, short-lived, redeemed once by mesh-host enrol for credentials signed for a key the node makes."`
@@ -55,6 +58,7 @@ type cli struct {
 	Release    releaseCmd    `cmd:"" help:"Deliver a host build to nodes: store it, serve it, and declare it as each node's next host version."`
 	Secret     secretCmd     `cmd:"" help:"Keep the values of secrets that declarations name (content: {secret: NAME}); each is sealed to its node when declared."`
 	Version    versionCmd    `cmd:"" help:"Print this binary's version."`
+	Completion completionCmd `cmd:"" help:"Print the script that completes this command in a shell: eval \"$(meshctl completion bash)\"."`
 }
 
 // env is what every command is handed.
@@ -126,11 +130,15 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) (code 
 		kong.Description("The control plane of a mesh: stores what each node should be, pushes it, shows what each node reports, and enrols nodes."),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
+		// A command's own flags first, then those every command takes.
+		kong.ExplicitGroups([]kong.Group{{Key: "global", Title: "Global flags:"}}),
+		kong.Vars{"version": version},
 	)
 	if err != nil {
 		fmt.Fprintf(stderr, "meshctl: %v\n", err)
 		return exitRefused
 	}
+	completion.Answer(parser) // a shell asking for completions
 	kctx, err := parser.Parse(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "meshctl: %v\n", err)
@@ -196,6 +204,23 @@ func (e *env) operator() string {
 		name += "@" + host
 	}
 	return name
+}
+
+type completionCmd struct {
+	Shell string `arg:"" enum:"bash,zsh,fish" help:"The shell: bash, zsh or fish."`
+}
+
+func (c completionCmd) Run(e *env) error {
+	bin, err := completion.Executable()
+	if err != nil {
+		return failed("%v", err)
+	}
+	script, err := completion.Script(c.Shell, "meshctl", bin)
+	if err != nil {
+		return refused("%v", err)
+	}
+	fmt.Fprint(e.stdout, script)
+	return nil
 }
 
 type versionCmd struct{}
