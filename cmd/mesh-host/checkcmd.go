@@ -52,8 +52,15 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 		return nil, err
 	}
 	if s.Desired == nil {
-		// Nothing declared yet: nothing to hold, and nothing to remove.
-		return &agent.Result{}, nil
+		// Nothing declared yet: nothing to hold, and nothing to remove
+		// (Owned is left out, so nothing could be). The reconcile is
+		// still journaled, quietly, so that what follows one (a version
+		// confirmed after its first) has a record to follow.
+		rc, err := e.reconciler(j)
+		if err != nil {
+			return nil, err
+		}
+		return rc.Reconcile(e.ctx, agent.Request{Trigger: trigger, Repair: repair})
 	}
 	decl, err := declaration.DecodeStored(s.Desired.Document)
 	if err == nil && decl.Revision != s.Desired.Revision {

@@ -655,7 +655,17 @@ func TestServeNoticesAVersionDeliveredOutsideAReconcile(t *testing.T) {
 	if len(aside) != 1 || payload[event.VersionStoodAsidePayload](t, aside[0]).Newer != "upgraded" {
 		t.Fatalf("stood aside: %v", aside)
 	}
-	if n := len(b.records(event.ReconcileStarted)) + len(b.records(event.ReconcileCompleted)); n != 0 {
-		t.Errorf("%d reconcile records: the look needed none", n)
+	// The start's reconcile (nothing declared: one quiet record) came
+	// before the confirmation, as every confirmation follows one; the look
+	// that noticed the version needed none.
+	confirmed := b.records(event.VersionConfirmed)[0].Seq
+	completed := b.records(event.ReconcileCompleted)
+	if len(completed) == 0 || completed[0].Seq > confirmed {
+		t.Errorf("version.confirmed (#%d) follows no reconcile.completed: %v", confirmed, completed)
+	}
+	for _, r := range append(b.records(event.ReconcileStarted), completed...) {
+		if r.Seq > confirmed {
+			t.Errorf("reconcile record #%d after the confirmation: the look needed none", r.Seq)
+		}
 	}
 }
