@@ -2,6 +2,8 @@ package declaration
 
 import (
 	"fmt"
+	"io"
+	"path"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -169,4 +171,26 @@ func (d *decoder) sizeOK(n *yaml.Node, field string, limit sizeLimit, s string) 
 		}
 	}
 	return true
+}
+
+// Read reads a declaration from r and parses it: as JSON when name ends in
+// ".json", as YAML otherwise. It reads at most MaxBytes+1 bytes, so that a
+// larger input is refused by the limit without being read whole. It
+// returns the bytes read, for a caller that keeps them.
+func Read(name string, r io.Reader) (*Declaration, []byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxBytes+1))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(data) > MaxBytes {
+		return nil, nil, Errors{{File: name, sentinel: ErrLimit,
+			Msg: fmt.Sprintf("the declaration is over %s: %d bytes (it was read no further than %d)", limitBytes, MaxBytes, len(data))}}
+	}
+	var d *Declaration
+	if strings.EqualFold(path.Ext(name), ".json") {
+		d, err = ParseJSON(name, data)
+	} else {
+		d, err = ParseYAML(name, data)
+	}
+	return d, data, err
 }

@@ -88,3 +88,40 @@ func size(d *declaration.Declaration) int {
 	}
 	return len(b)
 }
+
+// Over is a declaration over one limit.
+type Over struct {
+	// Limit names the limit, as in the refusal.
+	Limit string
+	// Document is the declaration in JSON, which is YAML too.
+	Document []byte
+}
+
+// OverLimits are declarations one byte or one resource over each limit,
+// every other value well within its own.
+func OverLimits(mesh, node string, revision uint64) []Over {
+	doc := func(resources ...drivers.Spec) []byte {
+		b, err := (&declaration.Declaration{Mesh: mesh, Node: node, Revision: revision, Resources: resources}).MarshalJSON()
+		if err != nil {
+			panic(err)
+		}
+		return b
+	}
+	max := Maximal(mesh, node, revision)
+	fill := max.Resources[len(max.Resources)-1].(*drivers.FileSpec)
+	fill.Content += "f"
+	bigger, _ := max.MarshalJSON()
+	var many []drivers.Spec
+	for i := range declaration.MaxResources + 1 {
+		many = append(many, &drivers.PackageSpec{Name: fmt.Sprintf("p%d", i), State: drivers.Present})
+	}
+	name := strings.Repeat("n", declaration.MaxNameBytes+1)
+	return []Over{
+		{"the limit for a declaration: 1048576 bytes", bigger},
+		{"the limit of resources in a declaration: 10000", doc(many...)},
+		{"the limit for a path: 4086 bytes", doc(&drivers.FileSpec{Path: LongPath("/srv", declaration.MaxPathBytes+1)})},
+		{"the limit for an element of a path: 255 bytes", doc(&drivers.DirectorySpec{Path: "/srv/" + strings.Repeat("e", declaration.MaxPathElementBytes+1)})},
+		{"the limit for content: 524288 bytes", doc(&drivers.FileSpec{Path: "/etc/motd", Content: strings.Repeat("c", declaration.MaxContentBytes+1)})},
+		{"the limit for a name: 255 bytes", doc(&drivers.PackageSpec{Name: name, State: drivers.Present})},
+	}
+}
