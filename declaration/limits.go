@@ -26,9 +26,9 @@ import (
 //   - The push, one NATS message of at most linkproto.MaxDeclarationSize
 //     (8 MiB), carries the document as it is, plus mesh, node, revision,
 //     operator and signature (well under 1 KiB) and, in a Welcome, 1 KiB
-//     more: 1 MiB + 2 KiB. A JSON encoder that escapes <, > and & as
-//     \u003c would make a document 6 times as long, and 6 MiB + 2 KiB
-//     still fits.
+//     more: 1 MiB + 2 KiB. Even a JSON encoder that escaped <, > and & as
+//     \u003c (linkproto.Marshal does not) would make the document at most
+//     6 times as long, and 6 MiB + 2 KiB still fits.
 //   - The declaration.received record, at most the journal's 16 MiB,
 //     holds the document in base64 (4/3 MiB) and each resource's ID and
 //     spec digest. The IDs are the resources' paths and names, which the
