@@ -65,7 +65,9 @@ func TestParseChild(t *testing.T) {
 // memory a host needs to take the largest declaration it accepts. The
 // baseline is the same child parsing nothing; "refused" is a file of a
 // million resources (the size that took 4.2 GB before there were limits),
-// refused after reading MaxBytes+1 of it.
+// refused after reading MaxBytes+1 of it; "syntax-error-at-end" is a
+// document under MaxBytes whose last line is wrong, which the parser places
+// by parsing ever shorter prefixes of it.
 //
 //	go test -run '^$' -bench ParsePeakRSS -benchtime 5x ./declaration/
 func BenchmarkParsePeakRSS(b *testing.B) {
@@ -83,6 +85,7 @@ func BenchmarkParsePeakRSS(b *testing.B) {
 		{"maximal.yaml", maximalYAML(b, declarationtest.Maximal("lab", "web-1", 1)), ""},
 		{"most-expanded.json", mustJSON(b, declarationtest.MostExpanded("lab", "web-1", 1)), ""},
 		{"refused-million.yaml", million.String(), "over the limit for a declaration"},
+		{"syntax-error-at-end.yaml", syntaxErrorAtEnd(), "invalid YAML"},
 	}
 	for _, f := range files {
 		b.Run(f.name, func(b *testing.B) {
@@ -153,4 +156,16 @@ func mustJSON(b *testing.B, d *declaration.Declaration) string {
 		b.Fatal(err)
 	}
 	return string(j)
+}
+
+// syntaxErrorAtEnd is a document just under MaxBytes with a string left
+// unclosed on its last line.
+func syntaxErrorAtEnd() string {
+	var b strings.Builder
+	b.WriteString("mesh: lab\nnode: web-1\nrevision: 1\nresources:\n")
+	for i := 0; b.Len() < declaration.MaxBytes-100; i++ {
+		fmt.Fprintf(&b, "  - package: {name: p%d}\n", i)
+	}
+	b.WriteString("  - package: {name: \"x}\n")
+	return b.String()
 }
