@@ -222,3 +222,28 @@ func TestBillionLaughs(t *testing.T) {
 		t.Errorf("parsing %d bytes allocated %d bytes", b.Len(), alloc)
 	}
 }
+
+// Nesting is bounded by the libraries: yaml.v3 and encoding/json refuse a
+// document nested deeper than 10,000, before the decoder walks it.
+func TestDeepNesting(t *testing.T) {
+	for _, c := range []struct {
+		parse func(string, []byte) (*declaration.Declaration, error)
+		doc   string
+		want  string
+	}{
+		{declaration.ParseYAML, "mesh: lab\nnode: web-1\nrevision: 1\nresources: " + strings.Repeat("[", 500_000), "invalid YAML: exceeded max depth of 10000"},
+		{declaration.ParseJSON, `{"mesh":"lab","node":"web-1","revision":1,"resources":` + strings.Repeat("[", 500_000), "exceeded max depth"},
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := c.parse("deep", []byte(c.doc))
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %.300v, want %q", err, c.want)
+		}
+		// Placing the YAML error parses prefixes: some garbage, bounded.
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 512<<20 {
+			t.Errorf("parsing %d bytes allocated %d bytes", len(c.doc), alloc)
+		}
+	}
+}
