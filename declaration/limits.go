@@ -17,8 +17,7 @@ import (
 // is stored or journaled. TestLimitsFit holds them to what they must fit.
 //
 // MaxBytes bounds the document as it is parsed (checked before the YAML or
-// JSON library reads it, which would otherwise build a node tree hundreds
-// of times its size) and in its JSON form (MarshalJSON), which is what
+// JSON library reads it, which builds a node tree many times its size) and in its JSON form (MarshalJSON), which is what
 // travels and is journaled; meshctl checks it again once secrets are
 // sealed, since a sealed secret is larger than its name. Everything a
 // declaration becomes is then bounded by it:
@@ -99,11 +98,11 @@ func CheckJSONSize(doc []byte) error {
 	return nil
 }
 
-// over reports a value of size bytes over a limit of max bytes; note, if
+// over reports a value of size bytes over a limit of most bytes; note, if
 // any, says how the size was counted.
-func (d *decoder) over(n *yaml.Node, field string, size int, limit string, max int, note string) {
+func (d *decoder) over(n *yaml.Node, field string, size int, limit string, most int, note string) {
 	d.errs = append(d.errs, &Error{File: d.file, Line: n.Line, Column: n.Column, Field: field, sentinel: ErrLimit,
-		Msg: fmt.Sprintf("is %d bytes%s, over %s: %d bytes", size, note, limit, max)})
+		Msg: fmt.Sprintf("is %d bytes%s, over %s: %d bytes", size, note, limit, most)})
 }
 
 // pathLimits checks a path, with ${version} expanded (only an archive's
@@ -142,7 +141,8 @@ func abbreviate(s string) string {
 	return strconv.Quote(s[:cut]) + "…"
 }
 
-// sizeLimit is the limit a field's value is held to.
+// sizeLimit is the limit a field's value is held to; a rule's zero value
+// holds it to none.
 type sizeLimit int
 
 const (
@@ -175,22 +175,18 @@ func (d *decoder) sizeOK(n *yaml.Node, field string, limit sizeLimit, s string) 
 
 // Read reads a declaration from r and parses it: as JSON when name ends in
 // ".json", as YAML otherwise. It reads at most MaxBytes+1 bytes, so that a
-// larger input is refused by the limit without being read whole. It
-// returns the bytes read, for a caller that keeps them.
-func Read(name string, r io.Reader) (*Declaration, []byte, error) {
+// larger input is refused by the limit without being read whole.
+func Read(name string, r io.Reader) (*Declaration, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxBytes+1))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if len(data) > MaxBytes {
-		return nil, nil, Errors{{File: name, sentinel: ErrLimit,
+		return nil, Errors{{File: name, sentinel: ErrLimit,
 			Msg: fmt.Sprintf("the declaration is over %s: %d bytes (it was read no further than %d)", limitBytes, MaxBytes, len(data))}}
 	}
-	var d *Declaration
 	if strings.EqualFold(path.Ext(name), ".json") {
-		d, err = ParseJSON(name, data)
-	} else {
-		d, err = ParseYAML(name, data)
+		return ParseJSON(name, data)
 	}
-	return d, data, err
+	return ParseYAML(name, data)
 }

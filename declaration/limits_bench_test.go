@@ -51,7 +51,7 @@ func TestParseChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	d, _, err := declaration.Read(name, f)
+	d, err := declaration.Read(name, f)
 	if want := os.Getenv(childFile + "_WANT"); want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
 		t.Fatalf("got %.300v, want %q", err, want)
 	}

@@ -31,8 +31,7 @@ func readDeclaration(path string) (*declaration.Declaration, error) {
 		return nil, err
 	}
 	defer f.Close()
-	d, _, err := declaration.Read(path, f)
-	return d, err
+	return declaration.Read(path, f)
 }
 
 func (c *applyCmd) Run(e *env) error {

@@ -156,7 +156,7 @@ func (c *declareCmd) Run(e *env) error {
 		return failed("%v", err)
 	}
 	// Read no more than the limit on a declaration's size.
-	d, _, err := declaration.Read(c.File, f)
+	d, err := declaration.Read(c.File, f)
 	f.Close()
 	if err != nil && !errors.Is(err, declaration.ErrInvalid) {
 		return failed("%v", err)
