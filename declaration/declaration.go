@@ -38,6 +38,9 @@ type Declaration struct {
 // ParseYAML parses and checks a declaration written in YAML. name is the
 // file name messages give. The error, if any, is Errors.
 func ParseYAML(name string, data []byte) (*Declaration, error) {
+	if err := checkSize(name, data); err != nil {
+		return nil, err
+	}
 	if err := checkUTF8(name, data); err != nil {
 		return nil, err
 	}
@@ -62,6 +65,9 @@ func ParseYAML(name string, data []byte) (*Declaration, error) {
 // ParseJSON parses and checks a declaration in its wire form, JSON of the
 // same shape as the YAML, with the same rules and messages.
 func ParseJSON(name string, data []byte) (*Declaration, error) {
+	if err := checkSize(name, data); err != nil {
+		return nil, err
+	}
 	if err := checkUTF8(name, data); err != nil {
 		return nil, err
 	}
@@ -78,6 +84,15 @@ func decode(name string, root *yaml.Node) (*Declaration, error) {
 	decl := d.document(root)
 	if err := d.result(); err != nil {
 		return nil, err
+	}
+	// YAML is terser than JSON: a package's state is filled in, a tab or
+	// a "\0" is escaped longer.
+	doc, err := decl.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	if len(doc) > MaxBytes {
+		return nil, Errors{tooLarge(name, len(doc), asJSON)}
 	}
 	decl.file = name
 	return decl, nil

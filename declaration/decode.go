@@ -191,6 +191,9 @@ func (d *decoder) document(root *yaml.Node) *Declaration {
 			if s == "" {
 				d.fail(f.value, name, "must not be empty")
 			}
+			if !d.sizeOK(f.value, name, nameLimit, s) {
+				continue
+			}
 			if name == "mesh" {
 				decl.Mesh = s
 			} else {
@@ -242,6 +245,12 @@ func (d *decoder) resources(n *yaml.Node, decl *Declaration) {
 		kind drivers.Kind
 		id   string
 		line int
+	}
+	if len(n.Content) > MaxResources {
+		e := n.Content[MaxResources]
+		d.errs = append(d.errs, &Error{File: d.file, Line: e.Line, Column: e.Column, Field: fmt.Sprintf("resources[%d]", MaxResources),
+			Msg: fmt.Sprintf("one resource more than %s: %d", limitResources, MaxResources), sentinel: ErrLimit})
+		return
 	}
 	claimed := map[string]claim{}
 	decl.Resources = make([]drivers.Spec, 0, len(n.Content))
@@ -478,6 +487,9 @@ func (d *decoder) value(dst reflect.Value, sf specField, n *yaml.Node, path stri
 	case sf.typ.Kind() == reflect.String:
 		s, ok := d.str(n, path)
 		if !ok {
+			return false
+		}
+		if !d.sizeOK(n, path, sf.rule.limit, s) {
 			return false
 		}
 		if p := sf.rule.problem(s); p != "" {

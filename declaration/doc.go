@@ -8,6 +8,10 @@
 // resources, YAML anchors, tags and multiple documents are all refused, and
 // every refusal names the file, line and column of the offending node and
 // the path of the field, so that a person can fix the file without guessing.
+// A declaration is bounded (limits.go): its size, checked before anything
+// reads it, its resources, and the length of every path, content and name,
+// so that what parses fits in one message of the link and one record of the
+// journal, and parsing takes memory in proportion to the input.
 // A declaration that parses holds only specs the drivers can take as they
 // are.
 //

@@ -18,6 +18,9 @@ var (
 	// declaration that touches the host's own installation otherwise: its
 	// state, binaries, versions or package.
 	ErrOwnInstallation = errors.New("touches the host's own installation")
+	// ErrLimit is returned, beside ErrInvalid, for a declaration over one
+	// of the limits in limits.go; the message names the limit.
+	ErrLimit = errors.New("over a declaration limit")
 )
 
 // maxErrors is how many problems a parse reports before it stops listing
@@ -65,7 +68,8 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Unwrap makes every Error match ErrInvalid, and ErrOwnUnit where it is one.
+// Unwrap makes every Error match ErrInvalid, and ErrOwnUnit or ErrLimit
+// where it is one.
 func (e *Error) Unwrap() []error {
 	if e.sentinel != nil {
 		return []error{ErrInvalid, e.sentinel}

@@ -60,14 +60,16 @@ type rule struct {
 	pattern string
 	// check says what is wrong with a string value, or "".
 	check func(string) string
+	// limit is the size limit the value is held to, checked first.
+	limit sizeLimit
 }
 
 // rules holds a rule for every field of every kind's spec, by JSON name;
 // TestRulesCoverFields holds it to the spec types in package drivers.
 var rules = map[drivers.Kind]map[string]rule{
 	drivers.KindFile: {
-		"path":         {desc: "Absolute, clean path of the file.", pattern: pathPattern, check: plainPath},
-		"content":      {desc: "The file's whole content; may be empty, but must be given."},
+		"path":         {desc: "Absolute, clean path of the file.", pattern: pathPattern, check: plainPath, limit: pathLimit},
+		"content":      {desc: "The file's whole content; may be empty, but must be given.", limit: contentLimit},
 		"mode":         modeRule("Permission mode as an octal string; defaults to \"0644\"."),
 		"owner":        nameRule("User owning the file, by name; defaults to root."),
 		"group":        nameRule("Group owning the file, by name; defaults to root."),
@@ -76,14 +78,14 @@ var rules = map[drivers.Kind]map[string]rule{
 			"content is then empty (in YAML, content: {secret: NAME} says the same)."},
 	},
 	drivers.KindDirectory: {
-		"path":  {desc: "Absolute, clean path of the directory.", pattern: pathPattern, check: plainPath},
+		"path":  {desc: "Absolute, clean path of the directory.", pattern: pathPattern, check: plainPath, limit: pathLimit},
 		"mode":  modeRule("Permission mode as an octal string; defaults to \"0755\"."),
 		"owner": nameRule("User owning the directory, by name; defaults to root."),
 		"group": nameRule("Group owning the directory, by name; defaults to root."),
 	},
 	drivers.KindArchive: {
 		"path": {desc: "Absolute, clean path of the directory the archive unpacks into; " +
-			version + " expands to the digest's hex.", pattern: pathPattern, check: archivePath},
+			version + " expands to the digest's hex.", pattern: pathPattern, check: archivePath, limit: pathLimit},
 		"source": {desc: "Where to fetch the archive: a file://, http:// or https:// URL " +
 			"(a file URL's path is beneath the root, as every path is); " +
 			version + " expands to the digest's hex.", pattern: sourcePattern, check: source},
@@ -93,13 +95,13 @@ var rules = map[drivers.Kind]map[string]rule{
 			drivers.FormatTar, drivers.FormatTarGz, drivers.FormatTarZst, drivers.FormatZip}},
 	},
 	drivers.KindPackage: {
-		"name": {desc: "The package's name; never a version.", pattern: packagePattern, check: packageName},
+		"name": {desc: "The package's name; never a version.", pattern: packagePattern, check: packageName, limit: nameLimit},
 		"state": {desc: "Whether the package is present or absent.", def: drivers.Present,
 			enum: []string{drivers.Present, drivers.Absent}},
 	},
 	drivers.KindUnit: {
-		"name":    {desc: "The unit's name with its suffix, such as \"app.service\".", pattern: unitPattern, check: unitName},
-		"content": {desc: "The unit file's content.", nonEmpty: true},
+		"name":    {desc: "The unit's name with its suffix, such as \"app.service\".", pattern: unitPattern, check: unitName, limit: nameLimit},
+		"content": {desc: "The unit file's content.", nonEmpty: true, limit: contentLimit},
 		"enabled": {desc: "Whether the unit is enabled; defaults to false."},
 		"active":  {desc: "Whether the unit is running; defaults to false."},
 	},
@@ -110,7 +112,7 @@ func modeRule(desc string) rule {
 }
 
 func nameRule(desc string) rule {
-	return rule{desc: desc, nonEmpty: true, pattern: namePattern, check: ownerName}
+	return rule{desc: desc, nonEmpty: true, pattern: namePattern, check: ownerName, limit: nameLimit}
 }
 
 // kind is one resource kind as a declaration spells it.

@@ -99,8 +99,8 @@ func validate(r event.Record) error {
 		return fmt.Errorf("kind %q is not a valid name", r.Kind)
 	case r.Resource != "" && !validName(r.Resource):
 		return fmt.Errorf("resource %q is not a valid name", r.Resource)
-	case len(r.Payload) > maxRecordPayload:
-		return fmt.Errorf("payload is %d bytes, over the %d limit", len(r.Payload), maxRecordPayload)
+	case len(r.Payload) > MaxPayload:
+		return fmt.Errorf("payload is %d bytes, over the %d limit", len(r.Payload), MaxPayload)
 	case len(r.Payload) > 0 && !json.Valid(r.Payload):
 		return fmt.Errorf("payload of %s is not JSON", r.Kind)
 	}
@@ -109,5 +109,5 @@ func validate(r event.Record) error {
 
 // validName: UTF-8, no NUL (the index separator), bounded.
 func validName(s string) bool {
-	return len(s) <= 4096 && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+	return len(s) <= event.MaxName && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }

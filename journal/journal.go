@@ -53,16 +53,19 @@ var (
 	bucketProjection = []byte("projection") // the Fold's keys, as of head
 	bucketSnapshot   = []byte("snapshot")   // the Fold's keys, as of snapshot-seq
 
-	keyFormat        = []byte("format")       // "1"
-	keyHead          = []byte("head")         // seq of the last record appended
-	keySnapshotSeq   = []byte("snapshot-seq") // records ≤ this were compacted away
-	keyAcked         = []byte("acked")        // highest seq acknowledged upward
-	fileFormat       = []byte("1")
-	allBuckets       = [][]byte{bucketRecords, bucketByResource, bucketLatest, bucketByKind, bucketMeta, bucketProjection, bucketSnapshot}
-	defaultTimeout   = 2 * time.Second
-	compactSuffix    = ".compacting"
-	maxRecordPayload = 16 << 20
+	keyFormat      = []byte("format")       // "1"
+	keyHead        = []byte("head")         // seq of the last record appended
+	keySnapshotSeq = []byte("snapshot-seq") // records ≤ this were compacted away
+	keyAcked       = []byte("acked")        // highest seq acknowledged upward
+	fileFormat     = []byte("1")
+	allBuckets     = [][]byte{bucketRecords, bucketByResource, bucketLatest, bucketByKind, bucketMeta, bucketProjection, bucketSnapshot}
+	defaultTimeout = 2 * time.Second
+	compactSuffix  = ".compacting"
 )
+
+// MaxPayload bounds one record's payload, in bytes: Append refuses a
+// larger one.
+const MaxPayload = 16 << 20
 
 // View reads a stored projection: a bbolt bucket, valid only inside the
 // callback that is handed it. View and Store are aliases of interface

@@ -337,11 +337,15 @@ func (d *Declaration) For(mesh, node string) error {
 }
 
 // Marshal encodes a message. The types here always encode; an error is a
-// bug and panics.
+// bug and panics. It does not escape <, > and & as json.Marshal does: a
+// Declaration's Document is carried as it was signed, and escaped it
+// would arrive other than signed and be refused for ever.
 func Marshal(m any) []byte {
-	b, err := json.Marshal(m)
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
 		panic("linkproto: message does not encode: " + err.Error())
 	}
-	return b
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }

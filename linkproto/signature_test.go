@@ -114,3 +114,25 @@ func TestOperatorNamesAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// A document holding <, > or & (a unit's ExecStart=sh -c 'a && b') arrives
+// as it was signed: escaped on the way, it would not verify.
+func TestDeclarationTravelsAsSigned(t *testing.T) {
+	kp, pub := signingKey(t)
+	doc := `{"mesh":"lab","node":"web-1","revision":1,"resources":[{"unit":{"name":"a.service","content":"ExecStart=/bin/sh -c 'a && b < c > d'\n"}}]}`
+	d := &linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: "lab", Node: "web-1", Revision: 1, Document: []byte(doc)}
+	if err := d.Sign(kp); err != nil {
+		t.Fatal(err)
+	}
+	w := &linkproto.Welcome{Protocol: linkproto.ProtocolVersion, Declaration: d}
+	var got linkproto.Welcome
+	if err := linkproto.Decode(linkproto.Marshal(w), linkproto.MaxDeclarationSize, &got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Declaration.Document) != doc {
+		t.Errorf("the document arrived as\n%s\nwant\n%s", got.Declaration.Document, doc)
+	}
+	if err := got.Declaration.Verify(pub); err != nil {
+		t.Errorf("it does not verify: %v", err)
+	}
+}

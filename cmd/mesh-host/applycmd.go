@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -24,23 +23,19 @@ type applyCmd struct {
 	File string `arg:"" type:"path" help:"The declaration: YAML, or JSON when the name ends in .json."`
 }
 
-// readDeclaration parses the file a person handed a command.
-func readDeclaration(path string) (*declaration.Declaration, []byte, error) {
-	data, err := os.ReadFile(path)
+// readDeclaration parses the file a person handed a command, reading no
+// more of it than the limit on a declaration's size.
+func readDeclaration(path string) (*declaration.Declaration, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var d *declaration.Declaration
-	if strings.EqualFold(filepath.Ext(path), ".json") {
-		d, err = declaration.ParseJSON(path, data)
-	} else {
-		d, err = declaration.ParseYAML(path, data)
-	}
-	return d, data, err
+	defer f.Close()
+	return declaration.Read(path, f)
 }
 
 func (c *applyCmd) Run(e *env) error {
-	decl, _, err := readDeclaration(c.File)
+	decl, err := readDeclaration(c.File)
 	source := "file:" + c.File
 	return e.withWriteJournal([]string{"apply", c.File}, func(j *journal.Journal) error {
 		if err != nil {

@@ -24,7 +24,7 @@ type planCmd struct {
 // Run shows what apply would do, with a diff for each file's content. It
 // changes nothing and journals nothing.
 func (c *planCmd) Run(e *env) error {
-	decl, _, err := readDeclaration(c.File)
+	decl, err := readDeclaration(c.File)
 	if err != nil {
 		return &exitError{code: exitRefused, err: fmt.Errorf("refused:\n%v", err)}
 	}

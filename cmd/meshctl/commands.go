@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -149,18 +148,18 @@ type declareCmd struct {
 }
 
 func (c *declareCmd) Run(e *env) error {
-	data, err := os.ReadFile(c.File)
+	f, err := os.Open(c.File)
 	if errors.Is(err, fs.ErrNotExist) {
 		return refused("%v", err)
 	}
 	if err != nil {
 		return failed("%v", err)
 	}
-	var d *declaration.Declaration
-	if strings.EqualFold(filepath.Ext(c.File), ".json") {
-		d, err = declaration.ParseJSON(c.File, data)
-	} else {
-		d, err = declaration.ParseYAML(c.File, data)
+	// Read no more than the limit on a declaration's size.
+	d, err := declaration.Read(c.File, f)
+	f.Close()
+	if err != nil && !errors.Is(err, declaration.ErrInvalid) {
+		return failed("%v", err)
 	}
 	if err == nil {
 		// The node refuses it by name too; refusing here keeps it out of

@@ -22,10 +22,13 @@ import (
 const (
 	formatV1   = 1
 	headerSize = 21
-	// maxName bounds kind and resource lengths so a corrupt length cannot
-	// ask for a huge allocation.
-	maxName = 4096
 )
+
+// MaxName bounds a record's kind and resource, in bytes: Append refuses a
+// longer one, and Decode calls a longer length corrupt, so that it cannot
+// ask for a huge allocation. Persisted: a version that read a smaller bound
+// would call newer records corrupt.
+const MaxName = 4096
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -95,7 +98,7 @@ func Decode(key, b []byte) (Record, error) {
 
 func readName(b []byte, field string) (string, []byte, error) {
 	l, n := uvarint(b)
-	if n <= 0 || l > maxName || uint64(len(b)-n) < l {
+	if n <= 0 || l > MaxName || uint64(len(b)-n) < l {
 		return "", nil, fmt.Errorf("%w: bad %s length", ErrCorrupt, field)
 	}
 	s := string(b[n : n+int(l)])

@@ -172,6 +172,9 @@ type ReconcileCompletedPayload struct {
 	Unchanged int       `json:"unchanged,omitempty"`
 	Failed    int       `json:"failed,omitempty"`
 	Quiet     bool      `json:"quiet,omitempty"`
+	// Error says why a reconcile ended before its outcomes were all
+	// journaled (Result is then failed); empty when it ran to the end.
+	Error string `json:"error,omitempty"`
 }
 
 // ResourceAppliedPayload is the outcome for one resource. Record.Resource

@@ -10,6 +10,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -121,8 +122,10 @@ func (rc *Reconciler) parallel() int {
 
 // Reconcile runs one reconcile. Errors of single resources are outcomes in
 // the Result, not errors; an error return means the journal could not be
-// written or ctx ended, and the reconcile's completion is not recorded (the
-// next start finishes the job).
+// written or ctx ended. When ctx ended, or the journal takes no record at
+// all, the reconcile's completion is not recorded (the next start finishes
+// the job); when the journal refused outcomes after the start, a failed
+// completion is journaled with the reason.
 func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, error) {
 	started := rc.Now().UTC()
 	steps, err := rc.plan(ctx, req)
@@ -181,10 +184,31 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 		}
 		rc.apply(ctx, todo)
 		if err := rc.journalOutcomes(level, req, res.Started); err != nil {
+			// The journal took the intent but not these outcomes (a record
+			// it refused, a full disk): the reconcile ends here, failed,
+			// rather than stay in progress for every later start to meet
+			// the same refusal. If the journal takes nothing more, it
+			// stays in progress.
+			if cerr := rc.completeEarly(res, req, started, err); cerr != nil {
+				return res, errors.Join(err, cerr)
+			}
 			return res, err
 		}
 	}
 	return res, rc.complete(res, req, started, res.Started, false)
+}
+
+// completeEarly journals the end of a reconcile that failed after its start
+// was journaled, with the reason.
+func (rc *Reconciler) completeEarly(res *Result, req Request, started time.Time, reason error) error {
+	recs, err := rc.Journal.Append(event.New(event.ReconcileCompleted, res.Started, "", event.ReconcileCompletedPayload{
+		Trigger: req.Trigger, Revision: req.Revision, Result: event.ResultFailed, Started: started, Error: reason.Error(),
+	}))
+	if err != nil {
+		return fmt.Errorf("journal the reconcile's end: %w", err)
+	}
+	res.Completed = recs[0].Seq
+	return nil
 }
 
 // needsRecord: an unchanged resource is journaled only when the journal

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -358,5 +359,31 @@ func TestPlanOfAnAbsentPackage(t *testing.T) {
 	}
 	if len(res.Steps) != 1 || res.Steps[0].Planned != event.ActionUnchanged {
 		t.Errorf("planned %+v, want unchanged", res.Steps[0])
+	}
+}
+
+// Outcomes the journal refuses after the intent was journaled end the
+// reconcile as failed, with the reason; it does not stay in progress for
+// every later start to meet the same refusal.
+func TestRefusedOutcomesEndTheReconcile(t *testing.T) {
+	b := newBed(t)
+	long := file("/"+strings.Repeat("a", event.MaxName), "x") // its ID is no journal key
+	res, err := b.rc.Reconcile(context.Background(), Request{Trigger: event.TriggerManual, Revision: 1, Specs: []drivers.Spec{long}, Repair: true})
+	if !errors.Is(err, journal.ErrInvalid) {
+		t.Fatalf("got %v, want the journal's refusal", err)
+	}
+	s := b.state()
+	if s.Pending != nil {
+		t.Errorf("in progress: %+v", s.Pending)
+	}
+	if s.LastReconcile == nil || s.LastReconcile.Result != event.ResultFailed || s.LastReconcile.Seq != res.Completed {
+		t.Fatalf("last reconcile %+v, want failed at #%d", s.LastReconcile, res.Completed)
+	}
+	recs := b.records()
+	var p event.ReconcileCompletedPayload
+	if last := recs[len(recs)-1]; last.Kind != event.ReconcileCompleted || last.Cause != res.Started {
+		t.Fatalf("last record %s caused by #%d, want reconcile.completed caused by #%d", last.Kind, last.Cause, res.Started)
+	} else if err := json.Unmarshal(last.Payload, &p); err != nil || !strings.Contains(p.Error, "journal outcomes") {
+		t.Errorf("completion %+v, %v: want the reason", p, err)
 	}
 }

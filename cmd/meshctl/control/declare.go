@@ -102,7 +102,7 @@ func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *dec
 // Push checks that d can be declared for node of mesh, as far as that
 // can be known without the stored state, and returns it as a push. It
 // refuses (ErrRefused) a declaration for another mesh or node, and one too
-// large to travel.
+// large to travel: over declaration.MaxBytes as JSON, its secrets sealed.
 func Push(d *declaration.Declaration, mesh, node string) (*linkproto.Declaration, error) {
 	if err := linkproto.ValidName(node); err != nil {
 		return nil, fmt.Errorf("%w: node: %w", ErrRefused, err)
@@ -116,6 +116,12 @@ func Push(d *declaration.Declaration, mesh, node string) (*linkproto.Declaration
 	doc, err := d.MarshalJSON()
 	if err != nil {
 		return nil, err
+	}
+	// The node holds the document it receives to the parser's limits:
+	// sealed, a secret is larger than its name, so a declaration that
+	// parsed here may be over them now.
+	if err := declaration.CheckJSONSize(doc); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	push := &linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: mesh, Node: node, Revision: d.Revision, Document: doc}
 	if n := len(linkproto.Marshal(push)); n > linkproto.MaxDeclarationSize-welcomeRoom {

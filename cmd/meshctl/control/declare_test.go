@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/declaration/declarationtest"
+	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -121,12 +124,54 @@ func TestDeclareRefusals(t *testing.T) {
 	}
 }
 
-func TestDeclareTooLarge(t *testing.T) {
+// A declaration one byte over the limits, as sealing its secrets may make
+// one that parsed, is refused naming the limit and nothing is stored; one at
+// the limits is stored and pushed.
+func TestDeclareAtTheLimits(t *testing.T) {
 	b := newBed(t)
-	d := decl(t, "a", 1, strings.Repeat("x", linkproto.MaxDeclarationSize))
-	err := b.client(time.Now()).Declare(context.Background(), &bytes.Buffer{}, "a", d, DeclareOptions{})
-	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "a declaration travels in one message of at most") {
-		t.Fatalf("got %v", err)
+	ctx := context.Background()
+	c := b.client(time.Now())
+	over := declarationtest.Maximal(testMesh, "a", 1)
+	fill := over.Resources[len(over.Resources)-1].(*drivers.FileSpec)
+	fill.Content += "f"
+	err := c.Declare(ctx, &bytes.Buffer{}, "a", over, DeclareOptions{PushTimeout: 100 * time.Millisecond})
+	if !errors.Is(err, ErrRefused) || !errors.Is(err, declaration.ErrLimit) || !strings.Contains(err.Error(), "1048577 bytes, over the limit for a declaration: 1048576 bytes") {
+		t.Fatalf("got %.300v", err)
+	}
+	if stored, err := storedDesired(ctx, mustKV(t, b), testMesh, "a"); stored != nil || err != nil {
+		t.Fatalf("stored %+v, %v", stored, err)
+	}
+
+	at := declarationtest.Maximal(testMesh, "a", 1)
+	if err := c.Declare(ctx, &bytes.Buffer{}, "a", at, DeclareOptions{PushTimeout: 100 * time.Millisecond}); err != nil {
+		t.Fatalf("at the limits: %.300v", err)
+	}
+	doc, _ := at.MarshalJSON()
+	if stored, err := storedDesired(ctx, mustKV(t, b), testMesh, "a"); err != nil || stored == nil || !bytes.Equal(stored.Document, doc) {
+		t.Fatalf("at the limits: not stored as declared: %v", err)
+	}
+}
+
+// Secrets sealed make a declaration larger than it parsed: Push holds the
+// sealed form to the limit the node will.
+func TestPushHoldsSealedSecretsToTheLimit(t *testing.T) {
+	src := "mesh: " + testMesh + "\nnode: a\nrevision: 1\nresources:\n"
+	for i := range 5 {
+		src += fmt.Sprintf("  - file: {path: /etc/s%d, content: {secret: s%d}}\n", i, i)
+	}
+	d, err := declaration.ParseYAML("a.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Push(d, testMesh, "a"); err != nil {
+		t.Fatalf("unsealed: %v", err)
+	}
+	for _, r := range d.Resources { // as sealFor leaves them: 250 KiB each
+		r.(*drivers.FileSpec).Secret.Sealed = strings.Repeat("A", 250<<10)
+		r.(*drivers.FileSpec).Secret.Sender = "X" + strings.Repeat("A", 55)
+	}
+	if _, err := Push(d, testMesh, "a"); !errors.Is(err, ErrRefused) || !errors.Is(err, declaration.ErrLimit) || !strings.Contains(err.Error(), "as JSON") {
+		t.Fatalf("sealed: got %.300v", err)
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/declaration/declarationtest"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -335,6 +336,13 @@ resources:
 	bad := r1.Resource("ftp://x")
 	if _, _, err := WithRelease(nil, testMesh, "b", bad); !errors.Is(err, ErrRefused) {
 		t.Errorf("a release from ftp://: %v, want ErrRefused", err)
+	}
+	// A declaration at the limit of resources has no room for a release.
+	full := declarationtest.Maximal(testMesh, "a", 1)
+	full.Resources[len(full.Resources)-1].(*drivers.FileSpec).Content = "" // room in bytes
+	if _, _, err := WithRelease(full, testMesh, "a", r1.Resource(base)); !errors.Is(err, ErrRefused) || !errors.Is(err, declaration.ErrLimit) ||
+		!strings.Contains(err.Error(), "one resource more than the limit of resources in a declaration: 10000") {
+		t.Errorf("a release added to a full declaration: %.300v", err)
 	}
 }
 

@@ -1,0 +1,192 @@
+package declaration
+
+import (
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The limits on a declaration. The parser checks every one of them, so the
+// doors that parse (meshctl declare, mesh-host apply, a push the host
+// accepts) refuse the same declarations, naming the limit, before anything
+// is stored or journaled. TestLimitsFit holds them to what they must fit.
+//
+// MaxBytes bounds the document as it is parsed (checked before the YAML or
+// JSON library reads it, which builds a node tree many times its size) and in its JSON form (MarshalJSON), which is what
+// travels and is journaled; meshctl checks it again once secrets are
+// sealed, since a sealed secret is larger than its name. Everything a
+// declaration becomes is then bounded by it:
+//
+//   - The push, one NATS message of at most linkproto.MaxDeclarationSize
+//     (8 MiB), carries the document as it is, plus mesh, node, revision,
+//     operator and signature (well under 1 KiB) and, in a Welcome, 1 KiB
+//     more: 1 MiB + 2 KiB. Even a JSON encoder that escaped <, > and & as
+//     \u003c (linkproto.Marshal does not) would make the document at most
+//     6 times as long, and 6 MiB + 2 KiB still fits.
+//   - The declaration.received record, at most the journal's 16 MiB,
+//     holds the document in base64 (4/3 MiB) and each resource's ID and
+//     spec digest. The IDs are the resources' paths and names, which the
+//     document holds, except that ${version} (10 bytes) expands to 64 hex
+//     digits: at most 6.4 MiB of IDs, and at most 100 bytes of each
+//     entry's JSON besides (1 MB for MaxResources). 4/3 + 6.4 + 1 is under
+//     9 MiB. A reconcile.started record, whose plan lists the same IDs for
+//     what is declared and what was owned before, stays under 16 MiB too.
+const (
+	// MaxBytes bounds a declaration's document, as written and as JSON.
+	MaxBytes = 1 << 20
+	// MaxResources bounds how many resources a declaration holds.
+	MaxResources = 10_000
+	// MaxPathBytes bounds a path, with ${version} expanded. A resource's
+	// ID is its kind, ":" and its path, and the journal keys records by ID
+	// in at most 4096 bytes (event.MaxName), so the longest kind,
+	// "directory:", comes off; it is under PATH_MAX (4096 with its NUL).
+	MaxPathBytes = 4096 - len("directory:")
+	// MaxPathElementBytes bounds each element of a path: NAME_MAX.
+	MaxPathElementBytes = 255
+	// MaxContentBytes bounds the content of a file or a unit written in
+	// the declaration: larger payloads belong in an archive, fetched by
+	// digest.
+	MaxContentBytes = 512 << 10
+	// MaxNameBytes bounds the mesh, the node and every name a resource
+	// holds: a package, a unit (a file name: NAME_MAX), an owner, a group.
+	MaxNameBytes = 255
+)
+
+// The limits as messages name them.
+const (
+	limitBytes     = "the limit for a declaration"
+	limitResources = "the limit of resources in a declaration"
+	limitPath      = "the limit for a path"
+	limitElement   = "the limit for an element of a path"
+	limitContent   = "the limit for content"
+	limitName      = "the limit for a name"
+)
+
+// The forms of a declaration tooLarge tells apart.
+const (
+	asWritten = ""
+	asJSON    = "as JSON, the form it travels and is journaled in, "
+)
+
+// tooLarge is the error for a document of size bytes over MaxBytes.
+func tooLarge(file string, size int, form string) *Error {
+	return &Error{File: file, sentinel: ErrLimit,
+		Msg: fmt.Sprintf("%sthe declaration is %d bytes, over %s: %d bytes", form, size, limitBytes, MaxBytes)}
+}
+
+// checkSize refuses a document over MaxBytes before anything reads it.
+func checkSize(name string, data []byte) error {
+	if len(data) > MaxBytes {
+		return Errors{tooLarge(name, len(data), asWritten)}
+	}
+	return nil
+}
+
+// CheckJSONSize refuses a declaration whose JSON form, doc, is over
+// MaxBytes. The parser checks the JSON form of what it parses; meshctl
+// checks a declaration again once its secrets are sealed, which makes it
+// larger.
+func CheckJSONSize(doc []byte) error {
+	if len(doc) > MaxBytes {
+		return tooLarge("", len(doc), asJSON)
+	}
+	return nil
+}
+
+// over reports a value of size bytes over a limit of most bytes; note, if
+// any, says how the size was counted.
+func (d *decoder) over(n *yaml.Node, field string, size int, limit string, most int, note string) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: n.Line, Column: n.Column, Field: field, sentinel: ErrLimit,
+		Msg: fmt.Sprintf("is %d bytes%s, over %s: %d bytes", size, note, limit, most)})
+}
+
+// pathLimits checks a path, with ${version} expanded (only an archive's
+// path may hold it), against MaxPathBytes and each of its elements against
+// MaxPathElementBytes.
+func (d *decoder) pathLimits(n *yaml.Node, field, p string) bool {
+	expanded := strings.ReplaceAll(p, version, dummyHex)
+	note := ""
+	if expanded != p {
+		note = " with " + version + " expanded"
+	}
+	if len(expanded) > MaxPathBytes {
+		d.over(n, field, len(expanded), limitPath, MaxPathBytes, note)
+		return false
+	}
+	for elem := range strings.SplitSeq(expanded, "/") {
+		if len(elem) > MaxPathElementBytes {
+			d.errs = append(d.errs, &Error{File: d.file, Line: n.Line, Column: n.Column, Field: field, sentinel: ErrLimit,
+				Msg: fmt.Sprintf("the element %s is %d bytes%s, over %s: %d bytes", abbreviate(elem), len(elem), note, limitElement, MaxPathElementBytes)})
+			return false
+		}
+	}
+	return true
+}
+
+// abbreviate quotes the start of a long value for a message.
+func abbreviate(s string) string {
+	const keep = 24
+	if len(s) <= keep {
+		return strconv.Quote(s)
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "…"
+}
+
+// sizeLimit is the limit a field's value is held to; a rule's zero value
+// holds it to none.
+type sizeLimit int
+
+const (
+	noLimit sizeLimit = iota
+	pathLimit
+	contentLimit
+	nameLimit
+)
+
+// sizeOK checks s, the value of the field at path, against its limit. It
+// is checked before the field's rule, whose patterns need not run over a
+// value already refused.
+func (d *decoder) sizeOK(n *yaml.Node, field string, limit sizeLimit, s string) bool {
+	switch limit {
+	case pathLimit:
+		return d.pathLimits(n, field, s)
+	case contentLimit:
+		if len(s) > MaxContentBytes {
+			d.over(n, field, len(s), limitContent, MaxContentBytes, "")
+			return false
+		}
+	case nameLimit:
+		if len(s) > MaxNameBytes {
+			d.over(n, field, len(s), limitName, MaxNameBytes, "")
+			return false
+		}
+	}
+	return true
+}
+
+// Read reads a declaration from r and parses it: as JSON when name ends in
+// ".json", as YAML otherwise. It reads at most MaxBytes+1 bytes, so that a
+// larger input is refused by the limit without being read whole.
+func Read(name string, r io.Reader) (*Declaration, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxBytes {
+		return nil, Errors{{File: name, sentinel: ErrLimit,
+			Msg: fmt.Sprintf("the declaration is over %s: %d bytes (it was read no further than %d)", limitBytes, MaxBytes, len(data))}}
+	}
+	if strings.EqualFold(path.Ext(name), ".json") {
+		return ParseJSON(name, data)
+	}
+	return ParseYAML(name, data)
+}
