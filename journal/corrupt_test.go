@@ -172,11 +172,35 @@ func checkCorruptErr(t *testing.T, err error, path string) {
 	}
 }
 
+// A zero-length file where a journal was is damage, in both modes: a
+// journal is created whole, so it is a file whose contents were lost, and
+// starting over on it would forget what the host owns. Neither open writes
+// to it.
 func TestOpenZeroLengthFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "journal.db")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
+	for _, readOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("readonly=%v", readOnly), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "journal.db")
+			if err := os.WriteFile(path, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			j, err := journal.Open(path, journal.Options{Fold: testFold, ReadOnly: readOnly})
+			if err == nil {
+				j.Close()
+				t.Fatal("open succeeded, want ErrCorrupt")
+			}
+			checkCorruptErr(t, err, path)
+			if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+				t.Errorf("open changed the file: %v", err)
+			}
+		})
 	}
+}
+
+// A first start, when there is no file, creates one whole: no empty file is
+// ever left where the journal goes, and nothing beside it.
+func TestOpenCreatesWhole(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "journal.db")
 	j := openAt(t, path, journal.Options{Fold: testFold})
 	if got := info(t, j); got.Head != 0 || got.First != 0 {
 		t.Errorf("got head %d first %d, want an empty journal", got.Head, got.First)
@@ -184,25 +208,11 @@ func TestOpenZeroLengthFile(t *testing.T) {
 	if out := mustAppend(t, j, rec(event.LinkUp, 0, "", "")); out[0].Seq != 1 {
 		t.Errorf("got seq %d, want 1", out[0].Seq)
 	}
-}
-
-// A zero-length file is a journal created but never written (the host
-// stopped inside its first Open). Read-only, that is nothing to read, not
-// damage: the operator must not be told to move it aside.
-func TestOpenZeroLengthFileReadOnly(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "journal.db")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := journal.Open(path, journal.Options{ReadOnly: true})
-	if err == nil {
-		j.Close()
-		t.Fatal("open succeeded, want ErrNotExist")
-	}
-	if !errors.Is(err, journal.ErrNotExist) || errors.Is(err, journal.ErrCorrupt) || !strings.Contains(err.Error(), path) {
-		t.Errorf("got %v, want ErrNotExist naming %s", err, path)
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
-		t.Errorf("read-only open changed the file: %v", err)
+	if len(entries) != 1 || entries[0].Name() != "journal.db" {
+		t.Errorf("got %v in the directory, want journal.db alone", entries)
 	}
 }

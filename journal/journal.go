@@ -136,26 +136,21 @@ func Open(path string, opts Options) (*Journal, error) {
 }
 
 func (j *Journal) open() (*bolt.DB, error) {
-	if j.opts.ReadOnly {
-		fi, err := os.Stat(j.path)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s", ErrNotExist, j.path)
-		}
-		// bbolt initialises an empty file, which it cannot do read-only; the
-		// file was created but never written, which is not damage.
-		if err == nil && fi.Size() == 0 {
-			return nil, fmt.Errorf("%w: %s is empty, never written", ErrNotExist, j.path)
-		}
-	} else {
-		if err := os.MkdirAll(filepath.Dir(j.path), 0o700); err != nil {
-			return nil, fmt.Errorf("create journal directory: %w", err)
+	_, err := os.Stat(j.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && j.opts.ReadOnly:
+		return nil, fmt.Errorf("%w: %s", ErrNotExist, j.path)
+	case errors.Is(err, os.ErrNotExist):
+		// Only a missing file is a first start.
+		if err := create(j.path, j.opts.Timeout); err != nil {
+			return nil, err
 		}
 	}
 	if err := checkSize(j.path); err != nil {
 		return nil, err
 	}
 	var db *bolt.DB
-	err := guard(j.path, func() error {
+	err = guard(j.path, func() error {
 		var err error
 		db, err = bolt.Open(j.path, 0o600, &bolt.Options{
 			Timeout:        j.opts.Timeout,
@@ -191,6 +186,50 @@ func (j *Journal) open() (*bolt.DB, error) {
 	return db, nil
 }
 
+// create makes a new journal at path, whole or not at all: it is written
+// under another name, then linked into place. A crash inside bbolt's first
+// Open would otherwise leave an empty file, which a later open must take for
+// lost contents. Linking rather than renaming refuses to replace a file
+// another process created meanwhile; that one is then opened as it is.
+func create(path string, timeout time.Duration) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create journal directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".new-*")
+	if err != nil {
+		return fmt.Errorf("create journal %s: %w", path, err)
+	}
+	tmp := f.Name()
+	f.Close()
+	defer os.Remove(tmp)
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: timeout, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return fmt.Errorf("create journal %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keyFormat, fileFormat)
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("create journal %s: %w", path, err)
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create journal %s: %w", path, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("create journal %s: %w", path, err)
+	}
+	return nil
+}
+
 // checkSize refuses a file too short to hold bbolt's two meta pages or whose
 // length is not a whole number of pages: bbolt would map it and fault later.
 func checkSize(path string) error {
@@ -205,7 +244,11 @@ func checkSize(path string) error {
 		return fmt.Errorf("open journal %s: not a regular file (%s)", path, fi.Mode().Type())
 	}
 	if fi.Size() == 0 {
-		return nil // bbolt initialises an empty file; nothing was lost
+		// bbolt would initialise it as a new journal. But a journal is
+		// created whole (see create), so an empty file is one whose
+		// contents were lost: starting over would forget the host's
+		// history and everything it owns.
+		return corruptErr(path, errors.New("file is empty: its contents were lost (a first start is when there is no file at all)"))
 	}
 	page := int64(os.Getpagesize())
 	switch {
