@@ -216,3 +216,72 @@ func TestOpenCreatesWhole(t *testing.T) {
 		t.Errorf("got %v in the directory, want journal.db alone", entries)
 	}
 }
+
+// TestAppendRefusedAfterDamage: once anything found the file damaged (a
+// read, the fold, a caller), no record is appended to it, even by a later
+// append whose own reads would pass, and the file is left as it was.
+func TestAppendRefusedAfterDamage(t *testing.T) {
+	s := writeSample(t)
+	damagedRecord := flipIn(t, s.file, s.stored[1500], 3)
+	tests := []struct {
+		name string
+		file []byte
+		fold func(fail *bool) journal.FoldFunc
+		find func(j *journal.Journal) error
+	}{
+		{"a scan read a damaged record", damagedRecord, nil,
+			func(j *journal.Journal) error { return j.Scan(0, 0, func(event.Record) error { return nil }) }},
+		{"Check read a damaged record", damagedRecord, nil,
+			func(j *journal.Journal) error { return j.Check() }},
+		{"the fold found its projection damaged", s.file,
+			func(fail *bool) journal.FoldFunc {
+				return func(st journal.Store, recs []event.Record) error {
+					if *fail {
+						*fail = false // the next fold would pass: the journal must remember
+						return fmt.Errorf("%w: checksum mismatch", journal.ErrCorrupt)
+					}
+					return testFold(st, recs)
+				}
+			},
+			func(j *journal.Journal) error {
+				_, err := j.Append(rec(event.LinkUp, 0, "", ""))
+				return err
+			}},
+		{"a caller said so", s.file, nil,
+			func(j *journal.Journal) error { return j.Damaged(errors.New("projection value fails its checksum")) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "journal.db")
+			if err := os.WriteFile(path, tt.file, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			fail := true
+			fold := testFold
+			if tt.fold != nil {
+				fold = tt.fold(&fail)
+			}
+			j := openAt(t, path, journal.Options{Fold: fold})
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = tt.find(j)
+			if err == nil {
+				t.Fatal("found no damage")
+			}
+			checkCorruptErr(t, err, path)
+			_, err = j.Append(rec(event.LinkDown, 0, "", ""))
+			if err == nil {
+				t.Fatal("append after damage was found succeeded")
+			}
+			checkCorruptErr(t, err, path)
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+				t.Error("the file changed after damage was found")
+			}
+		})
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -95,7 +96,9 @@ type Options struct {
 	Timeout time.Duration
 	// ReadOnly opens with a shared lock and refuses to create the file.
 	ReadOnly bool
-	// Fold maintains the stored projection. Nil keeps none.
+	// Fold maintains the stored projection. Nil keeps none. An error it
+	// returns that is ErrCorrupt (errors.Is) is damage to the projection
+	// it read: that append and every later one are refused.
 	Fold FoldFunc
 	// Now stamps appended records; nil means time.Now.
 	Now func() time.Time
@@ -116,6 +119,12 @@ type Journal struct {
 	// compactMu runs one compaction at a time: two would each fold a
 	// snapshot from what they read before the other dropped records.
 	compactMu sync.Mutex
+
+	// damage is the first damage found in the file (ErrCorrupt, with the
+	// recovery message), by a read, an append's fold, or a caller (see
+	// Damaged). Once set, Append refuses: nothing is added to a file known
+	// to be damaged.
+	damage atomic.Pointer[error]
 }
 
 // Open opens or creates the journal at path.
@@ -330,15 +339,58 @@ func (j *Journal) Close() error {
 	return j.db.Close()
 }
 
-func (j *Journal) corrupt(err error) error { return corruptErr(j.path, err) }
+// corrupt is err as damage to this file, remembered so Append refuses.
+func (j *Journal) corrupt(err error) error { return j.noteDamage(corruptErr(j.path, err)) }
 
-func corruptErr(path string, err error) error {
-	return fmt.Errorf("%w: %s: %v\n"+
+// Damaged returns err, which a caller found in what the journal stored (a
+// projection value that fails its checksum, say: the journal stores the
+// projection but cannot read it), as damage to the file: ErrCorrupt with
+// the recovery message. From then on Append refuses. An err that already
+// says so is returned as it is.
+func (j *Journal) Damaged(err error) error {
+	var d *damageError
+	if errors.As(err, &d) {
+		return j.noteDamage(err)
+	}
+	return j.corrupt(err)
+}
+
+// noteDamage remembers err, which is ErrCorrupt, when it is the first, and
+// returns it.
+func (j *Journal) noteDamage(err error) error {
+	if errors.Is(err, ErrCorrupt) {
+		j.damage.CompareAndSwap(nil, &err)
+	}
+	return err
+}
+
+// damaged returns the damage found in the file so far, or nil.
+func (j *Journal) damaged() error {
+	if p := j.damage.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func corruptErr(path string, err error) error { return &damageError{path: path, err: err} }
+
+// damageError is ErrCorrupt for one file: what was found, and how to
+// recover. Every damage found says the same.
+type damageError struct {
+	path string
+	err  error
+}
+
+func (e *damageError) Error() string {
+	return fmt.Sprintf("%v: %s: %v\n"+
 		"The host will not start on a journal it cannot read, and will not start over empty.\n"+
 		"To recover: stop mesh-host, move the file aside (mv %s %s.broken), and start again;\n"+
 		"the host re-converges from its next declaration. Keep the broken file for `mesh-host replay --journal %s.broken` to recover its history.",
-		ErrCorrupt, path, err, path, path, path)
+		ErrCorrupt, e.path, e.err, e.path, e.path, e.path)
 }
+
+func (e *damageError) Is(target error) bool { return target == ErrCorrupt }
+func (e *damageError) Unwrap() error        { return e.err }
 
 // guard runs fn turning a panic or a memory fault inside bbolt, which is how
 // bbolt reacts to some corrupted pages, into ErrCorrupt.
@@ -360,7 +412,7 @@ func (j *Journal) view(fn func(tx *bolt.Tx) error) error {
 	if j.closed {
 		return ErrClosed
 	}
-	return guard(j.path, func() error { return j.db.View(fn) })
+	return j.noteDamage(guard(j.path, func() error { return j.db.View(fn) }))
 }
 
 func getSeq(b *bolt.Bucket, key []byte) uint64 {
