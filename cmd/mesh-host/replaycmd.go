@@ -23,7 +23,7 @@ type replayCmd struct {
 // early records were compacted away) through untilSeq and untilTime (zero
 // means no limit).
 func replayFrom(j *journal.Journal, untilSeq uint64, untilTime time.Time) (projector.State, uint64, error) {
-	s, snapSeq, err := loadState(j.Snapshot)
+	s, snapSeq, err := snapshotState(j)
 	if err != nil {
 		return projector.State{}, 0, fmt.Errorf("compaction snapshot: %w", err)
 	}
