@@ -31,7 +31,7 @@ func (j *Journal) Append(recs ...event.Record) ([]event.Record, error) {
 	if j.opts.ReadOnly {
 		return nil, fmt.Errorf("append to %s: opened read-only", j.path)
 	}
-	if err := j.damaged(); err != nil {
+	if err := j.Damage(); err != nil {
 		return nil, err
 	}
 	for i, r := range recs {

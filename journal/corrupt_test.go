@@ -271,6 +271,14 @@ func TestAppendRefusedAfterDamage(t *testing.T) {
 				t.Fatal("found no damage")
 			}
 			checkCorruptErr(t, err, path)
+			select {
+			case <-j.DamageFound():
+			default:
+				t.Error("DamageFound is not closed after damage was found")
+			}
+			if j.Damage() == nil {
+				t.Error("Damage is nil after damage was found")
+			}
 			_, err = j.Append(rec(event.LinkDown, 0, "", ""))
 			if err == nil {
 				t.Fatal("append after damage was found succeeded")
@@ -283,5 +291,35 @@ func TestAppendRefusedAfterDamage(t *testing.T) {
 				t.Error("the file changed after damage was found")
 			}
 		})
+	}
+}
+
+// TestCheckWhileAppending: Check checks what was there when it started and
+// takes records appended meanwhile for none of its business, not for damage.
+func TestCheckWhileAppending(t *testing.T) {
+	j, _ := newJournal(t, journal.Options{Fold: testFold})
+	mustAppend(t, j, rec(event.LinkUp, 0, "", ""))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			if _, err := j.Append(rec(event.LinkDown, 0, "", "")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for {
+		if err := j.Check(); err != nil {
+			t.Fatalf("Check while appending: %v", err)
+		}
+		select {
+		case <-done:
+			if j.Damage() != nil {
+				t.Errorf("damage noted: %v", j.Damage())
+			}
+			return
+		default:
+		}
 	}
 }

@@ -124,7 +124,8 @@ type Journal struct {
 	// recovery message), by a read, an append's fold, or a caller (see
 	// Damaged). Once set, Append refuses: nothing is added to a file known
 	// to be damaged.
-	damage atomic.Pointer[error]
+	damage      atomic.Pointer[error]
+	damageFound chan struct{} // closed when damage is set
 }
 
 // Open opens or creates the journal at path.
@@ -135,7 +136,7 @@ func Open(path string, opts Options) (*Journal, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	j := &Journal{path: path, opts: opts, notify: make(chan struct{})}
+	j := &Journal{path: path, opts: opts, notify: make(chan struct{}), damageFound: make(chan struct{})}
 	db, err := j.open()
 	if err != nil {
 		return nil, err
@@ -358,19 +359,24 @@ func (j *Journal) Damaged(err error) error {
 // noteDamage remembers err, which is ErrCorrupt, when it is the first, and
 // returns it.
 func (j *Journal) noteDamage(err error) error {
-	if errors.Is(err, ErrCorrupt) {
-		j.damage.CompareAndSwap(nil, &err)
+	if errors.Is(err, ErrCorrupt) && j.damage.CompareAndSwap(nil, &err) {
+		close(j.damageFound)
 	}
 	return err
 }
 
-// damaged returns the damage found in the file so far, or nil.
-func (j *Journal) damaged() error {
+// Damage returns the first damage found in the file so far (ErrCorrupt,
+// with the recovery message), or nil.
+func (j *Journal) Damage() error {
 	if p := j.damage.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
+
+// DamageFound is closed when damage is first found in the file, by
+// whatever read it: a service stops then, whichever of its parts it was.
+func (j *Journal) DamageFound() <-chan struct{} { return j.damageFound }
 
 func corruptErr(path string, err error) error { return &damageError{path: path, err: err} }
 
