@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// damageHost is a host with a journal worth damaging: a declaration
+// applied (desired state, owned resources), a refusal, drift repaired.
+type damageHost struct {
+	dir, root, state, journal string
+	decl, decl2, bad        string
+}
+
+func newDamageHost(t *testing.T) damageHost {
+	t.Helper()
+	dir := t.TempDir()
+	h := damageHost{
+		dir: dir, root: filepath.Join(dir, "root"), state: filepath.Join(dir, "state"),
+		decl: filepath.Join(dir, "decl.yaml"), decl2: filepath.Join(dir, "decl2.yaml"), bad: filepath.Join(dir, "bad.yaml"),
+	}
+	h.journal = filepath.Join(h.state, "journal.db")
+	if err := os.MkdirAll(filepath.Join(h.root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const decl = "mesh: m\nnode: n1\nrevision: %d\nresources:\n" +
+		"  - directory: {path: /etc/app}\n" +
+		"  - file: {path: /etc/app/app.conf, content: \"level = %d\\n\", mode: \"0644\"}\n" +
+		"  - file: {path: /etc/motd, content: \"hello\\n\", mode: \"0644\"}\n"
+	for path, body := range map[string]string{h.decl: fmt.Sprintf(decl, 1, 1), h.decl2: fmt.Sprintf(decl, 2, 2), h.bad: "mesh: m\nnode: [\n"} {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.mustRun(t, "apply", h.decl)
+	if err := os.WriteFile(filepath.Join(h.root, "etc/motd"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.mustRun(t, "check")
+	if code, _, _ := h.run(t, context.Background(), "apply", h.bad); code != exitRefused {
+		t.Fatalf("apply of a bad declaration: exit %d, want %d", code, exitRefused)
+	}
+	return h
+}
+
+// run runs mesh-host in this process against the host's state, never
+// through a service's socket.
+func (h damageHost) run(t *testing.T, ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	global := []string{"--root", h.root, "--state-dir", h.state, "--socket", filepath.Join(h.dir, "no.sock")}
+	code = runCLI(ctx, append(global, args...), &out, &errb, nil)
+	return code, out.String(), errb.String()
+}
+
+func (h damageHost) mustRun(t *testing.T, args ...string) {
+	t.Helper()
+	if code, out, errs := h.run(t, context.Background(), args...); code != exitOK {
+		t.Fatalf("mesh-host %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+	}
+}
+
+// damageCommands is every command that opens the journal (main.go's
+// grammar: all but enrol and version), in the forms that read it
+// differently.
+func (h damageHost) damageCommands() [][]string {
+	return [][]string{
+		{"status"},
+		{"status", "--json", "--owned"},
+		{"plan", h.decl2},
+		{"apply", h.decl2},
+		{"apply", h.bad}, // a refusal is journaled too: not on a damaged file
+		{"check"},
+		{"check", "--no-repair"},
+		{"journal"},
+		{"journal", "--json", "--since", "2"},
+		{"journal", "--kind", "resource.applied"},
+		{"journal", "--resource", "file:/etc/motd"},
+		{"journal", "--why", "file:/etc/motd"},
+		{"journal", "--follow"},
+		{"journal", "--verify", "--key", "none"},
+		{"replay"},
+		{"replay", "--until", "2"},
+		{"replay", "--verify"},
+		{"serve", "--drift-interval", "1h"},
+	}
+}
+
+// flipAll flips one bit of the byte at off in every copy of value in the
+// file (bbolt's copy-on-write leaves stale copies in free pages, so the
+// first need not be the live one), without truncating it.
+func flipAll(t *testing.T, path string, value []byte, off int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	for i := 0; ; {
+		k := bytes.Index(b[i:], value)
+		if k < 0 {
+			break
+		}
+		at := int64(i + k + off)
+		if _, err := f.WriteAt([]byte{b[at] ^ 0x04}, at); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		i += k + 1
+	}
+	if n == 0 {
+		t.Fatalf("the value to damage (%d bytes) is not in %s", len(value), path)
+	}
+}
+
+// storedValue reads the raw value of key in a bucket of the journal file.
+func storedValue(t *testing.T, path, bucket, key string) []byte {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v []byte
+	_ = db.View(func(tx *bolt.Tx) error {
+		v = bytes.Clone(tx.Bucket([]byte(bucket)).Get([]byte(key)))
+		return nil
+	})
+	if v == nil {
+		t.Fatalf("%s has no %s/%s", path, bucket, key)
+	}
+	return v
+}
+
+// TestDamageStopsEveryCommand: on a journal with a byte flipped in a
+// record, or in any value of the stored projection, or emptied, every
+// command that opens it stops with the recovery message and exitDamaged,
+// and leaves the file exactly as it was: nothing is appended to it, and
+// nothing is reported from it.
+func TestDamageStopsEveryCommand(t *testing.T) {
+	h := newDamageHost(t)
+	good, err := os.ReadFile(h.journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What each damage is done to.
+	j, err := journal.Open(h.journal, journal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, ok, err := j.Get(2)
+	j.Close()
+	if err != nil || !ok {
+		t.Fatalf("record 2: %v %v", ok, err)
+	}
+	record := event.Encode(rec)
+	damages := []struct {
+		name   string
+		damage func(t *testing.T, path string)
+	}{
+		{"a byte flipped in a record", func(t *testing.T, path string) { flipAll(t, path, record, len(record)-3) }},
+		{"a byte flipped in the projection's core", func(t *testing.T, path string) {
+			v := storedValue(t, path, "projection", "core")
+			flipAll(t, path, v, len(v)/2)
+		}},
+		{"a byte flipped in the projection's desired state", func(t *testing.T, path string) {
+			v := storedValue(t, path, "projection", "desired")
+			flipAll(t, path, v, len(v)/2)
+		}},
+		{"a byte flipped in an owned resource", func(t *testing.T, path string) {
+			v := storedValue(t, path, "projection", "owned/file:/etc/app/app.conf")
+			flipAll(t, path, v, 1)
+		}},
+		{"the file emptied", func(t *testing.T, path string) {
+			if err := os.Truncate(path, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, d := range damages {
+		t.Run(d.name, func(t *testing.T) {
+			if err := os.WriteFile(h.journal, good, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			d.damage(t, h.journal)
+			damaged, err := os.ReadFile(h.journal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Equal(damaged, good) {
+				t.Fatal("the damage changed nothing")
+			}
+			for _, args := range h.damageCommands() {
+				name := strings.Join(args, " ")
+				// journal --follow and serve would run on a journal
+				// they took for whole: the deadline says they did.
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				code, stdout, stderr := h.run(t, ctx, args...)
+				cancel()
+				if code != exitDamaged {
+					t.Errorf("%s: exit %d, want %d (damaged)\nstdout:\n%s\nstderr:\n%s", name, code, exitDamaged, stdout, stderr)
+					continue
+				}
+				for _, want := range []string{"journal is corrupt: " + h.journal, "To recover: stop mesh-host, move the file aside (mv " + h.journal} {
+					if !strings.Contains(stderr, want) {
+						t.Errorf("%s: stderr does not say %q:\n%s", name, want, stderr)
+					}
+				}
+				if after, _ := os.ReadFile(h.journal); !bytes.Equal(after, damaged) {
+					t.Fatalf("%s changed the damaged file", name)
+				}
+				if _, err := os.Stat(filepath.Join(h.state, "control.sock")); err == nil {
+					t.Errorf("%s left a socket: a service started", name)
+				}
+			}
+		})
+	}
+	// The same commands on the undamaged journal do not stop so: the
+	// exits above are the damage's.
+	t.Run("undamaged", func(t *testing.T) {
+		for _, args := range h.damageCommands() {
+			if err := os.WriteFile(h.journal, good, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			code, stdout, stderr := h.run(t, ctx, args...)
+			cancel()
+			if code == exitDamaged || strings.Contains(stderr, "corrupt") {
+				t.Errorf("%s on the undamaged journal: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, stdout, stderr)
+			}
+		}
+	})
+}
