@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +23,7 @@ import (
 // applied (desired state, owned resources), a refusal, drift repaired.
 type damageHost struct {
 	dir, root, state, journal string
-	decl, decl2, bad        string
+	decl, decl2, bad          string
 }
 
 func newDamageHost(t *testing.T) damageHost {
@@ -246,4 +249,180 @@ func TestDamageStopsEveryCommand(t *testing.T) {
 			}
 		}
 	})
+}
+
+// lockedBuffer is a bytes.Buffer a service and a test may share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// flipEvery is flipAll that may find no copy left to flip.
+func flipEvery(t *testing.T, path string, value []byte, off int) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	for i := 0; ; i++ {
+		k := bytes.Index(b[i:], value)
+		if k < 0 {
+			return n
+		}
+		i += k
+		if _, err := f.WriteAt([]byte{b[i+off] ^ 0x04}, int64(i+off)); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+}
+
+// startServe runs `serve` in this process and waits for its socket. The
+// returned channel gives its exit code.
+func (h damageHost) startServe(t *testing.T, ctx context.Context, stderr *lockedBuffer, args ...string) <-chan int {
+	t.Helper()
+	done := make(chan int, 1)
+	go func() {
+		done <- runCLI(ctx, append([]string{"--root", h.root, "--state-dir", h.state, "serve", "--drift-interval", "1h"}, args...), io.Discard, stderr, nil)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err := net.Dial("unix", filepath.Join(h.state, "control.sock")); err == nil {
+			c.Close()
+			return done
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d before it answered:\n%s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not answer on its socket:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ask runs a command through the running service's socket.
+func (h damageHost) ask(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = runCLI(context.Background(), append([]string{"--root", h.root, "--state-dir", h.state}, args...), &out, &errb, nil)
+	return code, out.String(), errb.String()
+}
+
+// checkStoppedOnDamage waits for a service's exit and checks it was the
+// stop on damage.
+func checkStoppedOnDamage(t *testing.T, done <-chan int, stderr *lockedBuffer, journalPath string) {
+	t.Helper()
+	select {
+	case code := <-done:
+		if code != exitDamaged {
+			t.Fatalf("serve exited %d, want %d (damaged):\n%s", code, exitDamaged, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve still runs on a damaged journal:\n%s", stderr.String())
+	}
+	for _, want := range []string{`msg="the journal is damaged; stopping"`, "journal is corrupt: " + journalPath, "To recover: stop mesh-host"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("serve's log does not say %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+// TestServeScrubs: the scrub journals what it found on a whole journal
+// (journal.scrubbed, no differences), and when a record is damaged under
+// the running service, the next scrub stops it: exit 4, the recovery
+// message in its log, rather than a service that fails every reconcile.
+func TestServeScrubs(t *testing.T) {
+	h := newDamageHost(t)
+	j, err := journal.Open(h.journal, journal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, ok, err := j.Get(2)
+	j.Close()
+	if err != nil || !ok {
+		t.Fatalf("record 2: %v %v", ok, err)
+	}
+	record := event.Encode(rec)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := h.startServe(t, ctx, &stderr, "--scrub-interval", "50ms")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, out, errs := h.ask(t, "journal", "--kind", string(event.JournalScrubbed), "--json")
+		if code != exitOK {
+			t.Fatalf("journal --kind journal.scrubbed: exit %d\n%s", code, errs)
+		}
+		if strings.Contains(out, `"differences":0`) && strings.Contains(out, `"records":`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no journal.scrubbed record:\n%s\nserve said:\n%s", out, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// The service appends meanwhile (each scrub), and its copies of the
+	// page may carry the record undamaged: flip until it is found.
+	for range 100 {
+		flipEvery(t, h.journal, record, len(record)-3)
+		select {
+		case code := <-done:
+			done2 := make(chan int, 1)
+			done2 <- code
+			checkStoppedOnDamage(t, done2, &stderr, h.journal)
+			if !strings.Contains(stderr.String(), `msg="journal scrub found damage; stopping"`) {
+				t.Errorf("the scrub did not say it found the damage:\n%s", stderr.String())
+			}
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	checkStoppedOnDamage(t, done, &stderr, h.journal)
+}
+
+// TestServeStopsOnDamageACommandFound: damage a client's command finds in
+// the running service's journal (a projection value, read by status)
+// stops the service too, whichever part of it read the damage.
+func TestServeStopsOnDamageACommandFound(t *testing.T) {
+	h := newDamageHost(t)
+	owned := storedValue(t, h.journal, "projection", "owned/file:/etc/app/app.conf")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := h.startServe(t, ctx, &stderr)
+	if code, out, errs := h.ask(t, "status"); code != exitOK {
+		t.Fatalf("status before the damage: exit %d\n%s%s", code, out, errs)
+	}
+	if flipEvery(t, h.journal, owned, 1) == 0 {
+		t.Fatal("the owned value is not in the file")
+	}
+	code, _, errs := h.ask(t, "status")
+	if code != exitDamaged || !strings.Contains(errs, "To recover") {
+		t.Errorf("status on the damaged projection: exit %d, want %d with the recovery message:\n%s", code, exitDamaged, errs)
+	}
+	checkStoppedOnDamage(t, done, &stderr, h.journal)
 }
