@@ -426,3 +426,57 @@ func TestServeStopsOnDamageACommandFound(t *testing.T) {
 	}
 	checkStoppedOnDamage(t, done, &stderr, h.journal)
 }
+
+// TestProjectionLayout1: a journal whose projection was stored before
+// checksums (no format key, values without their checksum) is read as it
+// is, and the first append rewrites the projection with checksums.
+func TestProjectionLayout1(t *testing.T) {
+	h := newDamageHost(t)
+	code, want, errs := h.run(t, context.Background(), "status", "--json", "--owned")
+	if code != exitOK {
+		t.Fatalf("status: exit %d\n%s", code, errs)
+	}
+	// Back to layout 1, as a host before checksums left it.
+	db, err := bolt.Open(h.journal, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		p := tx.Bucket([]byte("projection"))
+		if err := p.Delete([]byte("format")); err != nil {
+			return err
+		}
+		old := map[string][]byte{}
+		_ = p.ForEach(func(k, v []byte) error {
+			old[string(k)] = bytes.Clone(v[:len(v)-4])
+			return nil
+		})
+		for k, v := range old {
+			if err := p.Put([]byte(k), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if code, got, errs := h.run(t, context.Background(), "status", "--json", "--owned"); code != exitOK || got != want {
+		t.Fatalf("status of layout 1: exit %d\n%s\ngot:\n%s\nwant:\n%s", code, errs, got, want)
+	}
+	h.mustRun(t, "apply", h.decl2)
+	h.mustRun(t, "replay", "--verify")
+	if f := storedValue(t, h.journal, "projection", "format"); string(f) != "2" {
+		t.Errorf("after an append the projection's format is %q, want 2", f)
+	}
+	// Now checksummed: a flipped byte is found.
+	v := storedValue(t, h.journal, "projection", "owned/file:/etc/app/app.conf")
+	flipAll(t, h.journal, v, 1)
+	if code, _, _ := h.run(t, context.Background(), "status"); code != exitDamaged {
+		t.Errorf("status after a flip in the rewritten projection: exit %d, want %d", code, exitDamaged)
+	}
+}
