@@ -388,11 +388,13 @@ type damageError struct {
 }
 
 func (e *damageError) Error() string {
+	// No command reads a damaged file to the end, replay included, so the
+	// broken file is kept as evidence, not as something to replay.
 	return fmt.Sprintf("%v: %s: %v\n"+
-		"The host will not start on a journal it cannot read, and will not start over empty.\n"+
+		"The host will not run on, report from or append to a journal it cannot read, and will not start over empty.\n"+
 		"To recover: stop mesh-host, move the file aside (mv %s %s.broken), and start again;\n"+
-		"the host re-converges from its next declaration. Keep the broken file for `mesh-host replay --journal %s.broken` to recover its history.",
-		ErrCorrupt, e.path, e.err, e.path, e.path, e.path)
+		"the host re-converges from its next declaration. Keep the broken file: it holds the host's history up to the damage.",
+		ErrCorrupt, e.path, e.err, e.path, e.path)
 }
 
 func (e *damageError) Is(target error) bool { return target == ErrCorrupt }
