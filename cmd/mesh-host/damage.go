@@ -8,12 +8,11 @@ import (
 	"github.com/mesh-host/mesh-host/projector"
 )
 
-// exitDamaged is the exit code of every command that found the journal
-// damaged: a record that fails its checksum, a projection value that fails
-// its own, a file cut short or emptied. Distinct from exitFailed so that a
-// script, or the launcher's log, can tell "the journal cannot be trusted"
-// from "something failed".
-const exitDamaged = 4
+// Every command that finds the journal damaged (a record that fails its
+// checksum, a projection value that fails its own, a file cut short or
+// emptied) exits exitDamaged, distinct from exitFailed so that a script, or
+// the launcher's log, can tell "the journal cannot be trusted" from
+// "something failed".
 
 // isDamage reports whether err, anywhere in its chain, is damage found in
 // the journal's file, its records or its stored projection.

@@ -313,8 +313,9 @@ type loopHooks struct {
 // of the latest) and the drift timer, which restarts after every reconcile.
 // After each completed reconcile it calls done (a heartbeat goes up). A
 // failing reconcile is journaled and logged; the loop goes on (it is what
-// repairs); damage to the journal ends it. After each reconcile returns, and on each look, it calls
-// between, which may end it (the host stands aside).
+// repairs), unless it failed on damage to the journal, which ends it. After
+// each reconcile returns, and on each look, it calls between, which may end
+// it (the host stands aside).
 //
 // When ctx ends, the reconcile in flight is not cancelled: it finishes and
 // is journaled, unless it takes longer than StopTimeout more.

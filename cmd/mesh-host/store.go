@@ -91,9 +91,10 @@ func silent(code int) error {
 }
 
 // withJournal runs fn against the journal. Inside the service that is the
-// service's own. Otherwise, unless --journal names a file, the command line
-// is forwarded to a running service, which runs this same command; when none
-// answers, the file is opened read-only here.
+// service's own, which it read whole at start and scrubs. Otherwise, unless
+// --journal names a file, the command line is forwarded to a running
+// service, which runs this same command; when none answers, the file is
+// opened read-only here and read whole (verifyJournal) before fn runs.
 func (e *env) withJournal(fn func(j *journal.Journal) error) error {
 	if e.held != nil {
 		return fn(e.held.j)
