@@ -2,6 +2,7 @@ package journal
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -18,12 +19,20 @@ import (
 //
 // A record's Cause must be lower than the sequence it is given: causes point
 // back in time.
+//
+// Append refuses, with the ErrCorrupt found, once anything found the file
+// damaged: a read, an earlier append, or a caller through Damaged. The fold
+// reports damage to the projection it reads by returning an error wrapping
+// ErrCorrupt; the append is then rolled back and refused in the same way.
 func (j *Journal) Append(recs ...event.Record) ([]event.Record, error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}
 	if j.opts.ReadOnly {
 		return nil, fmt.Errorf("append to %s: opened read-only", j.path)
+	}
+	if err := j.Damage(); err != nil {
+		return nil, err
 	}
 	for i, r := range recs {
 		if err := validate(r); err != nil {
@@ -42,7 +51,7 @@ func (j *Journal) Append(recs ...event.Record) ([]event.Record, error) {
 		return j.db.Update(func(tx *bolt.Tx) error { return j.appendTx(tx, out) })
 	})
 	if err != nil {
-		return nil, err
+		return nil, j.noteDamage(err)
 	}
 	j.wake()
 	return out, nil
@@ -85,7 +94,9 @@ func (j *Journal) appendTx(tx *bolt.Tx, out []event.Record) error {
 	if j.opts.Fold == nil {
 		return nil
 	}
-	if err := j.opts.Fold(tx.Bucket(bucketProjection), out); err != nil {
+	if err := j.opts.Fold(tx.Bucket(bucketProjection), out); errors.Is(err, ErrCorrupt) {
+		return j.corrupt(fmt.Errorf("fold projection: %w", err))
+	} else if err != nil {
 		return fmt.Errorf("fold projection: %w", err)
 	}
 	return nil

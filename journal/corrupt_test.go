@@ -172,11 +172,35 @@ func checkCorruptErr(t *testing.T, err error, path string) {
 	}
 }
 
+// A zero-length file where a journal was is damage, in both modes: a
+// journal is created whole, so it is a file whose contents were lost, and
+// starting over on it would forget what the host owns. Neither open writes
+// to it.
 func TestOpenZeroLengthFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "journal.db")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
+	for _, readOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("readonly=%v", readOnly), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "journal.db")
+			if err := os.WriteFile(path, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			j, err := journal.Open(path, journal.Options{Fold: testFold, ReadOnly: readOnly})
+			if err == nil {
+				j.Close()
+				t.Fatal("open succeeded, want ErrCorrupt")
+			}
+			checkCorruptErr(t, err, path)
+			if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+				t.Errorf("open changed the file: %v", err)
+			}
+		})
 	}
+}
+
+// A first start, when there is no file, creates one whole: no empty file is
+// ever left where the journal goes, and nothing beside it.
+func TestOpenCreatesWhole(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "journal.db")
 	j := openAt(t, path, journal.Options{Fold: testFold})
 	if got := info(t, j); got.Head != 0 || got.First != 0 {
 		t.Errorf("got head %d first %d, want an empty journal", got.Head, got.First)
@@ -184,25 +208,118 @@ func TestOpenZeroLengthFile(t *testing.T) {
 	if out := mustAppend(t, j, rec(event.LinkUp, 0, "", "")); out[0].Seq != 1 {
 		t.Errorf("got seq %d, want 1", out[0].Seq)
 	}
-}
-
-// A zero-length file is a journal created but never written (the host
-// stopped inside its first Open). Read-only, that is nothing to read, not
-// damage: the operator must not be told to move it aside.
-func TestOpenZeroLengthFileReadOnly(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "journal.db")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := journal.Open(path, journal.Options{ReadOnly: true})
-	if err == nil {
-		j.Close()
-		t.Fatal("open succeeded, want ErrNotExist")
+	if len(entries) != 1 || entries[0].Name() != "journal.db" {
+		t.Errorf("got %v in the directory, want journal.db alone", entries)
 	}
-	if !errors.Is(err, journal.ErrNotExist) || errors.Is(err, journal.ErrCorrupt) || !strings.Contains(err.Error(), path) {
-		t.Errorf("got %v, want ErrNotExist naming %s", err, path)
+}
+
+// TestAppendRefusedAfterDamage: once anything found the file damaged (a
+// read, the fold, a caller), no record is appended to it, even by a later
+// append whose own reads would pass, and the file is left as it was.
+func TestAppendRefusedAfterDamage(t *testing.T) {
+	s := writeSample(t)
+	damagedRecord := flipIn(t, s.file, s.stored[1500], 3)
+	tests := []struct {
+		name string
+		file []byte
+		fold func(fail *bool) journal.FoldFunc
+		find func(j *journal.Journal) error
+	}{
+		{"a scan read a damaged record", damagedRecord, nil,
+			func(j *journal.Journal) error { return j.Scan(0, 0, func(event.Record) error { return nil }) }},
+		{"Check read a damaged record", damagedRecord, nil,
+			func(j *journal.Journal) error { return j.Check() }},
+		{"the fold found its projection damaged", s.file,
+			func(fail *bool) journal.FoldFunc {
+				return func(st journal.Store, recs []event.Record) error {
+					if *fail {
+						*fail = false // the next fold would pass: the journal must remember
+						return fmt.Errorf("%w: checksum mismatch", journal.ErrCorrupt)
+					}
+					return testFold(st, recs)
+				}
+			},
+			func(j *journal.Journal) error {
+				_, err := j.Append(rec(event.LinkUp, 0, "", ""))
+				return err
+			}},
+		{"a caller said so", s.file, nil,
+			func(j *journal.Journal) error { return j.Damaged(errors.New("projection value fails its checksum")) }},
 	}
-	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
-		t.Errorf("read-only open changed the file: %v", err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "journal.db")
+			if err := os.WriteFile(path, tt.file, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			fail := true
+			fold := testFold
+			if tt.fold != nil {
+				fold = tt.fold(&fail)
+			}
+			j := openAt(t, path, journal.Options{Fold: fold})
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = tt.find(j)
+			if err == nil {
+				t.Fatal("found no damage")
+			}
+			checkCorruptErr(t, err, path)
+			select {
+			case <-j.DamageFound():
+			default:
+				t.Error("DamageFound is not closed after damage was found")
+			}
+			if j.Damage() == nil {
+				t.Error("Damage is nil after damage was found")
+			}
+			_, err = j.Append(rec(event.LinkDown, 0, "", ""))
+			if err == nil {
+				t.Fatal("append after damage was found succeeded")
+			}
+			checkCorruptErr(t, err, path)
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+				t.Error("the file changed after damage was found")
+			}
+		})
+	}
+}
+
+// TestCheckWhileAppending: Check checks what was there when it started and
+// takes records appended meanwhile for none of its business, not for damage.
+func TestCheckWhileAppending(t *testing.T) {
+	j, _ := newJournal(t, journal.Options{Fold: testFold})
+	mustAppend(t, j, rec(event.LinkUp, 0, "", ""))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			if _, err := j.Append(rec(event.LinkDown, 0, "", "")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for {
+		if err := j.Check(); err != nil {
+			t.Fatalf("Check while appending: %v", err)
+		}
+		select {
+		case <-done:
+			if j.Damage() != nil {
+				t.Errorf("damage noted: %v", j.Damage())
+			}
+			return
+		default:
+		}
 	}
 }

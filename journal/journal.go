@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -98,7 +99,9 @@ type Options struct {
 	Timeout time.Duration
 	// ReadOnly opens with a shared lock and refuses to create the file.
 	ReadOnly bool
-	// Fold maintains the stored projection. Nil keeps none.
+	// Fold maintains the stored projection. Nil keeps none. An error it
+	// returns that is ErrCorrupt (errors.Is) is damage to the projection
+	// it read: that append and every later one are refused.
 	Fold FoldFunc
 	// Now stamps appended records; nil means time.Now.
 	Now func() time.Time
@@ -119,6 +122,13 @@ type Journal struct {
 	// compactMu runs one compaction at a time: two would each fold a
 	// snapshot from what they read before the other dropped records.
 	compactMu sync.Mutex
+
+	// damage is the first damage found in the file (ErrCorrupt, with the
+	// recovery message), by a read, an append's fold, or a caller (see
+	// Damaged). Once set, Append refuses: nothing is added to a file known
+	// to be damaged.
+	damage      atomic.Pointer[error]
+	damageFound chan struct{} // closed when damage is set
 }
 
 // Open opens or creates the journal at path.
@@ -129,7 +139,7 @@ func Open(path string, opts Options) (*Journal, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	j := &Journal{path: path, opts: opts, notify: make(chan struct{})}
+	j := &Journal{path: path, opts: opts, notify: make(chan struct{}), damageFound: make(chan struct{})}
 	db, err := j.open()
 	if err != nil {
 		return nil, err
@@ -139,26 +149,21 @@ func Open(path string, opts Options) (*Journal, error) {
 }
 
 func (j *Journal) open() (*bolt.DB, error) {
-	if j.opts.ReadOnly {
-		fi, err := os.Stat(j.path)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s", ErrNotExist, j.path)
-		}
-		// bbolt initialises an empty file, which it cannot do read-only; the
-		// file was created but never written, which is not damage.
-		if err == nil && fi.Size() == 0 {
-			return nil, fmt.Errorf("%w: %s is empty, never written", ErrNotExist, j.path)
-		}
-	} else {
-		if err := os.MkdirAll(filepath.Dir(j.path), 0o700); err != nil {
-			return nil, fmt.Errorf("create journal directory: %w", err)
+	_, err := os.Stat(j.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && j.opts.ReadOnly:
+		return nil, fmt.Errorf("%w: %s", ErrNotExist, j.path)
+	case errors.Is(err, os.ErrNotExist):
+		// Only a missing file is a first start.
+		if err := create(j.path, j.opts.Timeout); err != nil {
+			return nil, err
 		}
 	}
 	if err := checkSize(j.path); err != nil {
 		return nil, err
 	}
 	var db *bolt.DB
-	err := guard(j.path, func() error {
+	err = guard(j.path, func() error {
 		var err error
 		db, err = bolt.Open(j.path, 0o600, &bolt.Options{
 			Timeout:        j.opts.Timeout,
@@ -194,6 +199,50 @@ func (j *Journal) open() (*bolt.DB, error) {
 	return db, nil
 }
 
+// create makes a new journal at path, whole or not at all: it is written
+// under another name, then linked into place. A crash inside bbolt's first
+// Open would otherwise leave an empty file, which a later open must take for
+// lost contents. Linking rather than renaming refuses to replace a file
+// another process created meanwhile; that one is then opened as it is.
+func create(path string, timeout time.Duration) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create journal directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".new-*")
+	if err != nil {
+		return fmt.Errorf("create journal %s: %w", path, err)
+	}
+	tmp := f.Name()
+	f.Close()
+	defer os.Remove(tmp)
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: timeout, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return fmt.Errorf("create journal %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keyFormat, fileFormat)
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("create journal %s: %w", path, err)
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create journal %s: %w", path, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("create journal %s: %w", path, err)
+	}
+	return nil
+}
+
 // checkSize refuses a file too short to hold bbolt's two meta pages or whose
 // length is not a whole number of pages: bbolt would map it and fault later.
 func checkSize(path string) error {
@@ -208,7 +257,11 @@ func checkSize(path string) error {
 		return fmt.Errorf("open journal %s: not a regular file (%s)", path, fi.Mode().Type())
 	}
 	if fi.Size() == 0 {
-		return nil // bbolt initialises an empty file; nothing was lost
+		// bbolt would initialise it as a new journal. But a journal is
+		// created whole (see create), so an empty file is one whose
+		// contents were lost: starting over would forget the host's
+		// history and everything it owns.
+		return corruptErr(path, errors.New("file is empty: its contents were lost (a first start is when there is no file at all)"))
 	}
 	page := int64(os.Getpagesize())
 	switch {
@@ -290,15 +343,65 @@ func (j *Journal) Close() error {
 	return j.db.Close()
 }
 
-func (j *Journal) corrupt(err error) error { return corruptErr(j.path, err) }
+// corrupt is err as damage to this file, remembered so Append refuses.
+func (j *Journal) corrupt(err error) error { return j.noteDamage(corruptErr(j.path, err)) }
 
-func corruptErr(path string, err error) error {
-	return fmt.Errorf("%w: %s: %v\n"+
-		"The host will not start on a journal it cannot read, and will not start over empty.\n"+
-		"To recover: stop mesh-host, move the file aside (mv %s %s.broken), and start again;\n"+
-		"the host re-converges from its next declaration. Keep the broken file for `mesh-host replay --journal %s.broken` to recover its history.",
-		ErrCorrupt, path, err, path, path, path)
+// Damaged returns err, which a caller found in what the journal stored (a
+// projection value that fails its checksum, say: the journal stores the
+// projection but cannot read it), as damage to the file: ErrCorrupt with
+// the recovery message. From then on Append refuses. An err that already
+// says so is returned as it is.
+func (j *Journal) Damaged(err error) error {
+	var d *damageError
+	if errors.As(err, &d) {
+		return j.noteDamage(err)
+	}
+	return j.corrupt(err)
 }
+
+// noteDamage remembers err, which is ErrCorrupt, when it is the first, and
+// returns it.
+func (j *Journal) noteDamage(err error) error {
+	if errors.Is(err, ErrCorrupt) && j.damage.CompareAndSwap(nil, &err) {
+		close(j.damageFound)
+	}
+	return err
+}
+
+// Damage returns the first damage found in the file so far (ErrCorrupt,
+// with the recovery message), or nil.
+func (j *Journal) Damage() error {
+	if p := j.damage.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// DamageFound is closed when damage is first found in the file, by
+// whatever read it: a service stops then, whichever of its parts it was.
+func (j *Journal) DamageFound() <-chan struct{} { return j.damageFound }
+
+func corruptErr(path string, err error) error { return &damageError{path: path, err: err} }
+
+// damageError is ErrCorrupt for one file: what was found, and how to
+// recover. Every damage found says the same.
+type damageError struct {
+	path string
+	err  error
+}
+
+func (e *damageError) Error() string {
+	// No command reads a damaged file to the end, replay included, so the
+	// broken file is kept as evidence, not as something to replay.
+	return fmt.Sprintf("%v: %s: %v\n"+
+		"The host will not run on, report from or append to a journal it cannot read, and will not start over empty.\n"+
+		"To recover: stop mesh-host, move the file aside (mv %s %s.broken), and start again;\n"+
+		"the host re-converges from its next declaration. Keep the broken file: it holds the host's history up to the damage.",
+		ErrCorrupt, e.path, e.err, e.path, e.path)
+}
+
+func (e *damageError) Is(target error) bool { return target == ErrCorrupt }
+func (e *damageError) Unwrap() error        { return e.err }
 
 // guard runs fn turning a panic or a memory fault inside bbolt, which is how
 // bbolt reacts to some corrupted pages, into ErrCorrupt.
@@ -320,7 +423,7 @@ func (j *Journal) view(fn func(tx *bolt.Tx) error) error {
 	if j.closed {
 		return ErrClosed
 	}
-	return guard(j.path, func() error { return j.db.View(fn) })
+	return j.noteDamage(guard(j.path, func() error { return j.db.View(fn) }))
 }
 
 func getSeq(b *bolt.Bucket, key []byte) uint64 {

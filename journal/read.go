@@ -323,15 +323,24 @@ func (j *Journal) Follow(ctx context.Context, from uint64, fn func(event.Record)
 
 // Check reads every record, verifying each one's checksum and that the
 // sequences run gap-free from the first stored to head. Open checks only
-// what it can without reading the whole file; a service checks the rest
-// once when it starts, so damage stops it then rather than mid-reconcile.
+// what it can without reading the whole file; a command checks the rest
+// before it reads or appends, a service when it starts and then in its
+// scrub. Records appended while it runs are not checked (head is read
+// first); a compaction must not run meanwhile, as it drops records.
 func (j *Journal) Check() error {
 	info, err := j.Info()
 	if err != nil {
 		return err
 	}
+	switch {
+	case info.Head == 0 && info.First == 0:
+		return nil // nothing appended yet
+	case info.First == 0:
+		// Compaction always leaves its own record behind.
+		return j.corrupt(fmt.Errorf("no record is stored but head says %d", info.Head))
+	}
 	next := info.First
-	err = j.ScanBatches(info.First, 0, func(batch []event.Record) error {
+	err = j.ScanBatches(info.First, info.Head, func(batch []event.Record) error {
 		for _, r := range batch {
 			if r.Seq != next {
 				return j.corrupt(fmt.Errorf("record %d is missing (found %d)", next, r.Seq))
@@ -343,7 +352,7 @@ func (j *Journal) Check() error {
 	if err != nil {
 		return err
 	}
-	if info.Head != 0 && next != info.Head+1 {
+	if next != info.Head+1 {
 		return j.corrupt(fmt.Errorf("records end at %d but head says %d", next-1, info.Head))
 	}
 	return nil

@@ -8,8 +8,8 @@ import (
 
 // Errors returned by this package.
 var (
-	// ErrCorrupt is returned by Decode, and by Stored.Fold, when stored
-	// bytes are not an encoded State.
+	// ErrCorrupt is returned by Decode, Load, LoadDesired and Stored.Fold
+	// when stored bytes are not an encoded State, or fail their checksum.
 	ErrCorrupt = errors.New("corrupt projection")
 	// ErrSequence is returned by Stored.Fold when a record's seq does not
 	// follow the head of the projection it is folded into: a record would

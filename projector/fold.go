@@ -185,6 +185,8 @@ func (f *folder) fold(s *State, r event.Record) {
 		ok = ignore[event.DeclarationRefusedPayload](f, r.Payload)
 	case event.JournalCompacted:
 		ok = ignore[event.JournalCompactedPayload](f, r.Payload)
+	case event.JournalScrubbed:
+		ok = ignore[event.JournalScrubbedPayload](f, r.Payload)
 	case event.LinkPlaintext:
 		ok = ignore[event.LinkPlaintextPayload](f, r.Payload)
 	default:

@@ -553,6 +553,8 @@ func genPayload(t *rapid.T, k event.Kind) any {
 		return event.LinkPayload{Broker: str("broker", []string{"", "nats://a", "nats://b"}), Reason: str("reason", []string{"", "eof"})}
 	case event.JournalCompacted:
 		return event.JournalCompactedPayload{Through: small("through"), Dropped: small("dropped")}
+	case event.JournalScrubbed:
+		return event.JournalScrubbedPayload{Head: small("head"), First: small("first"), Records: small("records"), Owned: int(small("owned")), Differences: int(small("differences"))}
 	}
 	return map[string]any{"future": rapid.Int().Draw(t, "future")}
 }

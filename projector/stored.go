@@ -1,8 +1,11 @@
 package projector
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"strings"
 
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -30,37 +33,123 @@ type Store = interface {
 // only what its records changed: a quiet timer reconcile rewrites the small
 // core, not a thousand owned resources or the declaration document.
 //
+//	format          the layout: "2" (absent: layout 1)
 //	core            the State without Desired and Owned, as JSON
 //	desired         the Desired, as JSON (absent before the first declaration)
 //	owned/<id>      one Owned, in the binary form of owned.go
+//
+// In layout 2 every value but format's ends with a checksum (see seal):
+// bbolt checksums none of its pages, and a flipped byte in the projection
+// must stop the host, not steer it. Layout 1, written before checksums, is
+// read as it is; the first Fold into it rewrites every value in layout 2.
 const (
+	keyFormat   = "format"
 	keyCore     = "core"
 	keyDesired  = "desired"
 	prefixOwned = "owned/"
 )
 
+// storedFormat is the layout Fold writes.
+var storedFormat = []byte("2")
+
+// castagnoli is the CRC-32C table: the checksum records use too.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// checksumSize is the length of a value's checksum.
+const checksumSize = 4
+
+// seal returns v followed by the CRC-32C of key and v: a byte flipped in
+// the value, or in the key (which would make it another resource's), fails
+// unseal.
+func seal(key string, v []byte) []byte {
+	out := make([]byte, len(v), len(v)+checksumSize)
+	copy(out, v)
+	return binary.BigEndian.AppendUint32(out, checksum(key, v))
+}
+
+func checksum(key string, v []byte) uint32 {
+	c := crc32.Update(0, castagnoli, []byte(key))
+	c = crc32.Update(c, castagnoli, []byte{0})
+	return crc32.Update(c, castagnoli, v)
+}
+
+// unseal returns the value sealed under key, without its checksum; in
+// layout 1 (sealed false) v is returned as it is.
+func unseal(key string, v []byte, sealed bool) ([]byte, error) {
+	if !sealed {
+		return v, nil
+	}
+	if len(v) < checksumSize {
+		return nil, fmt.Errorf("%w: %s: %d bytes, too short for its checksum", ErrCorrupt, key, len(v))
+	}
+	body, sum := v[:len(v)-checksumSize], binary.BigEndian.Uint32(v[len(v)-checksumSize:])
+	if checksum(key, body) != sum {
+		return nil, fmt.Errorf("%w: %s: checksum mismatch", ErrCorrupt, key)
+	}
+	return body, nil
+}
+
+// layout reports whether r's values are sealed (layout 2) or not (layout
+// 1, or an empty store), and refuses a layout this version does not know.
+func layout(r Reader) (sealed bool, err error) {
+	f := r.Get([]byte(keyFormat))
+	switch {
+	case f == nil:
+		return false, nil
+	case bytes.Equal(f, storedFormat):
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: unknown stored layout %q", ErrCorrupt, f)
+}
+
+// errNoCore: Fold writes the core with the format, and every fold after,
+// so a layout-2 projection without one lost it (or its key was damaged).
+var errNoCore = fmt.Errorf("%w: core is missing", ErrCorrupt)
+
+// get returns the value under key, checked and without its checksum; nil
+// when there is none.
+func get(r Reader, key string, sealed bool) ([]byte, error) {
+	v := r.Get([]byte(key))
+	if v == nil {
+		return nil, nil
+	}
+	return unseal(key, v, sealed)
+}
+
 // Load reads the State stored by Stored.Fold. An empty store is the zero
 // State, which is what the journal holds before its first record.
 func Load(r Reader) (State, error) {
+	sealed, err := layout(r)
+	if err != nil {
+		return State{}, err
+	}
 	var s State
-	if core := r.Get([]byte(keyCore)); len(core) > 0 {
+	core, err := get(r, keyCore, sealed)
+	if err != nil {
+		return State{}, err
+	}
+	if sealed && core == nil {
+		return State{}, errNoCore
+	}
+	if len(core) > 0 {
 		if err := json.Unmarshal(core, &s); err != nil {
 			return State{}, fmt.Errorf("%w: core: %w", ErrCorrupt, err)
 		}
 	}
 	s.Desired, s.Owned = nil, nil
-	if d := r.Get([]byte(keyDesired)); len(d) > 0 {
-		s.Desired = new(Desired)
-		if err := json.Unmarshal(d, s.Desired); err != nil {
-			return State{}, fmt.Errorf("%w: desired: %w", ErrCorrupt, err)
-		}
+	if s.Desired, err = loadDesired(r, sealed); err != nil {
+		return State{}, err
 	}
-	err := r.ForEach(func(k, v []byte) error {
+	err = r.ForEach(func(k, v []byte) error {
 		id, ok := strings.CutPrefix(string(k), prefixOwned)
 		if !ok {
 			return nil
 		}
-		o, err := decodeOwned(v)
+		b, err := unseal(string(k), v, sealed)
+		if err != nil {
+			return err
+		}
+		o, err := decodeOwned(b)
 		if err != nil {
 			return fmt.Errorf("%w: owned %q: %w", ErrCorrupt, id, err)
 		}
@@ -81,9 +170,17 @@ func Load(r Reader) (State, error) {
 // Stored.Fold (nil before the first declaration): what admitting a new
 // declaration needs, without decoding every owned resource.
 func LoadDesired(r Reader) (*Desired, error) {
-	b := r.Get([]byte(keyDesired))
-	if len(b) == 0 {
-		return nil, nil
+	sealed, err := layout(r)
+	if err != nil {
+		return nil, err
+	}
+	return loadDesired(r, sealed)
+}
+
+func loadDesired(r Reader, sealed bool) (*Desired, error) {
+	b, err := get(r, keyDesired, sealed)
+	if err != nil || len(b) == 0 {
+		return nil, err
 	}
 	d := new(Desired)
 	if err := json.Unmarshal(b, d); err != nil {
@@ -116,8 +213,22 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
+	sealed, err := layout(st)
+	if err == nil && !sealed {
+		err = upgradeLayout(st)
+	}
+	if err != nil {
+		return fmt.Errorf("fold %d records into the stored projection: %w", len(recs), err)
+	}
 	var s State
-	if core := st.Get([]byte(keyCore)); len(core) > 0 {
+	core, err := get(st, keyCore, true)
+	if err == nil && sealed && core == nil {
+		err = errNoCore
+	}
+	if err != nil {
+		return fmt.Errorf("fold %d records into the stored projection: %w", len(recs), err)
+	}
+	if len(core) > 0 {
 		if err := json.Unmarshal(core, &s); err != nil {
 			return fmt.Errorf("fold %d records into the stored projection: %w: core: %w", len(recs), ErrCorrupt, err)
 		}
@@ -139,7 +250,10 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 		declared = declared || r.Kind == event.DeclarationReceived
 	}
 	for id := range touched {
-		v := st.Get([]byte(prefixOwned + id))
+		v, err := get(st, prefixOwned+id, true)
+		if err != nil {
+			return fmt.Errorf("fold into the projection: %w", err)
+		}
 		if v == nil {
 			continue
 		}
@@ -155,15 +269,15 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 	s = Replay(s, recs)
 
 	for id := range touched {
-		key := []byte(prefixOwned + id)
+		key := prefixOwned + id
 		o, ok := s.Owned[id]
 		if !ok {
-			if err := st.Delete(key); err != nil {
+			if err := st.Delete([]byte(key)); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := st.Put(key, encodeOwned(o)); err != nil {
+		if err := st.Put([]byte(key), seal(key, encodeOwned(o))); err != nil {
 			return err
 		}
 	}
@@ -172,13 +286,43 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 		if err != nil {
 			return err
 		}
-		if err := st.Put([]byte(keyDesired), b); err != nil {
+		if err := st.Put([]byte(keyDesired), seal(keyDesired, b)); err != nil {
 			return err
 		}
 	}
-	core, err := encodeCore(s)
+	core, err = encodeCore(s)
 	if err != nil {
 		return err
 	}
-	return st.Put([]byte(keyCore), core)
+	return st.Put([]byte(keyCore), seal(keyCore, core))
+}
+
+// upgradeLayout rewrites a projection stored in layout 1 (or none yet) in
+// layout 2: every value sealed, then the format. It runs inside the first
+// append's transaction after an upgrade, once; values that do not decode
+// are damage and are not sealed.
+func upgradeLayout(st Store) error {
+	if _, err := Load(st); err != nil {
+		return err
+	}
+	type kv struct {
+		k string
+		v []byte
+	}
+	var all []kv
+	err := st.ForEach(func(k, v []byte) error {
+		if key := string(k); key == keyCore || key == keyDesired || strings.HasPrefix(key, prefixOwned) {
+			all = append(all, kv{key, seal(key, v)}) // seal copies v
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, e := range all {
+		if err := st.Put([]byte(e.k), e.v); err != nil {
+			return err
+		}
+	}
+	return st.Put([]byte(keyFormat), storedFormat)
 }

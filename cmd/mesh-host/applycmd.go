@@ -184,9 +184,14 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 	}
 	j, err := openJournal(e.cli.journalPath())
 	if err != nil {
-		return failed("%v", err)
+		return failed("%w", err)
 	}
 	defer j.Close()
+	// Before anything is appended: not a record is added to a damaged
+	// file, not even a refusal.
+	if err := verifyJournal(j); err != nil {
+		return failed("%w", err)
+	}
 	return fn(j)
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
-	"github.com/mesh-host/mesh-host/projector"
 )
 
 // verifyDeclarations is `journal --verify`: it proves, from the journal
@@ -39,14 +38,7 @@ func verifyDeclarations(e *env, j *journal.Journal, key string) error {
 	fmt.Fprintf(w, "verifying every declaration in %s against the mesh's key %s\n", j.Path(), key)
 
 	// The snapshot's desired declaration stands for what was compacted away.
-	var snap projector.State
-	var snapSeq uint64
-	err := j.Snapshot(func(v journal.View, seq uint64) error {
-		var err error
-		snap, err = projector.Load(v)
-		snapSeq = seq
-		return err
-	})
+	snap, snapSeq, err := snapshotState(j)
 	if err != nil {
 		return failed("%v", err)
 	}

@@ -68,6 +68,7 @@ func (h *linkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 		s.Desired, err = projector.LoadDesired(v)
 		return err
 	})
+	err = asDamage(j, err)
 	if err != nil {
 		ack.Reason = fmt.Sprintf("read the stored state: %v", err)
 		return ack

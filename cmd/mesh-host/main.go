@@ -39,6 +39,7 @@ const (
 	exitOK      = 0
 	exitFailed  = 1 // the command ran and found a failure (or a disagreement)
 	exitRefused = 2 // bad usage, or input refused
+	exitDamaged = 4 // the journal is damaged (see damage.go); plan's 3 is exitPending
 )
 
 // cli is the grammar. Global flags say where the host keeps its state.
@@ -99,8 +100,17 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
+// failed is the command's failure, or, when one of a's errors is damage to
+// the journal, its stop on damage (exitDamaged): every command reports
+// damage the same way without each one looking for it.
 func failed(format string, a ...any) error {
-	return &exitError{code: exitFailed, err: fmt.Errorf(format, a...)}
+	err := fmt.Errorf(format, a...)
+	for _, v := range a {
+		if e, ok := v.(error); ok && isDamage(e) {
+			return damageStop(err)
+		}
+	}
+	return &exitError{code: exitFailed, err: err}
 }
 
 func refused(format string, a ...any) error {
@@ -161,6 +171,9 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, held *
 			return ee.code
 		}
 		fmt.Fprintf(stderr, "mesh-host: %v\n", err)
+		if isDamage(err) {
+			return exitDamaged
+		}
 		return exitFailed
 	}
 	return exitOK

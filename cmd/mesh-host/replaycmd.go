@@ -23,7 +23,7 @@ type replayCmd struct {
 // early records were compacted away) through untilSeq and untilTime (zero
 // means no limit).
 func replayFrom(j *journal.Journal, untilSeq uint64, untilTime time.Time) (projector.State, uint64, error) {
-	s, snapSeq, err := loadState(j.Snapshot)
+	s, snapSeq, err := snapshotState(j)
 	if err != nil {
 		return projector.State{}, 0, fmt.Errorf("compaction snapshot: %w", err)
 	}
@@ -66,18 +66,19 @@ func (c *replayCmd) Run(e *env) error {
 		}
 	}
 	return e.withJournal(func(j *journal.Journal) error {
-		s, n, err := replayFrom(j, untilSeq, untilTime)
-		if err != nil {
-			return failed("replay %s: %v", j.Path(), err)
-		}
 		if !c.Verify {
+			s, _, err := replayFrom(j, untilSeq, untilTime)
+			if err != nil {
+				return failed("replay %s: %v", j.Path(), err)
+			}
 			return printState(e, c.JSON, false, s, nil)
 		}
-		want, head, err := storedState(j)
+		cmp, err := compareProjection(j)
 		if err != nil {
-			return failed("stored projection of %s: %v", j.Path(), err)
+			return failed("%v", err)
 		}
-		if diff := projector.Diff(s, want); len(diff) > 0 {
+		n, head, diff := cmp.records, cmp.head, cmp.diff
+		if len(diff) > 0 {
 			fmt.Fprintf(e.stdout, "replay of %d records disagrees with the stored projection at head #%d (replayed != stored):\n", n, head)
 			for _, d := range diff {
 				fmt.Fprintf(e.stdout, "  %s\n", d)

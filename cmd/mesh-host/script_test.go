@@ -54,6 +54,7 @@ func TestScripts(t *testing.T) {
 			"flipbyte":          cmdFlipByte,
 			"truncate":          cmdTruncate,
 			"tamper-projection": cmdTamperProjection,
+			"flip-projection":   cmdFlipProjection,
 			"waitsock":          cmdWaitSock,
 			"mesh":              cmdMesh,
 			"mktoken":           cmdMkToken,
@@ -152,6 +153,27 @@ func cmdTamperProjection(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("%s is not owned", args[1])
 		}
 		return proj.Delete(key)
+	}))
+}
+
+// flip-projection JOURNAL KEY flips a bit in the middle of the stored
+// projection's value under KEY, behind the journal's back: damage only its
+// checksum can find.
+func cmdFlipProjection(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: flip-projection JOURNAL KEY")
+	}
+	db, err := bolt.Open(ts.MkAbs(args[0]), 0o600, &bolt.Options{Timeout: time.Second})
+	ts.Check(err)
+	defer db.Close()
+	ts.Check(db.Update(func(tx *bolt.Tx) error {
+		proj := tx.Bucket([]byte("projection"))
+		v := bytes.Clone(proj.Get([]byte(args[1])))
+		if len(v) == 0 {
+			ts.Fatalf("the projection has no %s", args[1])
+		}
+		v[len(v)/2] ^= 0x04
+		return proj.Put([]byte(args[1]), v)
 	}))
 }
 

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oklog/run"
@@ -28,6 +29,12 @@ import (
 // when the host is enrolled (STATE-DIR/link.json), runs the link to the
 // control plane. Without an enrolment it runs offline.
 //
+// The journal is read whole at start and every ScrubInterval after. Damage
+// found in it, at start or by anything while it runs (a reconcile, a
+// command a client asked for, the link, the scrub), stops the service with
+// the recovery message and exitDamaged: nothing is appended to a damaged
+// journal, and a reconcile from it cannot be trusted.
+//
 // Between reconciles it looks after its own version (hostVersion): its
 // first completed reconcile confirms it, and a newer version delivered, or
 // its executable replaced, makes it stand aside: it journals
@@ -39,6 +46,7 @@ type serveCmd struct {
 	KeepLast          uint64        `name:"keep-last" default:"100000" help:"Keep at least this many newest records."`
 	StopTimeout       time.Duration `name:"stop-timeout" default:"60s" help:"On SIGTERM or SIGINT, how long an apply in flight may go on to finish before it is cancelled."`
 	HeartbeatInterval time.Duration `name:"heartbeat-interval" default:"60s" help:"How often to report to the control plane while idle (when enrolled)."`
+	ScrubInterval     time.Duration `name:"scrub-interval" default:"24h" help:"How often to re-read the whole journal for damage (journaled as journal.scrubbed; damage stops the service)."`
 }
 
 func (c *serveCmd) Run(e *env) error {
@@ -70,8 +78,9 @@ func (c *serveCmd) Run(e *env) error {
 		return failed("%v", err)
 	}
 	defer j.Close()
-	if err := j.Check(); err != nil {
-		return failed("%v", err)
+	if err := verifyJournal(j); err != nil {
+		log.Error("the journal is damaged; not starting", "err", err)
+		return failed("%w", err)
 	}
 	started, err := j.Append(append([]event.Record{event.New(event.HostStarted, 0, "", hv.startedPayload())}, tightened...)...)
 	if err != nil {
@@ -121,6 +130,21 @@ func (c *serveCmd) Run(e *env) error {
 	}
 
 	var g run.Group
+	{ // Damage found in the journal, by whatever read it, stops the service.
+		ctx, cancel := context.WithCancel(e.ctx)
+		g.Add(func() error {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-j.DamageFound():
+				err := j.Damage()
+				log.Error("the journal is damaged; stopping", "err", err)
+				return err
+			}
+		}, func(error) { cancel() })
+	}
+	// A compaction drops records; a scrub must not read them meanwhile.
+	var maintenance sync.Mutex
 	{ // The CLI's questions, answered from the journal this process holds.
 		ctx, cancel := context.WithCancel(e.ctx)
 		g.Add(func() error {
@@ -166,7 +190,15 @@ func (c *serveCmd) Run(e *env) error {
 		// dropped.
 		ctx, cancel := context.WithCancel(e.ctx)
 		g.Add(func() error {
-			return c.compactLoop(ctx, j, lnk != nil, log)
+			return c.compactLoop(ctx, j, lnk != nil, &maintenance, log)
+		}, func(error) { cancel() })
+	}
+	{ // The scrub: damage that appears in the file while the service runs
+		// (a disk's, a person's) is found within a day, not when a record
+		// it hit is next read.
+		ctx, cancel := context.WithCancel(e.ctx)
+		g.Add(func() error {
+			return scrubLoop(ctx, j, c.ScrubInterval, &maintenance, log)
 		}, func(error) { cancel() })
 	}
 	{ // SIGINT and SIGTERM end e.ctx; then the group stops.
@@ -197,6 +229,9 @@ func betweenReconciles(hv *hostVersion, held *heldJournal, log *slog.Logger) fun
 		aside, err := hv.between(completed)
 		if errors.Is(err, journal.ErrClosed) {
 			return nil
+		}
+		if isDamage(err) {
+			return err
 		}
 		if err != nil {
 			log.Error("between reconciles", "err", err)
@@ -232,7 +267,7 @@ func enrolment(dir string) (cfg linkConfig, creds string, linked bool, err error
 	return cfg, creds, true, nil
 }
 
-func (c *serveCmd) compactLoop(ctx context.Context, j *journal.Journal, requireAck bool, log *slog.Logger) error {
+func (c *serveCmd) compactLoop(ctx context.Context, j *journal.Journal, requireAck bool, maintenance *sync.Mutex, log *slog.Logger) error {
 	t := time.NewTicker(c.CompactEvery)
 	defer t.Stop()
 	for {
@@ -241,7 +276,9 @@ func (c *serveCmd) compactLoop(ctx context.Context, j *journal.Journal, requireA
 			return nil
 		case <-t.C:
 		}
+		maintenance.Lock()
 		res, err := j.Compact(journal.CompactOptions{Window: c.Retention, KeepLast: c.KeepLast, RequireAck: requireAck})
+		maintenance.Unlock()
 		if errors.Is(err, journal.ErrClosed) {
 			return nil
 		}
@@ -276,8 +313,9 @@ type loopHooks struct {
 // of the latest) and the drift timer, which restarts after every reconcile.
 // After each completed reconcile it calls done (a heartbeat goes up). A
 // failing reconcile is journaled and logged; the loop goes on (it is what
-// repairs). After each reconcile returns, and on each look, it calls
-// between, which may end it (the host stands aside).
+// repairs), unless it failed on damage to the journal, which ends it. After
+// each reconcile returns, and on each look, it calls between, which may end
+// it (the host stands aside).
 //
 // When ctx ends, the reconcile in flight is not cancelled: it finishes and
 // is journaled, unless it takes longer than StopTimeout more.
@@ -299,6 +337,10 @@ func (c *serveCmd) reconcileLoop(ctx context.Context, h loopHooks, log *slog.Log
 		switch {
 		case errors.Is(err, journal.ErrClosed):
 			return nil
+		case isDamage(err):
+			// Not retried: every reconcile would fail the same way, or
+			// act on a state that cannot be trusted.
+			return err
 		case err != nil:
 			log.Error("reconcile", "trigger", trigger, "err", err)
 		default:

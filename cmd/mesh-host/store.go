@@ -73,7 +73,7 @@ const cliLockWait = 3 * time.Second
 // openJournal opens the journal for writing, with the projection folded in
 // every append, waiting up to cliLockWait for another process to let go.
 func openJournal(path string) (*journal.Journal, error) {
-	return journal.Open(path, journal.Options{Fold: new(projector.Stored).Fold, Timeout: cliLockWait})
+	return journal.Open(path, journal.Options{Fold: storedFold, Timeout: cliLockWait})
 }
 
 // openJournalReadOnly opens the journal to read it, beside other readers.
@@ -91,9 +91,10 @@ func silent(code int) error {
 }
 
 // withJournal runs fn against the journal. Inside the service that is the
-// service's own. Otherwise, unless --journal names a file, the command line
-// is forwarded to a running service, which runs this same command; when none
-// answers, the file is opened read-only here.
+// service's own, which it read whole at start and scrubs. Otherwise, unless
+// --journal names a file, the command line is forwarded to a running
+// service, which runs this same command; when none answers, the file is
+// opened read-only here and read whole (verifyJournal) before fn runs.
 func (e *env) withJournal(fn func(j *journal.Journal) error) error {
 	if e.held != nil {
 		return fn(e.held.j)
@@ -112,18 +113,27 @@ func (e *env) withJournal(fn func(j *journal.Journal) error) error {
 		return failed("%w", err)
 	}
 	defer j.Close()
+	if err := verifyJournal(j); err != nil {
+		return failed("%w", err)
+	}
 	return fn(j)
 }
 
 // storedState loads the journal's stored projection and the head it folds
-// through.
+// through. Damage is returned as asDamage does.
 func storedState(j *journal.Journal) (projector.State, uint64, error) {
-	return loadState(j.Projection)
+	return loadState(j, j.Projection)
 }
 
-// loadState loads the State a journal view holds (the projection, or the
+// snapshotState loads the journal's compaction snapshot and the sequence
+// it folds through.
+func snapshotState(j *journal.Journal) (projector.State, uint64, error) {
+	return loadState(j, j.Snapshot)
+}
+
+// loadState loads the State a view of j holds (the projection, or the
 // compaction snapshot) and the sequence it folds through.
-func loadState(view func(func(journal.View, uint64) error) error) (projector.State, uint64, error) {
+func loadState(j *journal.Journal, view func(func(journal.View, uint64) error) error) (projector.State, uint64, error) {
 	var s projector.State
 	var seq uint64
 	err := view(func(v journal.View, at uint64) error {
@@ -132,5 +142,5 @@ func loadState(view func(func(journal.View, uint64) error) error) (projector.Sta
 		seq = at
 		return err
 	})
-	return s, seq, err
+	return s, seq, asDamage(j, err)
 }

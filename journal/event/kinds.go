@@ -29,6 +29,7 @@ const (
 	LinkRenewed         Kind = "link.renewed"
 	LinkDenied          Kind = "link.denied"
 	DirTightened        Kind = "dir.tightened"
+	JournalScrubbed     Kind = "journal.scrubbed"
 )
 
 // payloads maps each known kind to a constructor of its payload.
@@ -54,6 +55,7 @@ var payloads = map[Kind]func() any{
 	LinkRenewed:         func() any { return new(LinkRenewedPayload) },
 	LinkDenied:          func() any { return new(LinkPayload) },
 	DirTightened:        func() any { return new(DirTightenedPayload) },
+	JournalScrubbed:     func() any { return new(JournalScrubbedPayload) },
 }
 
 // Known reports whether this binary knows kind k.
@@ -67,6 +69,7 @@ func Kinds() []Kind {
 		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
 		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
 		LinkRefused, VersionHalted, LinkPlaintext, LinkRenewed, LinkDenied, DirTightened,
+		JournalScrubbed,
 	}
 }
 
@@ -278,6 +281,22 @@ type LinkPlaintextPayload struct {
 type LinkRenewedPayload struct {
 	Key     string    `json:"key"`
 	Expires time.Time `json:"expires"`
+}
+
+// JournalScrubbedPayload records a scrub that found no damage: the service
+// re-read every record through Head (Records of them, from First; those
+// before were compacted away) and found every checksum right, in the
+// records and in the stored projection (Owned resources in it). Differences
+// counts the ways the stored projection disagrees with a replay of the
+// records: 0 unless a version that folds differently stored it. A scrub
+// that finds damage records nothing: the service stops instead, and
+// nothing is appended to a damaged journal.
+type JournalScrubbedPayload struct {
+	Head        uint64 `json:"head"`
+	First       uint64 `json:"first"`
+	Records     uint64 `json:"records"`
+	Owned       int    `json:"owned"`
+	Differences int    `json:"differences"`
 }
 
 // JournalCompactedPayload records a compaction: records up to Through were
