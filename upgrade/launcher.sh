@@ -35,6 +35,9 @@
 #
 # What it does with an exit of the host:
 #   0         the host stood aside for a newer version: start what is newest now
+#   4         the host's journal is damaged: halt at once (exit 78) with the
+#             host's recovery message in its log; the version is not at
+#             fault, so nothing is counted, marked bad or rolled back
 #   non-zero  a failed start: count it in STATE-DIR/launcher/failures
 #             ("VERSION COUNT"); below the limit start it again. At the
 #             limit, if a known-good version other than it is on disk, roll
@@ -70,6 +73,7 @@ limit=${MESH_HOST_FAILURE_LIMIT:-3}
 delay=${MESH_HOST_RESTART_DELAY:-2}
 ldir=$state/launcher
 halt_status=78
+damaged_status=4
 
 say() {
 	printf 'mesh-host launcher: %s\n' "$*" >&2
@@ -268,6 +272,14 @@ while :; do
 			say "$was stood aside"
 		fi
 		continue
+	fi
+
+	if [ "$code" -eq "$damaged_status" ]; then
+		machine=$(uname -n 2>/dev/null || echo unknown)
+		msg="HALT on machine $machine: $v found the journal damaged (exit code $code); no version is at fault and none is rolled back. Follow the recovery message the host logged, then restart the service."
+		say "$msg"
+		add "$ldir/decision" "halted $v $v $code $msg"
+		exit "$halt_status"
 	fi
 
 	n=1

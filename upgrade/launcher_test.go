@@ -288,6 +288,32 @@ func TestLauncherHalts(t *testing.T) {
 	})
 }
 
+// TestLauncherHaltsOnADamagedJournal: a host that exits because its
+// journal is damaged halts the launcher at its first exit: the version is
+// not at fault, so it is neither restarted, marked bad nor rolled back.
+func TestLauncherHaltsOnADamagedJournal(t *testing.T) {
+	eachShell(t, func(t *testing.T, b *launcherBed) {
+		b.version("good", 1, fail2)
+		b.version("new", 2, "exit "+strconv.Itoa(upgrade.DamagedStatus))
+		b.knownGood("good")
+		code, stderr := b.run(nil)
+		wantExit(t, code, stderr, upgrade.HaltStatus)
+		if got := b.started(); got != "new" {
+			t.Fatalf("started %s, want new once", got)
+		}
+		if !strings.Contains(stderr, "found the journal damaged") || !strings.Contains(stderr, "none is rolled back") {
+			t.Errorf("the halt does not say why:\n%s", stderr)
+		}
+		if bad := b.file(upgrade.BadFile); bad != "" {
+			t.Errorf("marked bad: %q", bad)
+		}
+		ds, _ := upgrade.Decisions(b.state)
+		if len(ds) != 1 || ds[0].Verb != upgrade.VerbHalted || ds[0].ExitCode != upgrade.DamagedStatus {
+			t.Errorf("decisions %+v, want one halt with exit code %d", ds, upgrade.DamagedStatus)
+		}
+	})
+}
+
 // TestLauncherHaltsWithNothingToRollBackTo: the known-good version, also
 // the newest, failing at the limit is a crash with nowhere to go; so is a
 // version with no known-good one at all.
@@ -461,6 +487,7 @@ func TestLauncherScript(t *testing.T) {
 	}
 	for _, want := range []string{
 		"halt_status=" + strconv.Itoa(upgrade.HaltStatus),
+		"damaged_status=" + strconv.Itoa(upgrade.DamagedStatus),
 		"${MESH_HOST_VERSIONS:-" + upgrade.DefaultVersionsDir + "}",
 		"${MESH_HOST_STATE_DIR:-" + upgrade.DefaultStateDir + "}",
 		"${MESH_HOST_FAILURE_LIMIT:-" + strconv.Itoa(upgrade.DefaultFailureLimit) + "}",

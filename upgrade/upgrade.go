@@ -92,6 +92,11 @@ const (
 	// lists it in RestartPreventExitStatus=. It is EX_CONFIG of
 	// sysexits.h.
 	HaltStatus = 78
+	// DamagedStatus is the host's exit status when its journal is
+	// damaged. The version is not at fault, so the launcher halts at once
+	// on it: no retry, no rollback to a version that would meet the same
+	// journal (and, older, might not read its checksums).
+	DamagedStatus = 4
 	// DefaultFailureLimit is how many consecutive failed starts of a
 	// version the launcher allows before it rolls back
 	// (MESH_HOST_FAILURE_LIMIT).

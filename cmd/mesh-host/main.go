@@ -37,9 +37,9 @@ func main() {
 // Exit codes shared by the commands.
 const (
 	exitOK      = 0
-	exitFailed  = 1 // the command ran and found a failure (or a disagreement)
-	exitRefused = 2 // bad usage, or input refused
-	exitDamaged = 4 // the journal is damaged (see damage.go); plan's 3 is exitPending
+	exitFailed  = 1                     // the command ran and found a failure (or a disagreement)
+	exitRefused = 2                     // bad usage, or input refused
+	exitDamaged = upgrade.DamagedStatus // the journal is damaged (see damage.go); plan's 3 is exitPending
 )
 
 // cli is the grammar. Global flags say where the host keeps its state.
