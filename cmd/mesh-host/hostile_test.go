@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mesh-host/mesh-host/declaration"
 )
 
 // The hostile-input corpus: declarations an attacker with the mesh's
@@ -115,6 +117,14 @@ func hostileCorpus() []hostileItem {
 			resources: archive("/srv/app", "file:///srv/shadow"), code: 1, want: `want ` + digest + `, and the content fetched is not that`,
 			never: shadowDigest},
 
+		// Over the limits on a declaration: refused before anything is
+		// journaled as received.
+		{name: "a path over the limit", resources: `file: {path: /srv/` + strings.Repeat("a/", declaration.MaxPathBytes/2) + `x, content: "x"}`, code: 2, want: `the limit for a path`},
+		{name: "a path element over NAME_MAX", resources: `file: {path: /srv/` + strings.Repeat("a", declaration.MaxPathElementBytes+1) + `, content: "x"}`, code: 2, want: `the limit for an element of a path`},
+		{name: "content over the limit", resources: `file: {path: /srv/x, content: "` + strings.Repeat("x", declaration.MaxContentBytes+1) + `"}`, code: 2, want: `the limit for content`},
+		{name: "more resources than the limit", resources: manyResources(declaration.MaxResources + 1), code: 2, want: `the limit of resources in a declaration`},
+		{name: "a declaration over the limit", resources: manyContents(3, declaration.MaxContentBytes), code: 2, want: `the limit for a declaration`},
+
 		// Symlinks and hard links planted in the root.
 		{name: "file through a symlinked parent",
 			setup:     func(t *testing.T, s *scratch) { symlink(t, s.outside, s.in("srv/conf")) },
@@ -135,6 +145,30 @@ func hostileCorpus() []hostileItem {
 			resources: `file: {path: /srv/linked, content: "keep", mode: "0666"}`, code: 0, want: `srv/linked`,
 			changes: []string{"root/srv/linked"}},
 	}
+}
+
+// manyResources is n directory resources, as YAML list items.
+func manyResources(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString("\n  - ")
+		}
+		fmt.Fprintf(&b, "directory: {path: /srv/d%d}", i)
+	}
+	return b.String()
+}
+
+// manyContents is n files, each of size bytes.
+func manyContents(n, size int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString("\n  - ")
+		}
+		fmt.Fprintf(&b, "file: {path: /srv/f%d, content: %q}", i, strings.Repeat("x", size))
+	}
+	return b.String()
 }
 
 // TestHostileCorpus applies each item of the corpus to a fresh scratch
@@ -158,6 +192,14 @@ func TestHostileCorpus(t *testing.T) {
 			}
 			if !regexp.MustCompile(item.want).MatchString(out) {
 				t.Errorf("apply's output does not say %q", item.want)
+			}
+			if item.code == 2 {
+				// Refused: never journaled as received, so nothing of it
+				// is ever reconciled.
+				out, _ := runHostile(t, s, "journal", "--kind", "declaration.received")
+				if strings.Contains(out, "declaration.received") {
+					t.Errorf("a refused declaration was journaled as received:\n%s", out)
+				}
 			}
 			if item.never != "" {
 				journal, _ := runHostile(t, s, "journal", "--json")
