@@ -170,11 +170,17 @@ func TestEventsStreamHoldsTheJournalExactlyOnce(t *testing.T) {
 		}
 		return nil
 	}
-	faultAfter := func(more uint64, fault string, do func()) {
+	// base is the head before the latest push: the growth is counted from
+	// there, since the apply may be done before its head is first read.
+	var base uint64
+	mark := func() {
 		if err := status(); err != nil {
 			t.Fatal(err)
 		}
-		head := st.Journal.Head + more
+		base = st.Journal.Head
+	}
+	faultAfter := func(more uint64, fault string, do func()) {
+		head := base + more
 		testbeds.Eventually(t, 30*time.Second, "the journal grows", func() error {
 			if err := status(); err != nil {
 				return err
@@ -187,13 +193,17 @@ func TestEventsStreamHoldsTheJournalExactlyOnce(t *testing.T) {
 		t.Logf("%s at head #%d, sent through #%d", fault, st.Journal.Head, st.Journal.Acked)
 		do()
 	}
+	mark()
 	push(1)
 	faultAfter(50, "broker restarted", b.Control.Restart)
+	mark()
 	push(2)
 	faultAfter(3, "host killed", h.Kill)
 	h.Start()
+	mark()
 	push(3)
 	faultAfter(50, "broker restarted", b.Control.Restart)
+	mark()
 	push(4)
 	faultAfter(3, "host killed", h.Kill)
 	h.Start()

@@ -364,8 +364,8 @@ func TestPredecessorFailingTooHaltsNamingTheMachine(t *testing.T) {
 	u := newUpgradeBed(t, "MESH_HOST_RESTART_DELAY=1")
 	bad := u.release(t, badVersion(t, u.dir))
 	u.MustMeshctl("declare", "web-1", u.Declare("web-1", 2, nil, bad.ArchiveYAML()), "--wait", "0")
-	// While the bad version fails its first starts, the machine breaks:
-	// its journal is damaged, so no version can start.
+	// While the bad version fails its first starts, the machine breaks,
+	// so that no version can start.
 	testbeds.Eventually(t, 30*time.Second, "the bad version has failed once", func() error {
 		version, count, err := upgrade.Failures(u.h.StateDir)
 		if err != nil || version != bad.Version() || count < 1 {
@@ -373,7 +373,14 @@ func TestPredecessorFailingTooHaltsNamingTheMachine(t *testing.T) {
 		}
 		return nil
 	})
-	if err := os.WriteFile(filepath.Join(u.h.StateDir, "journal.db"), []byte("not a journal, by any reading"), 0o600); err != nil {
+	// The machine breaks: a directory where the journal was. (Not a
+	// damaged journal, on which the launcher halts at once: see
+	// TestDamagedJournalHaltsAtOnce.)
+	journalPath := filepath.Join(u.h.StateDir, "journal.db")
+	if err := os.Remove(journalPath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(journalPath, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	code, err := u.h.Wait(60 * time.Second)
@@ -394,6 +401,50 @@ func TestPredecessorFailingTooHaltsNamingTheMachine(t *testing.T) {
 	for _, want := range []string{host, bad.Version(), u.first, "machine"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the halt message does not name %q:\n%s", want, log[max(0, len(log)-2000):])
+		}
+	}
+}
+
+// TestDamagedJournalHaltsAtOnce: a host that finds its journal damaged
+// exits 4, and the launcher halts at once, real processes end to end: the
+// version is not at fault, so none is marked bad or rolled back to.
+func TestDamagedJournalHaltsAtOnce(t *testing.T) {
+	u := newUpgradeBed(t)
+	kids, err := testbeds.Children(u.h.PID())
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("the launcher's children: %v, %v", kids, err)
+	}
+	// The disk fails under the running host: every byte of the journal
+	// is lost. The host dies with it; the launcher starts it again.
+	path := filepath.Join(u.h.StateDir, "journal.db")
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, make([]byte, fi.Size()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(kids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code, err := u.h.Wait(60 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != upgrade.HaltStatus {
+		t.Fatalf("the launcher exited %d, want %d:\n%s", code, upgrade.HaltStatus, u.h.Log())
+	}
+	ds, err := upgrade.Decisions(u.h.StateDir)
+	if err != nil || len(ds) != 1 || ds[0].Verb != upgrade.VerbHalted || ds[0].ExitCode != upgrade.DamagedStatus || ds[0].From != u.first {
+		t.Errorf("launcher decisions %+v (%v); want one halt of %s with exit code %d", ds, err, u.first, upgrade.DamagedStatus)
+	}
+	if bad, _ := os.ReadFile(filepath.Join(u.h.StateDir, upgrade.LauncherDir, upgrade.BadFile)); len(bad) != 0 {
+		t.Errorf("a version was marked bad: %q", bad)
+	}
+	log := u.h.Log()
+	for _, want := range []string{"journal is corrupt", "found the journal damaged", "none is rolled back"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log does not say %q:\n%s", want, log[max(0, len(log)-3000):])
 		}
 	}
 }
