@@ -51,6 +51,13 @@ func (s *State) normalise() {
 		s.Owned = nil
 	}
 	s.Versions = nilIfEmpty(s.Versions)
+	s.Bad = nilIfEmpty(s.Bad)
+	if len(s.Failing) == 0 {
+		s.Failing = nil
+	}
+	if g := s.LastGood; g != nil {
+		g.At = g.At.UTC()
+	}
 	if d := s.Desired; d != nil {
 		d.Resources = nilIfEmpty(d.Resources)
 		d.Document = nilIfEmpty(d.Document)

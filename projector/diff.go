@@ -66,6 +66,55 @@ func (d *differ) state(a, b State) {
 	same(d, "unknown", a.Unknown, b.Unknown)
 	same(d, "undecodable", a.Undecodable, b.Undecodable)
 	d.pending(a.Pending, b.Pending)
+	d.lastGood(a.LastGood, b.LastGood)
+	d.failing(a.Failing, b.Failing)
+	if !slices.Equal(a.Bad, b.Bad) {
+		d.add("bad", show(a.Bad), show(b.Bad))
+	}
+}
+
+func (d *differ) failing(a, b map[string]Failure) {
+	ids := make([]string, 0, len(a)+len(b))
+	for id := range a {
+		ids = append(ids, id)
+	}
+	for id := range b {
+		if _, ok := a[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		x, inA := a[id]
+		y, inB := b[id]
+		if inA && inB && x == y {
+			continue
+		}
+		p := "failing[" + strconv.Quote(id) + "]"
+		switch {
+		case !inA:
+			d.add(p, "absent", show(y))
+		case !inB:
+			d.add(p, show(x), "absent")
+		default:
+			d.add(p, show(x), show(y))
+		}
+		if d.quick {
+			return
+		}
+	}
+}
+
+func (d *differ) lastGood(a, b *LastGood) {
+	const p = "last_good"
+	if !bothOrNeither(d, p, a, b) {
+		return
+	}
+	same(d, p+".revision", a.Revision, b.Revision)
+	same(d, p+".digest", a.Digest, b.Digest)
+	same(d, p+".seq", a.Seq, b.Seq)
+	same(d, p+".converged", a.Converged, b.Converged)
+	sameTime(d, p+".at", a.At, b.At)
 }
 
 func (d *differ) desired(a, b *Desired) {
@@ -129,6 +178,7 @@ func (d *differ) owned(a, b map[string]Owned) {
 			d.add(p, show(x), "absent")
 		default:
 			same(d, p+".spec_digest", x.SpecDigest, y.SpecDigest)
+			same(d, p+".good_revision", x.GoodRevision, y.GoodRevision)
 			same(d, p+".last_outcome", x.LastOutcome, y.LastOutcome)
 			same(d, p+".seq", x.Seq, y.Seq)
 			same(d, p+".drifted", x.Drifted, y.Drifted)

@@ -42,6 +42,7 @@ type folder struct {
 	declaration event.DeclarationReceivedPayload
 	host        event.HostStartedPayload
 	version     event.VersionPayload
+	rolledBack  event.VersionRolledBackPayload
 	link        event.LinkPayload
 
 	// stream, if set, decodes payloads with one json.Decoder for the whole
@@ -139,6 +140,12 @@ func (f *folder) fold(s *State, r event.Record) {
 				Quiet:     p.Quiet,
 			}
 			s.Pending = nil
+			// Converged, and of the declaration last received: that is
+			// the last-known-good one (a reconcile of an older revision,
+			// overtaken by a push while it ran, is not).
+			if d := s.Desired; p.Result == event.ResultConverged && d != nil && d.Revision == p.Revision {
+				s.LastGood = &LastGood{Revision: d.Revision, Digest: d.Digest, Seq: d.Seq, Converged: r.Seq, At: r.Time.UTC()}
+			}
 		}
 	case event.DeclarationReceived:
 		if ok = decode(f, r.Payload, &f.declaration); ok {
@@ -154,6 +161,13 @@ func (f *folder) fold(s *State, r event.Record) {
 				Signer:    p.Signer,
 				Signature: p.Signature,
 			}
+			// What the declaration no longer names is no longer failing:
+			// nothing of it was applied, and nothing will be.
+			for id := range s.Failing {
+				if !slices.ContainsFunc(p.Resources, func(d event.DeclaredResource) bool { return d.ID == id }) {
+					delete(s.Failing, id)
+				}
+			}
 		}
 	case event.HostStarted:
 		if ok = decode(f, r.Payload, &f.host); ok {
@@ -165,10 +179,12 @@ func (f *folder) fold(s *State, r event.Record) {
 			switch r.Kind {
 			case event.VersionConfirmed:
 				s.KnownGood = v
+				s.Bad = removeVersion(s.Bad, v)
 			case event.VersionDelivered:
 				s.Versions = append(removeVersion(s.Versions, v), v)
 			case event.VersionRetired:
 				s.Versions = removeVersion(s.Versions, v)
+				s.Bad = removeVersion(s.Bad, v)
 			}
 		}
 	case event.LinkUp, event.LinkDown:
@@ -176,9 +192,12 @@ func (f *folder) fold(s *State, r event.Record) {
 			s.Link = Link{Up: r.Kind == event.LinkUp, Broker: f.link.Broker, Since: r.Time.UTC(), Reason: f.link.Reason}
 		}
 	// The launcher's choice shows in the next host.started, so a rollback
-	// changes neither Running nor KnownGood.
+	// changes neither Running nor KnownGood; the version it rolled back
+	// from is bad.
 	case event.VersionRolledBack:
-		ok = ignore[event.VersionRolledBackPayload](f, r.Payload)
+		if ok = decode(f, r.Payload, &f.rolledBack); ok && f.rolledBack.From != "" {
+			s.Bad = append(removeVersion(s.Bad, f.rolledBack.From), f.rolledBack.From)
+		}
 	case event.VersionStoodAside:
 		ok = ignore[event.VersionStoodAsidePayload](f, r.Payload)
 	case event.DeclarationRefused:
@@ -225,13 +244,20 @@ func (s *State) applied(r event.Record, p *event.ResourceAppliedPayload) bool {
 		outcome = event.ActionUnchanged
 	case event.ActionDelete, event.ActionReleased:
 		delete(s.Owned, r.Resource)
+		delete(s.Failing, r.Resource)
 		return true
 	case event.ActionFailed:
 		o, owned := s.Owned[r.Resource]
 		if !owned {
-			// A failed create still counts as owned, so that a later
-			// removal cleans up whatever it left behind.
-			o.SpecDigest = p.SpecDigest
+			// Never applied, so not owned: a later removal has nothing
+			// to delete (drivers apply atomically: a failed create
+			// leaves nothing behind), and the owned count is what the
+			// host holds. It is failing.
+			if s.Failing == nil {
+				s.Failing = make(map[string]Failure)
+			}
+			s.Failing[r.Resource] = Failure{SpecDigest: p.SpecDigest, Error: p.Error, Seq: r.Seq}
+			return true
 		}
 		o.LastOutcome, o.Seq, o.Error = event.ActionFailed, r.Seq, p.Error
 		s.own(r.Resource, o)
@@ -244,7 +270,12 @@ func (s *State) applied(r event.Record, p *event.ResourceAppliedPayload) bool {
 	if o, owned := s.Owned[r.Resource]; owned && o.SpecDigest == digest {
 		digest = o.SpecDigest
 	}
-	s.own(r.Resource, Owned{SpecDigest: digest, LastOutcome: outcome, Seq: r.Seq})
+	delete(s.Failing, r.Resource)
+	good := s.Owned[r.Resource].GoodRevision
+	if s.Pending != nil {
+		good = s.Pending.Revision
+	}
+	s.own(r.Resource, Owned{SpecDigest: digest, GoodRevision: good, LastOutcome: outcome, Seq: r.Seq})
 	return true
 }
 

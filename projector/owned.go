@@ -12,13 +12,17 @@ import (
 // check loads every owned entry of a host that may own ten thousand, so the
 // form is binary, not JSON (a tenth of the time to decode):
 //
-//	[0]      format (1)
+//	[0]      format (2; 1 is read, without the good revision)
 //	uvarint  seq
+//	uvarint  good revision (format 2)
 //	[1]      flags: 1 = drifted
 //	uvarint  len, spec digest
 //	uvarint  len, last outcome
 //	uvarint  len, error
-const ownedFormat = 1
+const (
+	ownedFormat1 = 1
+	ownedFormat  = 2
+)
 
 var errOwned = errors.New("malformed owned entry")
 
@@ -26,6 +30,7 @@ func encodeOwned(o Owned) []byte {
 	b := make([]byte, 0, 16+len(o.SpecDigest)+len(o.LastOutcome)+len(o.Error))
 	b = append(b, ownedFormat)
 	b = binary.AppendUvarint(b, o.Seq)
+	b = binary.AppendUvarint(b, o.GoodRevision)
 	var flags byte
 	if o.Drifted {
 		flags |= 1
@@ -40,15 +45,23 @@ func encodeOwned(o Owned) []byte {
 
 func decodeOwned(b []byte) (Owned, error) {
 	var o Owned
-	if len(b) < 2 || b[0] != ownedFormat {
+	if len(b) < 2 || b[0] != ownedFormat && b[0] != ownedFormat1 {
 		return o, errOwned
 	}
+	format := b[0]
 	b = b[1:]
 	seq, n := binary.Uvarint(b)
 	if n <= 0 || n >= len(b) {
 		return o, errOwned
 	}
 	o.Seq, b = seq, b[n:]
+	if format == ownedFormat {
+		good, n := binary.Uvarint(b)
+		if n <= 0 || n >= len(b) {
+			return o, errOwned
+		}
+		o.GoodRevision, b = good, b[n:]
+	}
 	if b[0]&^1 != 0 {
 		return o, errOwned
 	}

@@ -135,17 +135,67 @@ func TestFold(t *testing.T) {
 			}}},
 		},
 		{
-			name: "failed create is owned with the payload's digest",
+			name: "a failed create is not owned: nothing was applied; it is failing",
 			recs: numbered(applied(motd, event.ActionFailed, "sha256:bb", "no space")),
-			want: State{Head: 1, Owned: map[string]Owned{motd: {SpecDigest: "sha256:bb", LastOutcome: event.ActionFailed, Seq: 1, Error: "no space"}}},
+			want: State{Head: 1, Failing: map[string]Failure{motd: {SpecDigest: "sha256:bb", Error: "no space", Seq: 1}}},
+		},
+		{
+			name: "failing ends when it applies, or when a declaration no longer names it",
+			recs: numbered(
+				applied(motd, event.ActionFailed, "sha256:bb", "no space"),
+				applied(issue, event.ActionFailed, "sha256:cc", "no space"),
+				applied(motd, event.ActionCreate, "sha256:bb", ""),
+				rec(event.DeclarationReceived, "", event.DeclarationReceivedPayload{Revision: 2, Source: "push",
+					Resources: []event.DeclaredResource{{ID: motd, SpecDigest: "sha256:bb"}}}),
+			),
+			want: State{Head: 4,
+				Desired: &Desired{Revision: 2, Seq: 4, Source: "push", Resources: []event.DeclaredResource{{ID: motd, SpecDigest: "sha256:bb"}}},
+				Owned:   map[string]Owned{motd: {SpecDigest: "sha256:bb", LastOutcome: event.ActionCreate, Seq: 3}}},
 		},
 		{
 			name: "success after failure clears the error",
 			recs: numbered(
+				applied(motd, event.ActionCreate, "sha256:aa", ""),
 				applied(motd, event.ActionFailed, "sha256:bb", "no space"),
 				applied(motd, event.ActionUpdate, "sha256:bb", ""),
 			),
-			want: State{Head: 2, Owned: map[string]Owned{motd: {SpecDigest: "sha256:bb", LastOutcome: event.ActionUpdate, Seq: 2}}},
+			want: State{Head: 3, Owned: map[string]Owned{motd: {SpecDigest: "sha256:bb", LastOutcome: event.ActionUpdate, Seq: 3}}},
+		},
+		{
+			name: "the last good declaration and each resource's last good spec",
+			recs: numbered(
+				rec(event.DeclarationReceived, "", event.DeclarationReceivedPayload{Revision: 3, Digest: "sha256:d3", Source: "push"}),
+				rec(event.ReconcileStarted, "", event.ReconcileStartedPayload{Trigger: event.TriggerPushed, Revision: 3}),
+				applied(motd, event.ActionCreate, "sha256:aa", ""),
+				rec(event.ReconcileCompleted, "", event.ReconcileCompletedPayload{Trigger: event.TriggerPushed, Revision: 3, Result: event.ResultConverged, Changed: 1}),
+				rec(event.DeclarationReceived, "", event.DeclarationReceivedPayload{Revision: 4, Digest: "sha256:d4", Source: "push"}),
+				rec(event.ReconcileStarted, "", event.ReconcileStartedPayload{Trigger: event.TriggerPushed, Revision: 4}),
+				applied(motd, event.ActionFailed, "sha256:bb", "disk full"),
+				applied(issue, event.ActionFailed, "sha256:cc", "disk full"),
+				rec(event.ReconcileCompleted, "", event.ReconcileCompletedPayload{Trigger: event.TriggerPushed, Revision: 4, Result: event.ResultFailed, Failed: 2}),
+			),
+			want: State{
+				Head:     9,
+				Desired:  &Desired{Revision: 4, Digest: "sha256:d4", Seq: 5, Source: "push"},
+				Owned:    map[string]Owned{motd: {SpecDigest: "sha256:aa", GoodRevision: 3, LastOutcome: event.ActionFailed, Seq: 7, Error: "disk full"}},
+				Failing:  map[string]Failure{issue: {SpecDigest: "sha256:cc", Error: "disk full", Seq: 8}},
+				LastGood: &LastGood{Revision: 3, Digest: "sha256:d3", Seq: 1, Converged: 4, At: at(4)},
+				LastReconcile: &Reconcile{Seq: 9, Trigger: event.TriggerPushed, Revision: 4, Result: event.ResultFailed,
+					Completed: at(9), Failed: 2},
+			},
+		},
+		{
+			name: "a converged reconcile of a revision overtaken by a push is not the last good",
+			recs: numbered(
+				rec(event.DeclarationReceived, "", event.DeclarationReceivedPayload{Revision: 3, Digest: "sha256:d3", Source: "push"}),
+				rec(event.DeclarationReceived, "", event.DeclarationReceivedPayload{Revision: 4, Digest: "sha256:d4", Source: "push"}),
+				rec(event.ReconcileCompleted, "", event.ReconcileCompletedPayload{Trigger: event.TriggerPushed, Revision: 3, Result: event.ResultConverged}),
+			),
+			want: State{
+				Head:          3,
+				Desired:       &Desired{Revision: 4, Digest: "sha256:d4", Seq: 2, Source: "push"},
+				LastReconcile: &Reconcile{Seq: 3, Trigger: event.TriggerPushed, Revision: 3, Result: event.ResultConverged, Completed: at(3)},
+			},
 		},
 		{
 			name: "drift marks an owned resource and keeps its seq",
@@ -255,13 +305,25 @@ func TestFold(t *testing.T) {
 			want: State{Head: 2},
 		},
 		{
-			name: "version.rolled-back changes neither running nor known good",
+			name: "version.rolled-back changes neither running nor known good, and marks its version bad",
 			recs: numbered(
 				rec(event.HostStarted, "", event.HostStartedPayload{Version: "v2", PID: 20}),
 				rec(event.VersionConfirmed, "", event.VersionPayload{Version: "v1"}),
 				rec(event.VersionRolledBack, "", event.VersionRolledBackPayload{From: "v2", To: "v1", Reason: "no confirm"}),
 			),
-			want: State{Head: 3, Running: &Running{Version: "v2", PID: 20, Since: at(1), Seq: 1}, KnownGood: "v1"},
+			want: State{Head: 3, Running: &Running{Version: "v2", PID: 20, Since: at(1), Seq: 1}, KnownGood: "v1", Bad: []string{"v2"}},
+		},
+		{
+			name: "a bad version is bad until retired or confirmed",
+			recs: numbered(
+				rec(event.VersionRolledBack, "", event.VersionRolledBackPayload{From: "v2", To: "v1"}),
+				rec(event.VersionRolledBack, "", event.VersionRolledBackPayload{From: "v3", To: "v1"}),
+				rec(event.VersionRolledBack, "", event.VersionRolledBackPayload{From: "v2", To: "v1"}),
+				rec(event.VersionRetired, "", event.VersionPayload{Version: "v3"}),
+				rec(event.VersionRolledBack, "", event.VersionRolledBackPayload{From: "v4", To: "v1"}),
+				rec(event.VersionConfirmed, "", event.VersionPayload{Version: "v4"}),
+			),
+			want: State{Head: 6, KnownGood: "v4", Bad: []string{"v2"}},
 		},
 		{
 			name: "version.stood-aside changes only head",

@@ -44,6 +44,38 @@ type State struct {
 	// Pending is a reconcile that started and has not completed: after a
 	// crash, the next start finishes it.
 	Pending *Pending `json:"pending,omitempty"`
+	// LastGood is the last-known-good declaration: the latest whose
+	// reconcile converged. nil before any did. When Desired is newer, the
+	// host is behind: it holds LastGood's state, with what failed since.
+	LastGood *LastGood `json:"last_good,omitempty"`
+	// Failing holds, by resource id, the declared resources the host does
+	// not own whose latest apply failed: never applied, so not owned, but
+	// what a host that is behind must say failed. An entry leaves when the
+	// resource applies, or when a declaration no longer names it.
+	Failing map[string]Failure `json:"failing,omitempty"`
+	// Bad are the versions the launcher rolled back from, oldest first:
+	// it does not start one again until a newer version arrives. A version
+	// leaves the list when it is retired, or confirmed after all.
+	Bad []string `json:"bad,omitempty"`
+}
+
+// Failure is a declared resource's failed apply, from its resource.applied.
+type Failure struct {
+	SpecDigest string `json:"spec_digest,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Seq        uint64 `json:"seq"`
+}
+
+// LastGood is the latest declaration a reconcile converged, from the
+// reconcile.completed that did and the declaration.received it was of.
+type LastGood struct {
+	Revision uint64 `json:"revision"`
+	Digest   string `json:"digest,omitempty"`
+	// Seq is the seq of its declaration.received record, Converged that of
+	// the reconcile.completed record, At that record's time.
+	Seq       uint64    `json:"seq"`
+	Converged uint64    `json:"converged"`
+	At        time.Time `json:"at,omitzero"`
 }
 
 // Desired is the declaration the host was last told to converge to, from
@@ -66,9 +98,13 @@ type Desired struct {
 
 // Owned is one resource the host has applied and not deleted.
 type Owned struct {
-	// SpecDigest is the digest of the spec last applied; a failed apply of
-	// an owned resource keeps the previous one.
+	// SpecDigest is the digest of the spec last applied successfully (its
+	// last good spec): a failed apply keeps the previous one.
 	SpecDigest string `json:"spec_digest,omitempty"`
+	// GoodRevision is the revision whose reconcile applied SpecDigest: the
+	// declaration that holds the last good spec. 0 when not known (an
+	// outcome outside a reconcile, or journaled before it was kept).
+	GoodRevision uint64 `json:"good_revision,omitempty"`
 	// LastOutcome is the action of the latest resource.applied for it.
 	LastOutcome event.Action `json:"last_outcome"`
 	// Seq is the seq of that resource.applied.
@@ -154,5 +190,11 @@ func (s State) Clone() State {
 		p.Plan = slices.Clone(p.Plan)
 		c.Pending = &p
 	}
+	if s.LastGood != nil {
+		g := *s.LastGood
+		c.LastGood = &g
+	}
+	c.Bad = slices.Clone(s.Bad)
+	c.Failing = maps.Clone(s.Failing)
 	return c
 }

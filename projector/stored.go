@@ -189,6 +189,24 @@ func loadDesired(r Reader, sealed bool) (*Desired, error) {
 	return d, nil
 }
 
+// loadDesiredRef reads the stored Desired's revision, digest and seq, and
+// none of its resources or document (nil before the first declaration).
+func loadDesiredRef(r Reader, sealed bool) (*Desired, error) {
+	b, err := get(r, keyDesired, sealed)
+	if err != nil || len(b) == 0 {
+		return nil, err
+	}
+	var ref struct {
+		Revision uint64 `json:"revision"`
+		Digest   string `json:"digest"`
+		Seq      uint64 `json:"seq"`
+	}
+	if err := json.Unmarshal(b, &ref); err != nil {
+		return nil, fmt.Errorf("%w: desired: %w", ErrCorrupt, err)
+	}
+	return &Desired{Revision: ref.Revision, Digest: ref.Digest, Seq: ref.Seq}, nil
+}
+
 // encodeCore is the core key's value: s without Desired and Owned.
 func encodeCore(s State) ([]byte, error) {
 	s.Desired, s.Owned = nil, nil
@@ -242,12 +260,25 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 		}
 	}
 	touched := make(map[string]struct{})
-	declared := false
+	declared, completed := false, false
 	for _, r := range recs {
 		if r.Resource != "" {
 			touched[r.Resource] = struct{}{}
 		}
 		declared = declared || r.Kind == event.DeclarationReceived
+		completed = completed || r.Kind == event.ReconcileCompleted
+	}
+	var ref *Desired
+	if completed {
+		// A completion may make the stored declaration the last good
+		// one, which takes its revision, digest and seq: those alone are
+		// read, not kept (the desired key is written only when a
+		// declaration is received).
+		d, err := loadDesiredRef(st, sealed)
+		if err != nil {
+			return fmt.Errorf("fold into the projection: %w", err)
+		}
+		s.Desired, ref = d, d
 	}
 	for id := range touched {
 		v, err := get(st, prefixOwned+id, true)
@@ -281,7 +312,9 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 			return err
 		}
 	}
-	if declared && s.Desired != nil {
+	// Written when a declaration replaced it: never the reference read
+	// above (a declaration.received that does not decode leaves it).
+	if declared && s.Desired != nil && s.Desired != ref {
 		b, err := json.Marshal(s.Desired)
 		if err != nil {
 			return err

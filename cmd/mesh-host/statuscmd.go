@@ -1,13 +1,14 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"slices"
-	"strings"
+	"os"
+	"syscall"
 
-	"github.com/mesh-host/mesh-host/cmd/internal/journalview"
+	"github.com/mesh-host/mesh-host/cmd/internal/statusview"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/projector"
 )
@@ -44,88 +45,42 @@ func printState(e *env, asJSON, allOwned bool, s projector.State, info *journal.
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	w := bufio.NewWriter(e.stdout)
-	defer w.Flush()
-	line := func(k, format string, a ...any) { fmt.Fprintf(w, "%-15s "+format+"\n", append([]any{k}, a...)...) }
+	o := statusview.Options{AllOwned: allOwned}
 	if info != nil {
-		line("journal", "%s: head #%d, first #%d, %s", info.Path, info.Head, info.First, bytesHuman(info.Size))
+		o.Header = [][2]string{{"journal", fmt.Sprintf("%s: head #%d, first #%d, %s", info.Path, info.Head, info.First, bytesHuman(info.Size))}}
+		if e.held == nil {
+			// Read from the file, not by the service: the host that
+			// started last may be gone. (The service is that host.)
+			o.Alive = processAlive
+		}
 	} else {
-		line("head", "#%d", s.Head)
+		o.Header = [][2]string{{"head", fmt.Sprintf("#%d", s.Head)}}
 	}
-	if r := s.Running; r != nil {
-		build := ""
-		if r.Build != "" {
-			build = " (build " + r.Build + ")"
-		}
-		line("running", "version %s%s, pid %d, since %s (#%d)", r.Version, build, r.PID, r.Since.Format(journalview.TimeLayout), r.Seq)
-	} else {
-		line("running", "no host start recorded")
-	}
-	line("known-good", "%s", orNone(s.KnownGood))
-	line("versions", "%s", orNone(strings.Join(s.Versions, ", ")))
-	if d := s.Desired; d != nil {
-		line("desired", "revision %d (%s), %d resources, declared at #%d", d.Revision, d.Digest, len(d.Resources), d.Seq)
-	} else {
-		line("desired", "no declaration received")
-	}
-	if r := s.LastReconcile; r != nil {
-		quiet := ""
-		if r.Quiet {
-			quiet = ", quiet"
-		}
-		line("last reconcile", "#%d %s, revision %d: %s at %s; %d changed, %d unchanged, %d failed%s",
-			r.Seq, r.Trigger, r.Revision, r.Result, r.Completed.Format(journalview.TimeLayout), r.Changed, r.Unchanged, r.Failed, quiet)
-	} else {
-		line("last reconcile", "none")
-	}
-	if p := s.Pending; p != nil {
-		line("in progress", "#%d %s, revision %d, %d steps planned (no outcome yet: the next start finishes it)", p.Seq, p.Trigger, p.Revision, len(p.Plan))
-	}
-	var drifted, failedN int
-	ids := make([]string, 0, len(s.Owned))
-	for id, o := range s.Owned {
-		if o.Drifted {
-			drifted++
-		}
-		if o.Error != "" {
-			failedN++
-		}
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	line("owned", "%d resources, %d drifted, %d failed", len(s.Owned), drifted, failedN)
-	if s.Link.Up {
-		line("link", "up to %s since %s", s.Link.Broker, s.Link.Since.Format(journalview.TimeLayout))
-	} else if !s.Link.Since.IsZero() {
-		line("link", "down since %s: %s", s.Link.Since.Format(journalview.TimeLayout), orNone(s.Link.Reason))
-	} else {
-		line("link", "never up")
-	}
-	if s.Unknown+s.Undecodable > 0 {
-		line("unread", "%d records of kinds this version does not know, %d it could not decode", s.Unknown, s.Undecodable)
-	}
-	for _, id := range ids {
-		o := s.Owned[id]
-		if !allOwned && !o.Drifted && o.Error == "" {
-			continue
-		}
-		mark := ""
-		if o.Drifted {
-			mark = " DRIFTED"
-		}
-		if o.Error != "" {
-			mark += " error: " + o.Error
-		}
-		fmt.Fprintf(w, "  %-40s %-9s #%d%s\n", id, o.LastOutcome, o.Seq, mark)
-	}
-	return nil
+	return statusview.Print(e.stdout, s, o)
 }
 
-func orNone(s string) string {
-	if s == "" {
-		return "none"
+// processAlive reports whether pid is a running mesh-host: a process with
+// that pid whose command line names mesh-host, not a zombie. A pid reused
+// by anything else is not the host.
+func processAlive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
 	}
-	return s
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist) // no /proc here: kill said it runs
+	}
+	if !bytes.Contains(cmdline, []byte("mesh-host")) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && len(stat) > i+2 {
+		return stat[i+2] != 'Z'
+	}
+	return true
 }
 
 func bytesHuman(n int64) string {
