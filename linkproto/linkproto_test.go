@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"math/big"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -146,15 +147,20 @@ func TestHeartbeatSumsUpTheState(t *testing.T) {
 			"file:/b": {LastOutcome: event.ActionUpdate, Drifted: true},
 			"file:/c": {LastOutcome: event.ActionFailed},
 		},
+		Failing:   map[string]projector.Failure{"package:x": {Error: "not found"}},
+		LastGood:  &projector.LastGood{Revision: 5},
+		KnownGood: "v1",
+		Bad:       []string{"v2"},
 	}
 	h := linkproto.HeartbeatOf(s)
-	want := linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion, Head: 40, Desired: 7, Applied: 6, Result: event.ResultFailed, LastReconcile: done, Owned: 3, Drifted: 1, Failed: 1}
-	if h != want {
+	want := linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion, Head: 40, Desired: 7, Applied: 6, Result: event.ResultFailed, LastReconcile: done,
+		Owned: 3, Drifted: 1, Failed: 2, LastGood: 5, KnownGood: "v1", Bad: []string{"v2"}}
+	if !reflect.DeepEqual(h, want) {
 		t.Errorf("HeartbeatOf = %+v\nwant %+v", h, want)
 	}
 	h.Interval, h.Uptime = linkproto.Duration(time.Minute), linkproto.Duration(90*time.Second)
 	var back linkproto.Heartbeat
-	if err := linkproto.Decode(linkproto.Marshal(h), linkproto.MaxReportSize, &back); err != nil || back != h {
+	if err := linkproto.Decode(linkproto.Marshal(h), linkproto.MaxReportSize, &back); err != nil || !reflect.DeepEqual(back, h) {
 		t.Errorf("heartbeat round trip = %+v, %v", back, err)
 	}
 	if !strings.Contains(string(linkproto.Marshal(h)), `"interval":"1m0s"`) {
@@ -347,4 +353,27 @@ func testCert(t *testing.T, isCA bool) string {
 		t.Fatal(err)
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// TestReport: a report carries the state without the declaration's
+// document, and its digest changes when the state does and only then.
+func TestReport(t *testing.T) {
+	at := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	s := projector.State{Head: 9, Desired: &projector.Desired{Revision: 2, Document: []byte(`{"big":"document"}`)},
+		Owned: map[string]projector.Owned{"file:/a": {SpecDigest: "sha256:aa", LastOutcome: event.ActionCreate, Seq: 4}}}
+	r, digest := linkproto.ReportOf("home", "web-1", s, at)
+	if r.State.Desired.Document != nil || s.Desired.Document == nil {
+		t.Errorf("the report carries the document, or changed the state it was made of")
+	}
+	var back linkproto.Report
+	if err := linkproto.Decode(linkproto.Marshal(r), linkproto.MaxDeclarationSize, &back); err != nil || !projector.Equal(back.State, r.State) {
+		t.Errorf("report round trip: %v\n%v", err, projector.Diff(back.State, r.State))
+	}
+	if _, again := linkproto.ReportOf("home", "web-1", s, at.Add(time.Hour)); again != digest {
+		t.Errorf("the digest changed with nothing but the time: %s, %s", digest, again)
+	}
+	s.Head = 10
+	if _, changed := linkproto.ReportOf("home", "web-1", s, at); changed == digest {
+		t.Errorf("the digest did not change with the state")
+	}
 }

@@ -2,6 +2,8 @@ package linkproto
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -199,6 +201,64 @@ type Heartbeat struct {
 	Head   uint64   `json:"head"`
 	Acked  uint64   `json:"acked"`
 	Uptime Duration `json:"uptime"`
+	// LastGood is the revision of the last declaration that converged (0
+	// for none): a node whose Desired is newer is behind.
+	LastGood uint64 `json:"last_good,omitempty"`
+	// KnownGood is the host's known-good version; Bad the versions the
+	// launcher rolled back from (see projector.State).
+	KnownGood string   `json:"known_good,omitempty"`
+	Bad       []string `json:"bad,omitempty"`
+	// Report is the digest of the node's latest Report: when it changes,
+	// the node has sent a new one (StateSubject).
+	Report string `json:"report,omitempty"`
+}
+
+// Report is a node's projection, replayed upward on StateSubject when it
+// changes (and on every link up): what `meshctl status NODE` shows, and what
+// `meshctl replay NODE --verify` rebuilds from the node's records in the
+// events stream and compares. The declaration's document is left out (the
+// control plane holds it), and so are the owned resources when they would
+// not fit in one message (Omitted says so).
+type Report struct {
+	Protocol int             `json:"protocol"`
+	Mesh     string          `json:"mesh"`
+	Node     string          `json:"node"`
+	Sent     time.Time       `json:"sent"`
+	State    projector.State `json:"state"`
+	Omitted  string          `json:"omitted,omitempty"`
+}
+
+// ReportOf makes the Report of s and its digest, which the heartbeat
+// carries. The digest is over the state alone, so that it changes when the
+// state does and only then.
+func ReportOf(mesh, node string, s projector.State, now time.Time) (Report, string) {
+	s = StrippedForReport(s)
+	r := Report{Protocol: ProtocolVersion, Mesh: mesh, Node: node, Sent: now.UTC(), State: s}
+	if len(Marshal(r)) > MaxDeclarationSize {
+		r.State.Owned = nil
+		r.Omitted = fmt.Sprintf("the %d owned resources: the report would not fit in one message", len(s.Owned))
+	}
+	return r, ReportDigest(r)
+}
+
+// ReportDigest is the digest of r's state, as its node's heartbeats name
+// it: a report whose digest is not the latest heartbeat's is not the
+// node's latest.
+func ReportDigest(r Report) string {
+	b, _ := projector.Encode(r.State)
+	sum := sha256.Sum256(append(b, r.Omitted...))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// StrippedForReport is s as a Report carries it: without the declaration's
+// document. What a node reported is compared with its replayed records in
+// this form.
+func StrippedForReport(s projector.State) projector.State {
+	s = s.Clone()
+	if s.Desired != nil {
+		s.Desired.Document = nil
+	}
+	return s
 }
 
 // HeartbeatOf fills the state part of a heartbeat from the host's State.
@@ -218,6 +278,11 @@ func HeartbeatOf(s projector.State) Heartbeat {
 			h.Failed++
 		}
 	}
+	h.Failed += len(s.Failing)
+	if g := s.LastGood; g != nil {
+		h.LastGood = g.Revision
+	}
+	h.KnownGood, h.Bad = s.KnownGood, s.Bad
 	return h
 }
 
@@ -280,6 +345,7 @@ func (m *Synced) version() int      { return m.Protocol }
 func (m *Enrol) version() int       { return m.Protocol }
 func (m *Renew) version() int       { return m.Protocol }
 func (m *Credential) version() int  { return m.Protocol }
+func (m *Report) version() int      { return m.Protocol }
 
 // Decode reads data as the message type of into, refusing it when it is
 // over limit bytes, not JSON of that type, or of a protocol version this

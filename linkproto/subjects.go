@@ -67,6 +67,10 @@ const (
 	// heartbeatToken: mesh.MESH.up.NODE.heartbeat carries Heartbeats; the
 	// heartbeats stream keeps the last one of each node.
 	heartbeatToken = "heartbeat"
+	// stateToken: mesh.MESH.up.NODE.state carries the node's Report, its
+	// projection, when it changes; the states stream keeps the last one of
+	// each node.
+	stateToken = "state"
 	// eventsToken: mesh.MESH.up.NODE.events.SEQ carries journal record
 	// SEQ, one per message, captured by the events stream. The stream
 	// keeps one message per subject and refuses the rest, so a record is
@@ -104,6 +108,8 @@ const (
 	EventsStream = "MESH_EVENTS"
 	// HeartbeatsStream keeps the latest heartbeat of every node.
 	HeartbeatsStream = "MESH_HEARTBEATS"
+	// StatesStream keeps the latest Report of every node.
+	StatesStream = "MESH_STATES"
 	// DesiredBucket is the KV bucket of desired state: key MESH.NODE, value
 	// the declaration's JSON document.
 	DesiredBucket = "MESH_DESIRED"
@@ -162,6 +168,11 @@ func InboxPrefix(mesh, node string) string {
 
 // HelloSubject is where node says it is up and asks for its declaration.
 func HelloSubject(mesh, node string) string { return subject(mesh, upToken, node, helloToken) }
+
+// StateSubject is where node sends its Report.
+func StateSubject(mesh, node string) string {
+	return subject(mesh, upToken, node, stateToken)
+}
 
 // HeartbeatSubject is where node reports.
 func HeartbeatSubject(mesh, node string) string {
@@ -237,6 +248,7 @@ func AllRenews(mesh string) string     { return subject(mesh, upToken, "*", rene
 // serves every mesh on the broker.
 const (
 	AnyMeshHeartbeats = subjectRoot + ".*." + upToken + ".*." + heartbeatToken
+	AnyMeshStates     = subjectRoot + ".*." + upToken + ".*." + stateToken
 	AnyMeshEvents     = subjectRoot + ".*." + upToken + ".*." + eventsToken + ".*"
 	// LegacyAnyMeshEvents is what the events stream captured before the
 	// sequence moved into the subject: every record of a node on one

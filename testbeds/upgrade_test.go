@@ -355,6 +355,25 @@ func TestFailingVersionIsRolledBackOnce(t *testing.T) {
 	if again := strings.Count(u.h.Log(), "this build cannot start here"); again != starts {
 		t.Errorf("the bad version was started again after the rollback (%d → %d starts)", starts, again)
 	}
+	// Upward, it looks failed: nodes says rolled back, status marks the
+	// version bad, and the node's report still agrees with its records.
+	testbeds.Eventually(t, 30*time.Second, "nodes says rolled back", func() error {
+		out := u.MustMeshctl("nodes")
+		if !strings.Contains(out, "rolled back: release "+bad.Version()[:12]+" failed to start") {
+			return fmt.Errorf("nodes:\n%s", out)
+		}
+		return nil
+	})
+	if out := u.MustMeshctl("status", "web-1"); !strings.Contains(out, bad.Version()+" (bad: rolled back from)") {
+		t.Errorf("status does not mark the bad version:\n%s", out)
+	}
+	testbeds.Eventually(t, 30*time.Second, "replay --verify agrees after a release and a rollback", func() error {
+		r := u.Meshctl("replay", "web-1", "--verify")
+		if r.Code != 0 || !strings.Contains(r.Stdout, "matches what web-1 reported") {
+			return errors.New(r.String())
+		}
+		return nil
+	})
 }
 
 // TestPredecessorFailingTooHaltsNamingTheMachine: when the known-good

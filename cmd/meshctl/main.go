@@ -54,6 +54,8 @@ type cli struct {
 	NATSConfig natsConfigCmd `cmd:"" name:"nats-config" help:"Print the configuration an existing NATS server includes to trust this authority."`
 	Declare    declareCmd    `cmd:"" help:"Store a node's declaration and push it to the node."`
 	Nodes      nodesCmd      `cmd:"" help:"Show every node: what it reports and what is declared for it."`
+	Status     statusCmd     `cmd:"" help:"Show a node's state as it last reported it: what mesh-host status shows on the node."`
+	Replay     replayCmd     `cmd:"" help:"Rebuild a node's state from its records in the events stream; --verify compares it with what the node reported."`
 	JournalCmd journalCmd    `cmd:"" name:"journal" help:"Show a node's journal as the events stream holds it."`
 	Release    releaseCmd    `cmd:"" help:"Deliver a host build to nodes: store it, serve it, and declare it as each node's next host version."`
 	Secret     secretCmd     `cmd:"" help:"Keep the values of secrets that declarations name (content: {secret: NAME}); each is sealed to its node when declared."`

@@ -162,7 +162,11 @@ func (l *Link) heartbeats(ctx context.Context, nc *nats.Conn) {
 	case <-l.reconciled:
 	default:
 	}
-	l.heartbeat(nc)
+	// reported is the digest of the last Report sent on this connection:
+	// empty at link up, so that every link up sends one (the states
+	// stream keeps only the last, and may have lost it).
+	reported := ""
+	l.heartbeat(nc, &reported)
 	t := time.NewTimer(l.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
@@ -172,19 +176,31 @@ func (l *Link) heartbeats(ctx context.Context, nc *nats.Conn) {
 		case <-l.reconciled:
 		case <-t.C:
 		}
-		l.heartbeat(nc)
+		l.heartbeat(nc, &reported)
 		t.Reset(l.cfg.HeartbeatInterval)
 	}
 }
 
-func (l *Link) heartbeat(nc *nats.Conn) {
+// heartbeat sends a heartbeat, after the node's Report when the projection
+// changed since the last one sent (*reported is its digest).
+func (l *Link) heartbeat(nc *nats.Conn, reported *string) {
 	s, err := l.host.State()
 	if err != nil {
 		l.log.Error("heartbeat: read the state", "err", err)
 		return
 	}
 	now := l.cfg.Now()
+	report, digest := linkproto.ReportOf(l.cfg.Mesh, l.cfg.Node, s, now)
+	if digest != *reported {
+		err := nc.Publish(linkproto.StateSubject(l.cfg.Mesh, l.cfg.Node), linkproto.Marshal(report))
+		if err != nil && !errors.Is(err, nats.ErrReconnectBufExceeded) {
+			l.log.Warn("report the state", "err", err)
+		} else if err == nil {
+			*reported = digest
+		}
+	}
 	h := linkproto.HeartbeatOf(s)
+	h.Report = *reported
 	h.Mesh, h.Node, h.Version = l.cfg.Mesh, l.cfg.Node, l.cfg.Version
 	h.Sent = now.UTC()
 	h.Interval = linkproto.Duration(l.cfg.HeartbeatInterval)

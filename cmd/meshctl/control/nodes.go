@@ -12,6 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -32,6 +35,13 @@ const (
 	// StateExpired: its credentials expired without being renewed; it
 	// cannot connect until enrolled again.
 	StateExpired = "expired"
+	// StateFailed: it applied the stored revision, and some of it failed:
+	// it holds its last good declaration (Reason says which, and how many
+	// failed).
+	StateFailed = "failed"
+	// StateRolledBack: the host release declared for it failed to start
+	// there, and its launcher rolled back to the known-good version.
+	StateRolledBack = "rolled back"
 )
 
 // silentAfter is how many of its own heartbeat intervals a node may miss
@@ -54,6 +64,10 @@ type NodeStatus struct {
 	// Credential is its record of enrolment: key, expiry, revocation;
 	// nil for a node enrolled before credentials were recorded.
 	Credential *NodeCredential `json:"credential,omitempty"`
+	// Release is the host version its stored declaration delivers, if any.
+	Release string `json:"release,omitempty"`
+	// Reason says why it is failed or rolled back.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Nodes returns every node of the mesh that has reported or has desired
@@ -117,7 +131,12 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 		if err != nil {
 			return nil, err
 		}
-		get(node).Desired = d.Revision
+		st := get(node)
+		st.Desired = d.Revision
+		if hb := st.Heartbeat; hb != nil && len(hb.Bad) > 0 {
+			// Only then is the release worth finding: it may be bad.
+			st.Release = releaseOf(d.Document)
+		}
 	}
 
 	creds, err := c.credentials(ctx)
@@ -132,6 +151,7 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 	out := make([]NodeStatus, 0, len(byName))
 	for _, s := range byName {
 		s.State = stateOf(*s, now)
+		s.Reason = reasonOf(*s)
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.Node, b.Node) })
@@ -157,10 +177,55 @@ func stateOf(s NodeStatus, now time.Time) string {
 	switch {
 	case now.Sub(hb.Sent) > silentAfter*interval:
 		return StateSilent
+	case s.Release != "" && slices.Contains(hb.Bad, s.Release):
+		return StateRolledBack
 	case hb.Applied < s.Desired:
 		return StateBehind
+	case hb.Result == event.ResultFailed || hb.LastGood < hb.Desired && hb.Failed > 0:
+		return StateFailed
 	}
 	return StateOK
+}
+
+// reasonOf says why a node is in its state, for the failed and rolled
+// back ones.
+func reasonOf(s NodeStatus) string {
+	hb := s.Heartbeat
+	switch s.State {
+	case StateRolledBack:
+		return fmt.Sprintf("release %s failed to start; running %s, the known-good version", short(s.Release), short(hb.Version))
+	case StateFailed:
+		last := "none"
+		if hb.LastGood != 0 {
+			last = fmt.Sprint(hb.LastGood)
+		}
+		return fmt.Sprintf("last good %s, desired %d: %d failed", last, hb.Desired, hb.Failed)
+	}
+	return ""
+}
+
+// short is a version or digest cut for a table.
+func short(v string) string {
+	v = strings.TrimPrefix(v, "sha256:")
+	if len(v) > 12 {
+		return v[:12]
+	}
+	return v
+}
+
+// releaseOf is the host version a stored declaration's document delivers
+// ("" for none, or a document that does not read).
+func releaseOf(doc []byte) string {
+	d, err := declaration.DecodeStored(doc)
+	if err != nil {
+		return ""
+	}
+	for _, r := range d.Resources {
+		if a, ok := r.(*drivers.ArchiveSpec); ok && isRelease(a) {
+			return strings.TrimPrefix(a.Digest, "sha256:")
+		}
+	}
+	return ""
 }
 
 // PrintNodes prints nodes as a table, or as one JSON array of NodeStatus
@@ -207,7 +272,11 @@ func PrintNodes(w io.Writer, nodes []NodeStatus, now time.Time, asJSON bool) err
 				credential = "expires in " + span(cr.Expires.Sub(now))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, version, desired, applied, drifted, failed, heard, credential, n.State)
+		state := n.State
+		if n.Reason != "" {
+			state += ": " + n.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, version, desired, applied, drifted, failed, heard, credential, state)
 	}
 	return tw.Flush()
 }

@@ -83,8 +83,8 @@ func DialService(a *Authority, urls []string, log *slog.Logger) (*nats.Conn, err
 	)
 }
 
-// Ensure creates or updates the events and heartbeats streams and the
-// desired-state bucket. It is idempotent and safe to run from several
+// Ensure creates or updates the events, heartbeats and states streams and
+// the desired-state bucket. It is idempotent and safe to run from several
 // services at once.
 func (s *Service) Ensure(ctx context.Context) error {
 	js, err := jetstream.New(s.Conn)
@@ -122,6 +122,17 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets,
 		NoAck:             true, // as the events stream, and nobody waits for one
 	}); err != nil {
 		return nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              linkproto.StatesStream,
+		Description:       "the latest report (projection) of every node",
+		Subjects:          []string{linkproto.AnyMeshStates},
+		Storage:           jetstream.FileStorage,
+		MaxMsgsPerSubject: 1,
+		MaxMsgSize:        linkproto.MaxDeclarationSize,
+		NoAck:             true, // as the heartbeats stream
+	}); err != nil {
+		return nil, fmt.Errorf("states stream %s: %w", linkproto.StatesStream, err)
 	}
 	desired, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      linkproto.DesiredBucket,
