@@ -188,8 +188,18 @@ func TestEventBodyOmitsOnlyWhatIsTooLarge(t *testing.T) {
 	if len(b) > linkproto.MaxEventSize {
 		t.Errorf("body of %d bytes is over the limit", len(b))
 	}
-	if err := json.Unmarshal(b, &got); err != nil || got.Seq != 10 || got.Kind != event.DeclarationReceived || !strings.Contains(string(got.Payload), `"omitted"`) {
-		t.Errorf("big record = %s, %v", b, err)
+	// A declaration too large goes without its document, the rest kept:
+	// the projection rebuilt upward from it is the one the node reports.
+	var p event.DeclarationReceivedPayload
+	if err := json.Unmarshal(b, &got); err != nil || got.Seq != 10 || got.Kind != event.DeclarationReceived ||
+		!strings.Contains(string(got.Payload), `"document_omitted"`) || json.Unmarshal(got.Payload, &p) != nil || p.Revision != 2 || p.Document != nil {
+		t.Errorf("big declaration = %.300s, %v", b, err)
+	}
+	// Anything else too large is omitted whole.
+	huge := event.New(event.ReconcileStarted, 0, "", map[string]string{"plan": strings.Repeat("x", linkproto.MaxEventSize)})
+	huge.Seq = 11
+	if b, err = linkproto.EventBody(huge); err != nil || len(b) > linkproto.MaxEventSize || !strings.Contains(string(b), `"omitted"`) {
+		t.Errorf("big record = %.300s, %v", b, err)
 	}
 }
 

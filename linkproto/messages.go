@@ -302,6 +302,23 @@ func EventBody(r event.Record) ([]byte, error) {
 		return b, nil
 	}
 	n := len(r.Payload)
+	if r.Kind == event.DeclarationReceived {
+		// The document is what makes it large, and the control plane
+		// holds it: the rest (revision, digest, resources, operator,
+		// signature) still travels, so the node's projection can be
+		// rebuilt upward as its report carries it, without the document.
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(r.Payload, &fields) == nil {
+			delete(fields, "document")
+			fields["document_omitted"], _ = json.Marshal(fmt.Sprintf("%d bytes; the node's journal and the desired-state bucket hold it", n))
+			if p, err := json.Marshal(fields); err == nil {
+				r.Payload = p
+				if b, err := json.Marshal(r); err == nil && len(b) <= MaxEventSize {
+					return b, nil
+				}
+			}
+		}
+	}
 	r.Payload, _ = json.Marshal(Omitted{Omitted: "payload too large to send; the node's journal holds it", Bytes: n})
 	return json.Marshal(r)
 }
