@@ -177,11 +177,15 @@ type Credential struct {
 // Heartbeat is a node's report, on HeartbeatSubject: on link up, after
 // every apply, and every Interval while idle.
 type Heartbeat struct {
-	Protocol int       `json:"protocol"`
-	Mesh     string    `json:"mesh"`
-	Node     string    `json:"node"`
-	Version  string    `json:"version"`
-	Sent     time.Time `json:"sent"`
+	Protocol int    `json:"protocol"`
+	Mesh     string `json:"mesh"`
+	Node     string `json:"node"`
+	Version  string `json:"version"`
+	// Build is the running binary's own label, given when it was built
+	// (`packaging/build --version`): the name a person knows the version
+	// by, beside Version's digest.
+	Build string    `json:"build,omitempty"`
+	Sent  time.Time `json:"sent"`
 	// Interval is how often the node reports while idle: a node silent for
 	// three intervals is silent.
 	Interval Duration `json:"interval"`

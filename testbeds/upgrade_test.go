@@ -376,6 +376,28 @@ func TestFailingVersionIsRolledBackOnce(t *testing.T) {
 	})
 }
 
+// TestFailedReleaseLooksFailed: meshctl release of a build that cannot
+// start waits, sees the node's launcher roll it back, and exits non-zero
+// naming the node and the launcher's reason.
+func TestFailedReleaseLooksFailed(t *testing.T) {
+	u := newUpgradeBed(t)
+	bad := u.release(t, badVersion(t, u.dir))
+	r := u.Meshctl("release", bad.Path, "--nodes", "web-1", "--wait", "90s")
+	t.Logf("release: %s", r)
+	if r.Code == 0 {
+		t.Fatalf("meshctl release of a build that cannot start exited 0")
+	}
+	for _, want := range []string{"web-1: release rolled back: web-1's launcher rolled release " + bad.Version()[:12] + " back",
+		"failed 3 starts in a row", "rolled back on 1 of 1 nodes: web-1"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("release does not say %q", want)
+		}
+	}
+	if out := u.MustMeshctl("nodes"); !strings.Contains(out, "rolled back") {
+		t.Errorf("nodes:\n%s", out)
+	}
+}
+
 // TestPredecessorFailingTooHaltsNamingTheMachine: when the known-good
 // version fails as well, the launcher halts with status 78 and says the
 // machine is the problem, naming both versions.

@@ -116,7 +116,7 @@ func (c *serveCmd) Run(e *env) error {
 		lnk, err = link.New(link.Config{
 			Mesh: enrolled.Mesh, Node: enrolled.Node, URLs: enrolled.URLs, CredsFile: creds, Credentials: nodeCreds{path: creds}, Trust: enrolled.SigningKey,
 			TLS: brokerTLS, AllowPlaintext: enrolled.AllowPlaintext,
-			Version: hv.name(), HeartbeatInterval: c.HeartbeatInterval, Log: log.With("component", "link"),
+			Version: hv.name(), Build: version, HeartbeatInterval: c.HeartbeatInterval, Log: log.With("component", "link"),
 		}, host, j)
 		if err != nil {
 			return refused("%s: %v", filepath.Join(e.cli.StateDir, linkConfigFile), err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
@@ -19,7 +20,7 @@ type releaseCmd struct {
 	Archive string        `arg:"" name:"ARCHIVE" type:"existingfile" help:"The host build: a tar.gz, tar.zst, tar or zip holding an executable mesh-host at its top."`
 	Nodes   []string      `name:"nodes" required:"" sep:"," placeholder:"NODE" help:"The nodes to deliver it to, separated by commas."`
 	URL     string        `name:"url" placeholder:"BASE" help:"Base URL nodes fetch releases from (default: where serve records it serves DATA/releases)."`
-	Wait    time.Duration `name:"wait" default:"0s" help:"How long to wait for each node to report the apply (0: do not wait)."`
+	Wait    time.Duration `name:"wait" default:"5m" help:"How long to wait for each node to report the apply, then to run the release or roll it back (0: do not wait)."`
 }
 
 func (c *releaseCmd) Run(e *env) error {
@@ -50,7 +51,11 @@ func (c *releaseCmd) Run(e *env) error {
 		return err
 	}
 	res := r.Resource(base)
-	fmt.Fprintf(e.stdout, "release %s (%s): nodes fetch %s into %s/%s\n", r.Digest, r.Format, res.Source, control.VersionsDir, r.Version())
+	label := ""
+	if l := control.ReleaseLabel(c.Archive); l != "" {
+		label = l + ", "
+	}
+	fmt.Fprintf(e.stdout, "release %s (%s%s): nodes fetch %s into %s/%s\n", r.Digest, label, r.Format, res.Source, control.VersionsDir, r.Version())
 
 	cl, nc, err := e.client()
 	if err != nil {
@@ -58,12 +63,20 @@ func (c *releaseCmd) Run(e *env) error {
 	}
 	defer nc.Close()
 	// Every node is tried: one node's refusal says nothing about the
-	// next.
+	// next. The command fails when any node refused, failed, or rolled
+	// the release back; the error names each, with why.
 	var errs []error
+	var rolledBack []string
 	for _, n := range c.Nodes {
 		if err := cl.Release(e.ctx, e.stdout, n, res, control.DeclareOptions{Wait: c.Wait}); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
+			if errors.Is(err, control.ErrRolledBack) {
+				rolledBack = append(rolledBack, n)
+			}
 		}
+	}
+	if len(rolledBack) > 0 {
+		errs = append(errs, fmt.Errorf("release %s rolled back on %d of %d nodes: %s", r.Version()[:12], len(rolledBack), len(c.Nodes), strings.Join(rolledBack, ", ")))
 	}
 	return errors.Join(errs...)
 }

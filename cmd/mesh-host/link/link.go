@@ -98,8 +98,9 @@ type Config struct {
 	// link hands the host only declarations it signed, and believes only
 	// welcomes and synceds it signed.
 	Trust string
-	// Version is the running host's version, for hellos and heartbeats.
-	Version string
+	// Version is the running host's version, for hellos and heartbeats;
+	// Build its build label.
+	Version, Build string
 	// HeartbeatInterval is how often the host reports while idle;
 	// DefaultHeartbeatInterval when 0.
 	HeartbeatInterval time.Duration

@@ -201,7 +201,7 @@ func (l *Link) heartbeat(nc *nats.Conn, reported *string) {
 	}
 	h := linkproto.HeartbeatOf(s)
 	h.Report = *reported
-	h.Mesh, h.Node, h.Version = l.cfg.Mesh, l.cfg.Node, l.cfg.Version
+	h.Mesh, h.Node, h.Version, h.Build = l.cfg.Mesh, l.cfg.Node, l.cfg.Version, l.cfg.Build
 	h.Sent = now.UTC()
 	h.Interval = linkproto.Duration(l.cfg.HeartbeatInterval)
 	h.Uptime = linkproto.Duration(now.Sub(l.started).Round(time.Second))

@@ -36,30 +36,36 @@ const welcomeRoom = 1 << 10
 // the stored revision with other content. A node that does not answer is
 // offline, which is normal: it gets the declaration with its next hello.
 func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *declaration.Declaration, opt DeclareOptions) error {
-	d, err := c.seal(ctx, node, d)
+	_, err := c.declare(ctx, out, node, d, opt)
+	return err
+}
+
+// declare is Declare, saying also whether the node answered the push.
+func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *declaration.Declaration, opt DeclareOptions) (online bool, err error) {
+	d, err = c.seal(ctx, node, d)
 	if err != nil {
-		return err
+		return false, err
 	}
 	push, err := Push(d, c.Mesh, node)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := c.sign(push); err != nil {
-		return err
+		return false, err
 	}
 	if push, err = c.store(ctx, node, d, push); err != nil {
-		return err
+		return false, err
 	}
 
 	// Listen for the node's report before pushing, so a quick apply's
 	// heartbeat is not missed.
 	heartbeats, err := c.Conn.SubscribeSync(linkproto.HeartbeatSubject(c.Mesh, node))
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer heartbeats.Unsubscribe()
 	if err := c.Conn.Flush(); err != nil {
-		return err
+		return false, err
 	}
 
 	timeout := opt.PushTimeout
@@ -69,34 +75,34 @@ func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *dec
 	reply, err := c.Conn.Request(linkproto.DeclarationSubject(c.Mesh, node), linkproto.Marshal(push), timeout)
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
 		fmt.Fprintf(out, "%s is offline: it will get revision %d when it reconnects\n", node, d.Revision)
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("push revision %d to %s: %w", d.Revision, node, err)
+		return true, fmt.Errorf("push revision %d to %s: %w", d.Revision, node, err)
 	}
 	var ack linkproto.Ack
 	if err := linkproto.Decode(reply.Data, linkproto.MaxReportSize, &ack); err != nil {
-		return fmt.Errorf("%s answered the push with something other than an ack: %w", node, err)
+		return true, fmt.Errorf("%s answered the push with something other than an ack: %w", node, err)
 	}
 	if ack.Node != node || ack.Revision != d.Revision {
-		return fmt.Errorf("%s answered the push of revision %d with an ack of %s's revision %d", node, d.Revision, ack.Node, ack.Revision)
+		return true, fmt.Errorf("%s answered the push of revision %d with an ack of %s's revision %d", node, d.Revision, ack.Node, ack.Revision)
 	}
 	if !ack.Accepted {
-		return fmt.Errorf("%w: %s refused revision %d: %s", ErrRefused, node, d.Revision, ack.Reason)
+		return true, fmt.Errorf("%w: %s refused revision %d: %s", ErrRefused, node, d.Revision, ack.Reason)
 	}
 	fmt.Fprintf(out, "%s accepted revision %d (journal #%d)\n", node, d.Revision, ack.Seq)
 	if opt.Wait <= 0 {
-		return nil
+		return true, nil
 	}
 	hb, err := c.waitApplied(ctx, heartbeats, node, d.Revision, opt.Wait)
 	if err != nil {
-		return err
+		return true, err
 	}
 	fmt.Fprintf(out, "%s applied revision %d: %s; owned %d, drifted %d, failed %d\n", node, hb.Applied, hb.Result, hb.Owned, hb.Drifted, hb.Failed)
 	if hb.Result == event.ResultFailed || hb.Failed > 0 {
-		return fmt.Errorf("%w: %s reports %d failed resources (see `meshctl journal %s`)", ErrApplyFailed, node, hb.Failed, node)
+		return true, fmt.Errorf("%w: %s reports %d failed resources (see `meshctl journal %s`)", ErrApplyFailed, node, hb.Failed, node)
 	}
-	return nil
+	return true, nil
 }
 
 // Push checks that d can be declared for node of mesh, as far as that

@@ -48,6 +48,9 @@ var (
 	// ErrApplyFailed is returned by Declare when the node reports that
 	// applying the declaration failed.
 	ErrApplyFailed = errors.New("apply failed")
+	// ErrRolledBack is returned by Release when the node's launcher rolled
+	// the release back: it did not start there.
+	ErrRolledBack = errors.New("release rolled back")
 	// ErrTokenUsed is returned for an enrolment token redeemed before.
 	ErrTokenUsed = errors.New("enrolment token already used")
 	// ErrRevoked is returned for a node whose key is revoked, or that has

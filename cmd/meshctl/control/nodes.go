@@ -193,7 +193,7 @@ func reasonOf(s NodeStatus) string {
 	hb := s.Heartbeat
 	switch s.State {
 	case StateRolledBack:
-		return fmt.Sprintf("release %s failed to start; running %s, the known-good version", short(s.Release), short(hb.Version))
+		return fmt.Sprintf("release %s failed to start; running %s, the known-good version", short(s.Release), versionLabel(hb.Build, hb.Version))
 	case StateFailed:
 		last := "none"
 		if hb.LastGood != 0 {
@@ -202,6 +202,21 @@ func reasonOf(s NodeStatus) string {
 		return fmt.Sprintf("last good %s, desired %d: %d failed", last, hb.Desired, hb.Failed)
 	}
 	return ""
+}
+
+// versionLabel names a version for a table: its build label and its
+// digest cut short ("next 0f4e5a1c9d2b"), the label alone when the version
+// is not a digest, "-" for none. --json has them whole.
+func versionLabel(build, version string) string {
+	switch {
+	case version == "" && build == "":
+		return "-"
+	case version == "" || build == version:
+		return build
+	case build == "" || len(strings.TrimPrefix(version, "sha256:")) < 64:
+		return short(version)
+	}
+	return build + " " + short(version)
 }
 
 // short is a version or digest cut for a table.
@@ -250,9 +265,7 @@ func PrintNodes(w io.Writer, nodes []NodeStatus, now time.Time, asJSON bool) err
 		}
 		version, applied, drifted, failed, heard := "-", "-", "-", "-", "-"
 		if hb := n.Heartbeat; hb != nil {
-			if hb.Version != "" {
-				version = hb.Version
-			}
+			version = versionLabel(hb.Build, hb.Version)
 			applied = fmt.Sprint(hb.Applied)
 			drifted = fmt.Sprint(hb.Drifted)
 			failed = fmt.Sprint(hb.Failed)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,13 +19,16 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -233,6 +237,20 @@ func hostMode(m fs.FileMode) error {
 	return nil
 }
 
+// buildArchiveName is how packaging/build names a release archive:
+// mesh-host-LABEL-linux-ARCH.release.EXT.
+var buildArchiveName = regexp.MustCompile(`^mesh-host-(.+)-linux-[a-z0-9]+\.release\.`)
+
+// ReleaseLabel is the build label packaging/build put in a release
+// archive's name ("" for an archive named otherwise): the name a person
+// knows the release by, which the node reports once it runs it.
+func ReleaseLabel(archive string) string {
+	if m := buildArchiveName.FindStringSubmatch(filepath.Base(archive)); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
 // isRelease reports whether s is a host release's archive resource: an
 // archive unpacked under VersionsDir.
 func isRelease(s drivers.Spec) bool {
@@ -315,7 +333,59 @@ func (c *Client) Release(ctx context.Context, out io.Writer, node string, res *d
 	if !changed {
 		fmt.Fprintf(out, "%s: revision %d already delivers this release; pushing it again\n", node, d.Revision)
 	}
-	return c.Declare(ctx, out, node, d, opt)
+	online, err := c.declare(ctx, out, node, d, opt)
+	if err != nil || !online || opt.Wait <= 0 {
+		// An offline node runs the release when it reconnects: nothing
+		// to wait for now.
+		return err
+	}
+	return c.waitRunning(ctx, out, node, strings.TrimPrefix(res.Digest, "sha256:"), opt.Wait)
+}
+
+// waitRunning waits for node's heartbeats to say it runs version, or that
+// its launcher rolled version back (ErrRolledBack, with the launcher's
+// reason from the node's journal).
+func (c *Client) waitRunning(ctx context.Context, out io.Writer, node, version string, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		hb, err := c.lastHeartbeat(ctx, node)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			return err
+		case hb != nil && hb.Version == version:
+			fmt.Fprintf(out, "%s runs release %s\n", node, versionLabel(hb.Build, hb.Version))
+			return nil
+		case hb != nil && slices.Contains(hb.Bad, version):
+			why := c.rollbackReason(ctx, node, version, hb.Head)
+			return fmt.Errorf("%w: %s's launcher rolled release %s back to %s: %s", ErrRolledBack, node, short(version), versionLabel(hb.Build, hb.Version), why)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s did not report running release %s within %v (`meshctl nodes` shows what it runs)", ErrNotApplied, node, short(version), wait)
+		case <-tick.C:
+		}
+	}
+}
+
+// rollbackReason is the reason the node journaled for rolling version
+// back: its latest version.rolled-back from it, among its last records.
+func (c *Client) rollbackReason(ctx context.Context, node, version string, head uint64) string {
+	from := uint64(1)
+	if head > 1000 {
+		from = head - 1000
+	}
+	why := "the node's journal does not say why yet"
+	_ = c.Records(ctx, node, from, func(r event.Record) error {
+		var p event.VersionRolledBackPayload
+		if r.Kind == event.VersionRolledBack && json.Unmarshal(r.Payload, &p) == nil && p.From == version {
+			why = p.Reason
+		}
+		return nil
+	})
+	return why
 }
 
 // ReleaseServer serves the releases directory over HTTP to the nodes:
