@@ -145,6 +145,7 @@ type declareCmd struct {
 	File    string        `arg:"" name:"FILE" help:"The declaration: YAML, or JSON if it ends in .json."`
 	Wait    time.Duration `name:"wait" default:"30s" help:"How long to wait for the node to report the apply (0: do not wait)."`
 	OwnUnit string        `name:"own-unit" default:"mesh-host.service" help:"The hosts' own unit, which no declaration may name."`
+	Force   bool          `name:"force" help:"Declare for a node the mesh does not know yet (never enrolled, nothing declared, never heard): a typo is refused without it."`
 }
 
 func (c *declareCmd) Run(e *env) error {
@@ -185,6 +186,11 @@ func (c *declareCmd) Run(e *env) error {
 		return err
 	}
 	defer nc.Close()
+	if !c.Force {
+		if err := cl.MustKnow(e.ctx, c.Node); err != nil {
+			return refused("%v (or --force to declare for it before it enrols)", err)
+		}
+	}
 	return cl.Declare(e.ctx, e.stdout, c.Node, d, control.DeclareOptions{Wait: c.Wait})
 }
 
@@ -224,8 +230,66 @@ func (c *journalCmd) Run(e *env) error {
 		return err
 	}
 	defer nc.Close()
+	// A node removed from the mesh keeps its history here, so a node is
+	// unknown only when the stream holds nothing of it either.
+	if err := cl.MustKnow(e.ctx, c.Node); errors.Is(err, control.ErrUnknownNode) {
+		if has, herr := cl.HasRecords(e.ctx, c.Node); herr != nil || !has {
+			return failed("%v", err)
+		}
+	} else if err != nil {
+		return err
+	}
 	if c.Why != "" {
 		return cl.PrintWhy(e.ctx, e.stdout, c.Node, c.Why, c.JSON)
 	}
 	return cl.PrintJournal(e.ctx, e.stdout, c.Node, control.JournalOptions{From: c.Since, JSON: c.JSON})
+}
+
+// nodeCmd groups what is done to a node as a whole.
+type nodeCmd struct {
+	Rm nodeRmCmd `cmd:"" help:"Take a node out of the mesh: revoke its key, delete its credential, desired state and reports; its journal stays in the events stream."`
+}
+
+type nodeRmCmd struct {
+	Node string `arg:"" name:"NODE" help:"The node to remove."`
+}
+
+func (c *nodeRmCmd) Run(e *env) error {
+	if err := linkproto.ValidName(c.Node); err != nil {
+		return refused("%v", err)
+	}
+	a, err := e.authority()
+	if err != nil {
+		return err
+	}
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	sys, err := control.DialSystem(a, e.cli.NATS, false, nil)
+	if err != nil {
+		return err
+	}
+	defer sys.Close()
+	rm, err := cl.Remove(e.ctx, c.Node, &control.Accounts{A: a, Sys: sys, Now: e.now})
+	if errors.Is(err, control.ErrUnknownNode) {
+		return refused("%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	if rm.Revoked != "" {
+		fmt.Fprintf(e.stdout, "revoked %s's key %s: the broker refuses it\n", c.Node, rm.Revoked)
+	}
+	fmt.Fprintf(e.stdout, "removed %s from mesh %s: credential %s, desired state %s, %d reports purged; its journal stays (`meshctl journal %s`)\n",
+		c.Node, cl.Mesh, yesNo(rm.Credited, "deleted", "none"), yesNo(rm.Desired, "deleted", "none"), rm.Reports, c.Node)
+	return nil
+}
+
+func yesNo(b bool, yes, no string) string {
+	if b {
+		return yes
+	}
+	return no
 }

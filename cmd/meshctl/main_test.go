@@ -341,7 +341,7 @@ func TestServeOnAnExistingServer(t *testing.T) {
 	if err := os.WriteFile(decl, []byte("mesh: lab\nnode: web-1\nrevision: 1\nresources:\n  - file: {path: /etc/motd, content: \"hi\\n\"}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, stdout, stderr := meshctl(t, "--data", data, "--nats", url, "declare", "web-1", decl); code != exitOK || stdout != "web-1 is offline: it will get revision 1 when it reconnects\n" {
+	if code, stdout, stderr := meshctl(t, "--data", data, "--nats", url, "declare", "--force", "web-1", decl); code != exitOK || stdout != "web-1 is offline: it will get revision 1 when it reconnects\n" {
 		t.Errorf("declare: %d %q %q", code, stdout, stderr)
 	}
 	if code, stdout, stderr := meshctl(t, "--data", data, "nodes"); code != exitOK || !strings.Contains(stdout, "web-1  -        1        -") || !strings.Contains(stdout, "never heard") {

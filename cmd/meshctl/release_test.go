@@ -63,7 +63,7 @@ func TestReleaseCommand(t *testing.T) {
 		t.Fatalf("control.json %+v, %v: want the releases URL", cfg, err)
 	}
 
-	code, stdout, stderr := meshctl(t, "--data", data, "release", archive, "--nodes", "web-1,web-2")
+	code, stdout, stderr := meshctl(t, "--data", data, "release", archive, "--nodes", "web-1,web-2", "--force")
 	if code != exitOK {
 		t.Fatalf("release: %d\n%s%s", code, stdout, stderr)
 	}
@@ -102,6 +102,10 @@ func TestReleaseCommand(t *testing.T) {
 
 	// --url overrides; refusals are exit 2.
 	code, stdout, _ = meshctl(t, "--data", data, "release", archive, "--nodes", "web-1", "--url", "https://releases.example/mesh/")
+	// web-2 was declared for (with --force): the mesh knows it now.
+	if code, _, stderr := meshctl(t, "--data", data, "release", archive, "--nodes", "web-3"); code == exitOK || !strings.Contains(stderr, "mesh home has no node web-3") {
+		t.Errorf("release to an unknown node: %d\n%s", code, stderr)
+	}
 	if code != exitOK || !strings.Contains(stdout, "nodes fetch https://releases.example/mesh/") || !strings.Contains(stdout, "web-1 is offline: it will get revision 2") {
 		t.Errorf("release --url: %d\n%s", code, stdout)
 	}

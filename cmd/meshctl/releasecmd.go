@@ -21,6 +21,7 @@ type releaseCmd struct {
 	Nodes   []string      `name:"nodes" required:"" sep:"," placeholder:"NODE" help:"The nodes to deliver it to, separated by commas."`
 	URL     string        `name:"url" placeholder:"BASE" help:"Base URL nodes fetch releases from (default: where serve records it serves DATA/releases)."`
 	Wait    time.Duration `name:"wait" default:"5m" help:"How long to wait for each node to report the apply, then to run the release or roll it back (0: do not wait)."`
+	Force   bool          `name:"force" help:"Deliver to nodes the mesh does not know yet (never enrolled, nothing declared, never heard)."`
 }
 
 func (c *releaseCmd) Run(e *env) error {
@@ -68,6 +69,12 @@ func (c *releaseCmd) Run(e *env) error {
 	var errs []error
 	var rolledBack []string
 	for _, n := range c.Nodes {
+		if !c.Force {
+			if err := cl.MustKnow(e.ctx, n); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w (or --force)", n, err))
+				continue
+			}
+		}
 		if err := cl.Release(e.ctx, e.stdout, n, res, control.DeclareOptions{Wait: c.Wait}); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
 			if errors.Is(err, control.ErrRolledBack) {

@@ -9,12 +9,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mesh-host/mesh-host/testbeds"
 )
 
 // TestUpAndDown runs the README's main job as a person would, then stops
 // it: the example declaration is applied in the sandbox root, the output
 // says what to run next, and down leaves no service running. Up again
-// works after a newer revision was stored (as a release stores one); an
+// works after a release (which stores a newer revision); an
 // address taken fails the up and leaves nothing running; reset removes
 // the sandbox.
 func TestUpAndDown(t *testing.T) {
@@ -27,9 +29,15 @@ func TestUpAndDown(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
+	l, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	releases := l.Addr().String()
+	l.Close()
 	dir := filepath.Join(t.TempDir(), "sandbox")
 	var out, errb bytes.Buffer
-	up := []string{"--dir", dir, "--listen", addr, "--declaration", "../../examples/sandbox.yaml"}
+	up := []string{"--dir", dir, "--listen", addr, "--releases-listen", releases, "--declaration", "../../examples/sandbox.yaml"}
 	if code := Main(up, &out, &errb); code != 0 {
 		t.Fatalf("demo up: exit %d\n%s%s", code, out.String(), errb.String())
 	}
@@ -44,19 +52,17 @@ func TestUpAndDown(t *testing.T) {
 		t.Errorf("sandbox/root/etc/motd: %q, %v", motd, err)
 	}
 	pids := readPids(t, dir)
-	// A newer revision stored (as a release stores one), then down and up
-	// again: the node keeps it, and up succeeds.
-	rev2 := filepath.Join(t.TempDir(), "rev2.yaml")
-	example, err := os.ReadFile("../../examples/sandbox.yaml")
+	// The README's release step: the host's next version, delivered by
+	// meshctl release (which raises the node's revision to 2), runs; then
+	// down and up again: the node keeps revision 2, and up succeeds.
+	rel, err := testbeds.Pack(filepath.Join(dir, "bin", "mesh-host"), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(rev2, []byte(strings.Replace(string(example), "revision: 1", "revision: 2", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	meshctl := filepath.Join(dir, "bin", "meshctl")
-	if b, err := exec.Command(meshctl, "--data", filepath.Join(dir, "control"), "declare", "sandbox", rev2).CombinedOutput(); err != nil {
-		t.Fatalf("declare revision 2: %v\n%s", err, b)
+	if b, err := exec.Command(meshctl, "--data", filepath.Join(dir, "control"), "release", rel.Path, "--nodes", "sandbox", "--wait", "90s").CombinedOutput(); err != nil ||
+		!strings.Contains(string(b), "sandbox runs release") {
+		t.Fatalf("release: %v\n%s", err, b)
 	}
 	if code := Main([]string{"--dir", dir, "down"}, &out, &errb); code != 0 {
 		t.Fatalf("demo down: exit %d\n%s", code, errb.String())
@@ -69,6 +75,11 @@ func TestUpAndDown(t *testing.T) {
 	if !strings.Contains(out.String(), "sandbox keeps its stored declaration, revision 2") {
 		t.Errorf("up again did not say the node keeps revision 2:\n%s", out.String())
 	}
+	// The reinstalled build is the newest version again, so the node runs
+	// it, at revision 2.
+	if b, err := exec.Command(meshctl, "--data", filepath.Join(dir, "control"), "nodes").CombinedOutput(); err != nil || !strings.Contains(string(b), "sandbox") {
+		t.Errorf("nodes after up again: %v\n%s", err, b)
+	}
 	pids = readPids(t, dir)
 
 	// An address taken is an error before anything starts, and the
@@ -80,7 +91,7 @@ func TestUpAndDown(t *testing.T) {
 	defer taken.Close()
 	out.Reset()
 	errb.Reset()
-	clash := append([]string{"--releases-listen", taken.Addr().String()}, up...)
+	clash := append(append([]string{}, up...), "--releases-listen", taken.Addr().String())
 	if code := Main(clash, &out, &errb); code == 0 || !strings.Contains(errb.String(), "pass --releases-listen") {
 		t.Errorf("demo up with its releases address taken: exit %d\n%s", code, errb.String())
 	}

@@ -112,6 +112,22 @@ func subjectRecord(subj string, body []byte) (event.Record, error) {
 	return r, nil
 }
 
+// HasRecords reports whether the events stream holds any record of node.
+func (c *Client) HasRecords(ctx context.Context, node string) (bool, error) {
+	if err := linkproto.ValidName(node); err != nil {
+		return false, err
+	}
+	events, err := c.stream(ctx, linkproto.EventsStream)
+	if err != nil {
+		return false, err
+	}
+	_, err = events.GetLastMsgForSubject(ctx, linkproto.NodeEvents(c.Mesh, node))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // JournalOptions says which records PrintJournal shows, and how.
 type JournalOptions struct {
 	// From is the first journal sequence to show.
