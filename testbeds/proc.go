@@ -3,6 +3,7 @@ package testbeds
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,29 @@ func RSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+// HostChildren lists the mesh-host processes whose parent is pid (the
+// launcher's host), leaving out the launcher's own short-lived helpers (a
+// subshell, a command it runs to pick a version): a test that kills "the
+// host" kills the host, not the launcher's means of picking the next one.
+func HostChildren(pid int) ([]int, error) {
+	kids, err := Children(pid)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, k := range kids {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", k))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+		if filepath.Base(argv0) == "mesh-host" {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
 
 // Children lists the processes whose parent is pid.

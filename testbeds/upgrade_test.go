@@ -451,7 +451,7 @@ func TestPredecessorFailingTooHaltsNamingTheMachine(t *testing.T) {
 // version is not at fault, so none is marked bad or rolled back to.
 func TestDamagedJournalHaltsAtOnce(t *testing.T) {
 	u := newUpgradeBed(t)
-	kids, err := testbeds.Children(u.h.PID())
+	kids, err := testbeds.HostChildren(u.h.PID())
 	if err != nil || len(kids) != 1 {
 		t.Fatalf("the launcher's children: %v, %v", kids, err)
 	}
@@ -532,7 +532,7 @@ func TestKilledMidUpgradeLeavesOneRunnableNewest(t *testing.T) {
 		last = name
 		u.MustMeshctl("declare", "web-1", u.Declare("web-1", uint64(round+2), nil, archive), "--wait", "0")
 		time.Sleep(time.Duration(round*80) * time.Millisecond) // a different step each round
-		kids, err := testbeds.Children(u.h.PID())
+		kids, err := testbeds.HostChildren(u.h.PID())
 		if err != nil {
 			t.Fatal(err)
 		}
