@@ -74,6 +74,26 @@ func (d *differ) state(a, b State) {
 }
 
 func (d *differ) failing(a, b map[string]Failure) {
+	eachDiffering(d, "failing", a, b, func(p string, x, y Failure) { d.add(p, show(x), show(y)) })
+}
+
+// eachDiffering calls fields for each id in both a and b whose values
+// differ, in id order, and notes an id in one only; quick stops at the
+// first difference. fields names what differs under the path it is given.
+func eachDiffering[V comparable](d *differ, name string, a, b map[string]V, fields func(path string, x, y V)) {
+	if d.quick {
+		if len(a) != len(b) {
+			d.found = true
+			return
+		}
+		for id, x := range a {
+			if y, ok := b[id]; !ok || x != y {
+				d.found = true
+				return
+			}
+		}
+		return
+	}
 	ids := make([]string, 0, len(a)+len(b))
 	for id := range a {
 		ids = append(ids, id)
@@ -90,17 +110,14 @@ func (d *differ) failing(a, b map[string]Failure) {
 		if inA && inB && x == y {
 			continue
 		}
-		p := "failing[" + strconv.Quote(id) + "]"
+		p := name + "[" + strconv.Quote(id) + "]"
 		switch {
 		case !inA:
 			d.add(p, "absent", show(y))
 		case !inB:
 			d.add(p, show(x), "absent")
 		default:
-			d.add(p, show(x), show(y))
-		}
-		if d.quick {
-			return
+			fields(p, x, y)
 		}
 	}
 }
@@ -141,50 +158,14 @@ func (d *differ) desired(a, b *Desired) {
 }
 
 func (d *differ) owned(a, b map[string]Owned) {
-	if d.quick {
-		if len(a) != len(b) {
-			d.found = true
-			return
-		}
-		for id, x := range a {
-			if y, ok := b[id]; !ok || x != y {
-				d.found = true
-				return
-			}
-		}
-		return
-	}
-	ids := make([]string, 0, len(a)+len(b))
-	for id := range a {
-		ids = append(ids, id)
-	}
-	for id := range b {
-		if _, ok := a[id]; !ok {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		x, inA := a[id]
-		y, inB := b[id]
-		if inA && inB && x == y {
-			continue
-		}
-		p := "owned[" + strconv.Quote(id) + "]"
-		switch {
-		case !inA:
-			d.add(p, "absent", show(y))
-		case !inB:
-			d.add(p, show(x), "absent")
-		default:
-			same(d, p+".spec_digest", x.SpecDigest, y.SpecDigest)
-			same(d, p+".good_revision", x.GoodRevision, y.GoodRevision)
-			same(d, p+".last_outcome", x.LastOutcome, y.LastOutcome)
-			same(d, p+".seq", x.Seq, y.Seq)
-			same(d, p+".drifted", x.Drifted, y.Drifted)
-			same(d, p+".error", x.Error, y.Error)
-		}
-	}
+	eachDiffering(d, "owned", a, b, func(p string, x, y Owned) {
+		same(d, p+".spec_digest", x.SpecDigest, y.SpecDigest)
+		same(d, p+".good_revision", x.GoodRevision, y.GoodRevision)
+		same(d, p+".last_outcome", x.LastOutcome, y.LastOutcome)
+		same(d, p+".seq", x.Seq, y.Seq)
+		same(d, p+".drifted", x.Drifted, y.Drifted)
+		same(d, p+".error", x.Error, y.Error)
+	})
 }
 
 func (d *differ) reconcile(a, b *Reconcile) {

@@ -50,30 +50,10 @@ func (c *Client) Report(ctx context.Context, node string) (*Reported, error) {
 		return nil, fmt.Errorf("the report on %s's subject says it is of %s/%s", node, r.Mesh, r.Node)
 	}
 	r.Digest = linkproto.ReportDigest(r.Report)
-	if hb, err := c.heartbeat(ctx, node); err == nil && hb != nil {
+	if hb, err := c.lastHeartbeat(ctx, node); err == nil && hb != nil {
 		r.Current = hb.Report == r.Digest
 	}
 	return &r, nil
-}
-
-// heartbeat returns node's latest heartbeat; nil when it never sent one.
-func (c *Client) heartbeat(ctx context.Context, node string) (*linkproto.Heartbeat, error) {
-	s, err := c.stream(ctx, linkproto.HeartbeatsStream)
-	if err != nil {
-		return nil, err
-	}
-	m, err := s.GetLastMsgForSubject(ctx, linkproto.HeartbeatSubject(c.Mesh, node))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var hb linkproto.Heartbeat
-	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb); err != nil {
-		return nil, err
-	}
-	return &hb, nil
 }
 
 // Replayed is a node's projection rebuilt from its records in the events
