@@ -104,7 +104,8 @@ func TestDependencyDirection(t *testing.T) {
 		switch path {
 		case "cmd/meshctl/control", hostSvc:
 			return []string{kong, completion}
-		case "cmd/mesh-host/agent", "cmd/mesh-host/link", "cmd/mesh-host/localsock":
+		case "cmd/mesh-host/agent", "cmd/mesh-host/link", "cmd/mesh-host/localsock",
+			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment":
 			return []string{hostSvc, kong, completion}
 		}
 		return nil

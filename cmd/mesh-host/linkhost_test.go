@@ -3,32 +3,30 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
-func newTestLinkHost(t *testing.T) (*linkHost, *journal.Journal) {
+func newTestLinkHost(t *testing.T) (*service.LinkHost, *journal.Journal) {
 	t.Helper()
-	j, err := openJournal(t.TempDir() + "/journal.db")
+	j, err := hostjournal.Open(t.TempDir() + "/journal.db")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { j.Close() })
 	e := &env{ctx: context.Background(), stdout: io.Discard, stderr: io.Discard, now: time.Now,
 		cli: &cli{OwnUnit: "mesh-host.service", Root: t.TempDir(), Parallel: 2}}
-	return newLinkHost(e, &heldJournal{j: j}), j
+	return service.NewLinkHost(&service.Held{Journal: j}, e.admissible), j
 }
 
 // The mesh's declaration key in these tests (a fixed one, so that golden
@@ -67,218 +65,4 @@ func lastRecord(t *testing.T, j *journal.Journal) event.Record {
 		t.Fatal(err)
 	}
 	return r
-}
-
-func TestAccept(t *testing.T) {
-	h, j := newTestLinkHost(t)
-
-	ack := h.Accept(context.Background(), push(2, doc(2, "hi\n")), event.TriggerPushed)
-	if !ack.Accepted || ack.Seq == 0 || ack.Revision != 2 || ack.Node != "web-1" {
-		t.Fatalf("got %+v, want accepted", ack)
-	}
-	r := lastRecord(t, j)
-	var p event.DeclarationReceivedPayload
-	json.Unmarshal(r.Payload, &p)
-	if r.Kind != event.DeclarationReceived || r.Seq != ack.Seq || p.Revision != 2 || p.Source != "link:pushed" || len(p.Document) == 0 {
-		t.Errorf("journaled %s %+v", r.Kind, p)
-	}
-	// The record keeps the signature over the document as it arrived: it
-	// alone proves the mesh sent it.
-	if p.Operator != "tester" || p.Signer != testSigningKeyPub ||
-		linkproto.VerifyStored(testSigningKeyPub, "lab", "web-1", p.Revision, p.Operator, p.Document, p.Signer, p.Signature) != nil {
-		t.Errorf("journaled without a signature that verifies: %+v", p)
-	}
-	unsigned := push(3, doc(3, "forged\n"))
-	unsigned.Signature, unsigned.Signer = "", ""
-	if ack := h.Accept(context.Background(), unsigned, event.TriggerPushed); ack.Accepted {
-		t.Errorf("an unsigned declaration handed to Accept was accepted")
-	}
-	select {
-	case tr := <-h.wake:
-		if tr != event.TriggerPushed {
-			t.Errorf("woke the reconcile loop with %s", tr)
-		}
-	default:
-		t.Error("the reconcile loop was not woken")
-	}
-
-	// The same again: acknowledged with the seq it has, not journaled twice,
-	// and no new reconcile.
-	head := lastRecord(t, j).Seq
-	again := h.Accept(context.Background(), push(2, doc(2, "hi\n")), event.TriggerReconnect)
-	if !again.Accepted || again.Seq != ack.Seq || lastRecord(t, j).Seq != head || len(h.wake) != 0 {
-		t.Errorf("the same declaration again: got %+v, head %d→%d", again, head, lastRecord(t, j).Seq)
-	}
-
-	refusals := []struct {
-		name   string
-		d      *linkproto.Declaration
-		reason string
-	}{
-		{"same revision, other content", push(2, doc(2, "changed\n")), "already accepted"},
-		{"older revision", push(1, doc(1, "old\n")), "older than revision 2"},
-		{"document for another node", push(3, `{"mesh":"lab","node":"web-2","revision":3,"resources":[]}`), "web-2"},
-		{"document of another revision", push(3, doc(4, "x")), "revision 4"},
-		{"bad document", push(3, `{"mesh":"lab","node":"web-1","revision":3,"resources":[{"file":{"path":"../etc/shadow","content":"x"}}]}`), "resources[0].file.path"},
-		{"unknown field", push(3, `{"mesh":"lab","node":"web-1","revision":3,"bogus":1,"resources":[]}`), "bogus"},
-		{"own unit", push(3, `{"mesh":"lab","node":"web-1","revision":3,"resources":[{"unit":{"name":"mesh-host.service","content":"[Service]\\nExecStart=/bin/true\\n"}}]}`), "own unit"},
-	}
-	for _, c := range refusals {
-		ack := h.Accept(context.Background(), c.d, event.TriggerPushed)
-		if ack.Accepted || !strings.Contains(ack.Reason, c.reason) {
-			t.Errorf("%s: got %+v, want refused with %q", c.name, ack, c.reason)
-			continue
-		}
-		r := lastRecord(t, j)
-		var p event.DeclarationRefusedPayload
-		json.Unmarshal(r.Payload, &p)
-		if r.Kind != event.DeclarationRefused || p.Reason != ack.Reason || p.Source != "link:pushed" {
-			t.Errorf("%s: journaled %s %+v", c.name, r.Kind, p)
-		}
-	}
-	if len(h.wake) != 0 {
-		t.Error("a refusal woke the reconcile loop")
-	}
-}
-
-// A push is answered while an apply holds the reconcile lock.
-func TestAcceptDoesNotWaitForAnApply(t *testing.T) {
-	h, _ := newTestLinkHost(t)
-	h.held.reconciling.Lock()
-	defer h.held.reconciling.Unlock()
-	done := make(chan linkproto.Ack)
-	go func() { done <- h.Accept(context.Background(), push(1, doc(1, "x")), event.TriggerPushed) }()
-	select {
-	case ack := <-done:
-		if !ack.Accepted {
-			t.Errorf("got %+v", ack)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Accept waited for the reconcile lock")
-	}
-}
-
-// Pushes accepted during an apply coalesce into one reconcile.
-func TestPushesCoalesce(t *testing.T) {
-	h, _ := newTestLinkHost(t)
-	for rev := range uint64(5) {
-		if ack := h.Accept(context.Background(), push(rev+1, doc(rev+1, "x")), event.TriggerPushed); !ack.Accepted {
-			t.Fatalf("got %+v", ack)
-		}
-	}
-	if len(h.wake) != 1 {
-		t.Errorf("got %d reconciles due, want 1", len(h.wake))
-	}
-}
-
-type loopProbe struct {
-	started  chan event.Trigger
-	release  chan struct{}
-	canceled chan bool // whether the reconcile's ctx had ended when it returned
-	done     chan struct{}
-}
-
-func newLoopProbe() *loopProbe {
-	return &loopProbe{started: make(chan event.Trigger, 10), release: make(chan struct{}), canceled: make(chan bool, 10), done: make(chan struct{}, 10)}
-}
-
-// reconcile blocks until released or its context ends.
-func (p *loopProbe) reconcile(ctx context.Context, tr event.Trigger) (*agent.Result, error) {
-	p.started <- tr
-	select {
-	case <-p.release:
-		p.canceled <- ctx.Err() != nil
-		return &agent.Result{}, nil
-	case <-ctx.Done():
-		p.canceled <- true
-		return nil, ctx.Err()
-	}
-}
-
-func runLoop(t *testing.T, c *serveCmd, ctx context.Context, wake chan event.Trigger, p *loopProbe) chan error {
-	t.Helper()
-	out := make(chan error, 1)
-	go func() {
-		out <- c.reconcileLoop(ctx, loopHooks{wake: wake, reconcile: p.reconcile, done: func() { p.done <- struct{}{} }}, slog.New(slog.DiscardHandler))
-	}()
-	return out
-}
-
-func recv[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-	panic("unreachable")
-}
-
-// TestStopFinishesTheApplyInFlight: the service told to stop lets the
-// reconcile in flight finish (its context is not cancelled), then returns.
-func TestStopFinishesTheApplyInFlight(t *testing.T) {
-	c := &serveCmd{DriftInterval: time.Hour, StopTimeout: time.Hour}
-	ctx, stop := context.WithCancel(context.Background())
-	p := newLoopProbe()
-	out := runLoop(t, c, ctx, make(chan event.Trigger, 1), p)
-	if tr := recv(t, p.started, "the start reconcile"); tr != event.TriggerStart {
-		t.Errorf("got trigger %s, want start", tr)
-	}
-	stop()
-	select {
-	case err := <-out:
-		t.Fatalf("the loop returned (%v) with a reconcile in flight", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(p.release)
-	if recv(t, p.canceled, "the reconcile to return") {
-		t.Error("the reconcile's context was cancelled by the stop")
-	}
-	recv(t, p.done, "the completed reconcile reported")
-	if err := recv(t, out, "the loop to return"); err != nil {
-		t.Errorf("got %v", err)
-	}
-}
-
-// TestStopTimeoutCancelsTheApply: past --stop-timeout, the apply is
-// cancelled.
-func TestStopTimeoutCancelsTheApply(t *testing.T) {
-	c := &serveCmd{DriftInterval: time.Hour, StopTimeout: 50 * time.Millisecond}
-	ctx, stop := context.WithCancel(context.Background())
-	p := newLoopProbe()
-	out := runLoop(t, c, ctx, make(chan event.Trigger, 1), p)
-	recv(t, p.started, "the start reconcile")
-	stop()
-	if !recv(t, p.canceled, "the reconcile cancelled") {
-		t.Error("the reconcile returned without its context cancelled")
-	}
-	if err := recv(t, out, "the loop to return"); err != nil {
-		t.Errorf("got %v", err)
-	}
-}
-
-// TestLoopTriggers: pushed and timer reconciles, each reported done.
-func TestLoopTriggers(t *testing.T) {
-	c := &serveCmd{DriftInterval: 200 * time.Millisecond, StopTimeout: 10 * time.Millisecond}
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	p := newLoopProbe()
-	wake := make(chan event.Trigger, 1)
-	out := runLoop(t, c, ctx, wake, p)
-	for _, want := range []event.Trigger{event.TriggerStart, event.TriggerPushed, event.TriggerTimer} {
-		if want == event.TriggerPushed {
-			wake <- event.TriggerPushed
-		}
-		if got := recv(t, p.started, string(want)); got != want {
-			t.Fatalf("got trigger %s, want %s", got, want)
-		}
-		p.release <- struct{}{}
-		recv(t, p.canceled, "the reconcile to return")
-		recv(t, p.done, "done")
-	}
-	stop()
-	if err := recv(t, out, "the loop to return"); err != nil && !errors.Is(err, context.Canceled) {
-		t.Errorf("got %v", err)
-	}
 }
