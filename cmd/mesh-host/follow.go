@@ -118,7 +118,7 @@ func (e *env) followService(from uint64, fn func(event.Record) error) error {
 
 // scanFile opens the file just long enough to read what is new: holding it
 // would lock out the next `apply` or service start. With verify it first
-// reads all of it, as verifyJournal does.
+// reads all of it, as hostjournal.Verify does.
 func (e *env) scanFile(from uint64, fn func(event.Record) error, verify bool) error {
 	j, err := hostjournal.OpenReadOnly(e.cli.journalPath())
 	if err != nil {

@@ -165,9 +165,9 @@ type Comparison struct {
 
 // Compare replays the journal's records through the head of its
 // stored projection and compares the two: what `replay --verify` prints and
-// the Scrub journals. Reading the projection first and replaying only
+// the service's scrub journals. Reading the projection first and replaying only
 // through its head keeps records appended meanwhile (by a running service)
-// out of the Comparison.
+// out of the comparison.
 func Compare(j *journal.Journal) (Comparison, error) {
 	var c Comparison
 	var err error

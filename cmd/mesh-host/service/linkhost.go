@@ -20,7 +20,7 @@ type LinkHost struct {
 	admit func(*declaration.Declaration, projector.State) error
 	// wake carries the trigger of a declaration accepted; one slot, so
 	// declarations accepted during an apply coalesce into one reconcile of
-	// the latest (which reconcileStored reads from the journal).
+	// the latest (which Config.Reconcile reads from the journal).
 	wake chan event.Trigger
 }
 
