@@ -17,6 +17,9 @@ import (
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
+// newTestLinkHost is the service's link host over a new journal, admitting
+// as serve does (env.admissible): what the journal tests push through. The
+// link host's own tests are in package service.
 func newTestLinkHost(t *testing.T) (*service.LinkHost, *journal.Journal) {
 	t.Helper()
 	j, err := hostjournal.Open(t.TempDir() + "/journal.db")
