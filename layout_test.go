@@ -87,6 +87,29 @@ func TestDependencyDirection(t *testing.T) {
 		}
 		return nil, false
 	}
+	// The services are told what to do by package main, which holds the
+	// grammar (kong) and the shell's completions: a service that reached
+	// for them would be deciding. The parts a service runs stay below it.
+	const (
+		kong       = "github.com/alecthomas/kong"
+		completion = "cmd/internal/completion"
+		hostSvc    = "cmd/mesh-host/service"
+	)
+	whyForbidden := map[string]string{
+		kong:       "a service is told its configuration; package main holds the grammar",
+		completion: "a service is told its configuration; package main holds the command line",
+		hostSvc:    "the parts the host service runs do not know it",
+	}
+	forbidden := func(path string) []string {
+		switch path {
+		case "cmd/meshctl/control", hostSvc:
+			return []string{kong, completion}
+		case "cmd/mesh-host/agent", "cmd/mesh-host/link", "cmd/mesh-host/localsock",
+			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment":
+			return []string{hostSvc, kong, completion}
+		}
+		return nil
+	}
 	for _, p := range listPackages(t) {
 		path := rel(p.ImportPath)
 		for _, d := range internalDeps(p) {
@@ -99,6 +122,13 @@ func TestDependencyDirection(t *testing.T) {
 		}
 		if slices.Contains(p.Imports, "testing") && p.Name != "driverstest" && !strings.HasSuffix(path, "test") {
 			t.Errorf("%s imports testing in a production file", path)
+		}
+		for _, d := range p.Deps {
+			for _, f := range forbidden(path) {
+				if rel(d) == f || d == f {
+					t.Errorf("%s imports %s: %s", path, f, whyForbidden[f])
+				}
+			}
 		}
 		list, constrained := allowed(path)
 		if !constrained {

@@ -10,12 +10,13 @@ import (
 	"strings"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
-	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/projector"
 )
 
@@ -44,7 +45,7 @@ func (c *applyCmd) Run(e *env) error {
 		// Inside the service, a push may be admitted meanwhile: the
 		// revision check and the append go together.
 		unlock := e.admitting()
-		s, _, lerr := storedState(j)
+		s, _, lerr := hostjournal.StoredState(j)
 		if lerr != nil {
 			unlock()
 			return failed("%v", lerr)
@@ -54,7 +55,7 @@ func (c *applyCmd) Run(e *env) error {
 			return refuse(j, source, decl, err)
 		}
 		specs := decl.Expanded()
-		recv, err := appendDeclaration(j, decl, specs, source, nil)
+		recv, err := hostjournal.AppendDeclaration(j, decl, specs, source, nil)
 		unlock()
 		if err != nil {
 			return failed("journal the declaration: %v", err)
@@ -75,7 +76,7 @@ func (c *applyCmd) Run(e *env) error {
 		if err != nil {
 			return failed("reconcile: %v", err)
 		}
-		fmt.Fprintf(e.stdout, "revision %d of %s/%s from %s (%s)\n", decl.Revision, decl.Mesh, decl.Node, c.File, shortDigest(decl.Digest()))
+		fmt.Fprintf(e.stdout, "revision %d of %s/%s from %s (%s)\n", decl.Revision, decl.Mesh, decl.Node, c.File, hostjournal.ShortDigest(decl.Digest()))
 		printOutcomes(e.stdout, res, false, false)
 		if res.Failed > 0 {
 			return silent(exitFailed)
@@ -106,56 +107,16 @@ func (e *env) admitting() (unlock func()) {
 	if e.held == nil {
 		return func() {}
 	}
-	e.held.admitting.Lock()
-	return e.held.admitting.Unlock
+	e.held.Admitting.Lock()
+	return e.held.Admitting.Unlock
 }
 
 // refuse journals a refused declaration and returns exit 2 with the reason.
 func refuse(j *journal.Journal, source string, d *declaration.Declaration, reason error) error {
-	if err := journalRefusal(j, source, d, reason); err != nil {
+	if err := hostjournal.AppendRefusal(j, source, d, reason); err != nil {
 		return failed("%v", err)
 	}
 	return &exitError{code: exitRefused, err: fmt.Errorf("refused, nothing applied:\n%v", reason)}
-}
-
-// journalRefusal appends a declaration.refused record; d is nil when the
-// declaration did not even parse.
-func journalRefusal(j *journal.Journal, source string, d *declaration.Declaration, reason error) error {
-	p := event.DeclarationRefusedPayload{Source: source, Reason: reason.Error()}
-	if d != nil {
-		p.Revision, p.Digest = d.Revision, d.Digest()
-	}
-	if _, err := j.Append(event.New(event.DeclarationRefused, 0, "", p)); err != nil {
-		return fmt.Errorf("journal the refusal (%v): %w", reason, err)
-	}
-	return nil
-}
-
-// appendDeclaration journals an accepted declaration, document and all, so
-// the host can reconcile from its journal alone while offline. signed is
-// the message it arrived in from the mesh, nil for a file: its document is
-// journaled as it arrived, with the operator and the signature, so that
-// the record alone proves where it came from.
-func appendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []drivers.Spec, source string, signed *linkproto.Declaration) (uint64, error) {
-	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source}
-	if signed != nil {
-		p.Document = signed.Document
-		p.Operator, p.Signer, p.Signature = signed.Operator, signed.Signer, signed.Signature
-	} else {
-		doc, err := d.MarshalJSON()
-		if err != nil {
-			return 0, err
-		}
-		p.Document = doc
-	}
-	for _, spec := range specs {
-		p.Resources = append(p.Resources, event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)})
-	}
-	recs, err := j.Append(event.New(event.DeclarationReceived, 0, "", p))
-	if err != nil {
-		return 0, err
-	}
-	return recs[0].Seq, nil
 }
 
 // withWriteJournal runs fn against the journal opened for writing: the
@@ -164,14 +125,14 @@ func appendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 // else the file, opened here.
 func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) error) error {
 	if e.held != nil {
-		e.held.reconciling.Lock()
-		if e.held.standingAside {
-			e.held.reconciling.Unlock()
+		e.held.Reconciling.Lock()
+		if e.held.StandingAside {
+			e.held.Reconciling.Unlock()
 			return failed("the service is standing aside for a newer version; nothing was done: ask again once it is back")
 		}
-		defer e.held.afterClientReconcile()
-		defer e.held.reconciling.Unlock()
-		return fn(e.held.j)
+		defer e.held.AfterClientReconcile()
+		defer e.held.Reconciling.Unlock()
+		return fn(e.held.Journal)
 	}
 	if e.cli.Journal == "" {
 		code, err := localsock.Call(e.ctx, e.cli.socketPath(), append(e.globalArgs(), forward...), e.stdout, e.stderr)
@@ -182,14 +143,14 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 			return failed("ask the running service: %v", err)
 		}
 	}
-	j, err := openJournal(e.cli.journalPath())
+	j, err := hostjournal.Open(e.cli.journalPath())
 	if err != nil {
 		return failed("%w", err)
 	}
 	defer j.Close()
 	// Before anything is appended: not a record is added to a damaged
 	// file, not even a refusal.
-	if err := verifyJournal(j); err != nil {
+	if err := hostjournal.Verify(j); err != nil {
 		return failed("%w", err)
 	}
 	return fn(j)
@@ -199,14 +160,6 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 // the machine, for a command forwarded to the service.
 func (e *env) globalArgs() []string {
 	return []string{"--root", e.cli.Root, "--versions", e.cli.Versions, "--own-unit", e.cli.OwnUnit, "--parallel", strconv.Itoa(e.cli.Parallel)}
-}
-
-// shortDigest abbreviates a sha256 digest for a person.
-func shortDigest(d string) string {
-	if h, ok := strings.CutPrefix(d, "sha256:"); ok && len(h) > 12 {
-		return "sha256:" + h[:12]
-	}
-	return d
 }
 
 // printOutcomes prints what a reconcile did (or, planned, would do); with
@@ -271,7 +224,7 @@ func (e *env) reconciler(j *journal.Journal) (*agent.Reconciler, error) {
 		Drivers:  newDrivers(root),
 		Root:     root,
 		Parallel: e.cli.Parallel,
-		Release:  releaseVersions(e.cli.Versions),
+		Release:  service.ReleaseVersions(e.cli.Versions),
 		Now:      e.now,
 	}, nil
 }

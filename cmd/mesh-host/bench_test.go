@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/projector"
@@ -100,7 +101,7 @@ func BenchmarkReplayMillion(b *testing.B) {
 	defer j.Close()
 	b.ResetTimer()
 	for b.Loop() {
-		s, n, err := replayFrom(j, 0, time.Time{})
+		s, n, err := hostjournal.Replay(j, 0, time.Time{})
 		if err != nil || n != millionRecords || s.Head != millionRecords {
 			b.Fatalf("replayed %d records to head %d: %v", n, s.Head, err)
 		}

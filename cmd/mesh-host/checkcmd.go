@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -47,7 +48,7 @@ func (c *checkCmd) Run(e *env) error {
 // and removes what the host owns that it no longer declares: what `check`,
 // the service's start and its drift timer do.
 func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair bool) (*agent.Result, error) {
-	s, _, err := storedState(j)
+	s, _, err := hostjournal.StoredState(j)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -24,7 +25,7 @@ import (
 // the socket stream or on inotify.
 func (e *env) follow(from uint64, fn func(event.Record) error) error {
 	if e.held != nil {
-		return e.held.j.Follow(e.ctx, from, fn)
+		return e.held.Journal.Follow(e.ctx, from, fn)
 	}
 	path := e.cli.journalPath()
 	w, err := fsnotify.NewWatcher()
@@ -117,15 +118,15 @@ func (e *env) followService(from uint64, fn func(event.Record) error) error {
 
 // scanFile opens the file just long enough to read what is new: holding it
 // would lock out the next `apply` or service start. With verify it first
-// reads all of it, as verifyJournal does.
+// reads all of it, as hostjournal.Verify does.
 func (e *env) scanFile(from uint64, fn func(event.Record) error, verify bool) error {
-	j, err := openJournalReadOnly(e.cli.journalPath())
+	j, err := hostjournal.OpenReadOnly(e.cli.journalPath())
 	if err != nil {
 		return err
 	}
 	defer j.Close()
 	if verify {
-		if err := verifyJournal(j); err != nil {
+		if err := hostjournal.Verify(j); err != nil {
 			return err
 		}
 	}

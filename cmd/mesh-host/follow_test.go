@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
@@ -63,7 +64,7 @@ func start(t *testing.T, args []string, stdout, stderr io.Writer) (stop func() i
 
 func appendRecord(t *testing.T, path string, r event.Record) {
 	t.Helper()
-	j, err := openJournal(path)
+	j, err := hostjournal.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/enrolment"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -22,7 +24,7 @@ import (
 func verifyDeclarations(e *env, j *journal.Journal, key string) error {
 	// Whom the declarations are for, when enrolled; else each document
 	// says (see check).
-	cfg, cfgErr := readLinkConfig(e.stateDir())
+	cfg, cfgErr := enrolment.Read(e.stateDir())
 	if key == "" {
 		if cfgErr != nil {
 			return refused("no key to verify with: %v (or give --key)", cfgErr)
@@ -38,7 +40,7 @@ func verifyDeclarations(e *env, j *journal.Journal, key string) error {
 	fmt.Fprintf(w, "verifying every declaration in %s against the mesh's key %s\n", j.Path(), key)
 
 	// The snapshot's desired declaration stands for what was compacted away.
-	snap, snapSeq, err := snapshotState(j)
+	snap, snapSeq, err := hostjournal.SnapshotState(j)
 	if err != nil {
 		return failed("%v", err)
 	}

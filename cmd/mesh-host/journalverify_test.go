@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/enrolment"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -19,7 +21,7 @@ import (
 func TestJournalVerify(t *testing.T) {
 	state := t.TempDir()
 	link := `{"mesh":"lab","node":"web-1","urls":["tls://127.0.0.1:4222"],"signing_key":"` + testSigningKeyPub + `"}`
-	if err := os.WriteFile(filepath.Join(state, linkConfigFile), []byte(link), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(state, enrolment.LinkConfigFile), []byte(link), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h, j := newTestLinkHost(t)
@@ -57,7 +59,7 @@ func TestJournalVerify(t *testing.T) {
 	}
 
 	// A declaration whose document was edited in the journal.
-	j2, err := openJournal(path)
+	j2, err := hostjournal.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/declaration/declarationtest"
 	"github.com/mesh-host/mesh-host/drivers"
@@ -82,7 +83,7 @@ func applyFile(t *testing.T, name string, data []byte) (int, string, *journal.Jo
 	}
 	var out bytes.Buffer
 	code := runCLI(context.Background(), []string{"--root", root, "--state-dir", state, "apply", file}, &out, &out, nil)
-	j, err := openJournal(filepath.Join(state, "journal.db"))
+	j, err := hostjournal.Open(filepath.Join(state, "journal.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestApplyAtThePathLimitEnds(t *testing.T) {
 	if code != exitFailed || !strings.Contains(stderr, "1 changed, 0 unchanged, 1 failed") {
 		t.Errorf("exit %d: %.300s", code, stderr)
 	}
-	s, _, err := storedState(j)
+	s, _, err := hostjournal.StoredState(j)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/completion"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/upgrade"
 )
 
@@ -88,7 +90,7 @@ type env struct {
 	now            func() time.Time
 	args           []string
 	cli            *cli
-	held           *heldJournal // non-nil inside the service
+	held           *service.Held // non-nil inside the service
 }
 
 // exitError carries a command's exit code through kong.
@@ -106,7 +108,7 @@ func (e *exitError) Unwrap() error { return e.err }
 func failed(format string, a ...any) error {
 	err := fmt.Errorf(format, a...)
 	for _, v := range a {
-		if e, ok := v.(error); ok && isDamage(e) {
+		if e, ok := v.(error); ok && hostjournal.IsDamage(e) {
 			return damageStop(err)
 		}
 	}
@@ -129,7 +131,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // runCLI parses and runs args. held is the service's journal when the service
 // runs a command for a client over its socket, else nil.
-func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, held *heldJournal) (code int) {
+func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, held *service.Held) (code int) {
 	var c cli
 	defer func() {
 		if p := recover(); p != nil {
@@ -171,7 +173,7 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, held *
 			return ee.code
 		}
 		fmt.Fprintf(stderr, "mesh-host: %v\n", err)
-		if isDamage(err) {
+		if hostjournal.IsDamage(err) {
 			return exitDamaged
 		}
 		return exitFailed

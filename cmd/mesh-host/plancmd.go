@@ -9,6 +9,7 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -30,7 +31,7 @@ func (c *planCmd) Run(e *env) error {
 	}
 	var s projector.State
 	err = e.withJournal(func(j *journal.Journal) error {
-		s, _, err = storedState(j)
+		s, _, err = hostjournal.StoredState(j)
 		return err
 	})
 	var ee *exitError

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/enrolment"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/sealing"
 )
@@ -35,7 +36,7 @@ func ensureSealKey(dir string) (nkeys.KeyPair, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(path, append(seed, '\n'), 0o600); err != nil {
+	if err := enrolment.WriteFileAtomic(path, append(seed, '\n'), 0o600); err != nil {
 		return nil, fmt.Errorf("write the node's sealing key: %w", err)
 	}
 	return k, nil
@@ -45,7 +46,7 @@ func ensureSealKey(dir string) (nkeys.KeyPair, error) {
 // fs.ErrNotExist means it has none yet.
 func readSealKey(dir string) (nkeys.KeyPair, error) {
 	path := filepath.Join(dir, sealKeyFile)
-	if err := checkCreds(path); err != nil {
+	if err := enrolment.CheckCreds(path); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%s: %w", path, fs.ErrNotExist)
 		}

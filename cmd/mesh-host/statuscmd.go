@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/statusview"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/projector"
 )
@@ -20,7 +21,7 @@ type statusCmd struct {
 
 func (c *statusCmd) Run(e *env) error {
 	return e.withJournal(func(j *journal.Journal) error {
-		s, _, err := storedState(j)
+		s, _, err := hostjournal.StoredState(j)
 		if err != nil {
 			return failed("stored projection of %s: %v", j.Path(), err)
 		}

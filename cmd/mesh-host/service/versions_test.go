@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/upgrade"
@@ -92,7 +93,7 @@ func (b *versionBed) start(name string) *hostVersion {
 	if b.j != nil {
 		b.j.Close()
 	}
-	j, err := openJournal(b.journal)
+	j, err := hostjournal.Open(b.journal)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestConfirmRecordsAndRetires(t *testing.T) {
 	if kg := b.knownGood(); kg != "v6" {
 		t.Errorf("known-good record %q, want v6", kg)
 	}
-	s, _, _ := storedState(b.j)
+	s, _, _ := hostjournal.StoredState(b.j)
 	if s.KnownGood != "v6" || !slices.Equal(s.Versions, []string{"v7", "v6"}) {
 		t.Errorf("projection: known-good %q, versions %v", s.KnownGood, s.Versions)
 	}
@@ -275,7 +276,7 @@ func TestConfirmKilledAtEachStep(t *testing.T) {
 				t.Errorf("known-good %q, want run", kg)
 			}
 			wantStrings(t, "confirmed", b.payloadVersions(event.VersionConfirmed), "run")
-			s, _, _ := storedState(b.j)
+			s, _, _ := hostjournal.StoredState(b.j)
 			if s.KnownGood != "run" || !slices.Equal(s.Versions, []string{"pred", "run"}) {
 				t.Errorf("projection: known-good %q, versions %v", s.KnownGood, s.Versions)
 			}
@@ -372,7 +373,7 @@ func TestFirstReconcileClearsFailures(t *testing.T) {
 }
 
 func TestReleaseVersions(t *testing.T) {
-	release := releaseVersions("/opt/mesh-host/versions/")
+	release := ReleaseVersions("/opt/mesh-host/versions/")
 	for id, want := range map[string]bool{
 		"archive:/opt/mesh-host/versions/abc":   true,
 		"archive:/opt/mesh-host/versions/abc/":  true,
@@ -392,7 +393,7 @@ func TestReleaseVersions(t *testing.T) {
 // returns and on a look, never while one is in flight; its error ends the
 // loop.
 func TestLoopLooksOnlyBetweenReconciles(t *testing.T) {
-	c := &serveCmd{DriftInterval: time.Hour, StopTimeout: time.Hour}
+	c := &Config{DriftInterval: time.Hour, StopTimeout: time.Hour}
 	p := newLoopProbe()
 	var inFlight atomic.Bool
 	look := make(chan struct{}, 1)
@@ -458,7 +459,7 @@ func TestLoopWithAnUnchangedBinaryNeverStandsAside(t *testing.T) {
 	if hv.self == nil || hv.managed {
 		t.Fatalf("the test binary: self %v, managed %v", hv.self, hv.managed)
 	}
-	c := &serveCmd{DriftInterval: time.Millisecond, StopTimeout: time.Second}
+	c := &Config{DriftInterval: time.Millisecond, StopTimeout: time.Second}
 	ctx, stop := context.WithCancel(context.Background())
 	var n atomic.Int64
 	out := make(chan error, 1)

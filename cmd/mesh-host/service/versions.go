@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -131,7 +132,7 @@ func (h *hostVersion) atStart(j *journal.Journal) error {
 	} else if len(swept) > 0 {
 		h.log.Info("removed what an interrupted retirement left", "versions", swept)
 	}
-	s, _, err := storedState(j)
+	s, _, err := hostjournal.StoredState(j)
 	if err != nil {
 		return err
 	}
@@ -261,7 +262,7 @@ func (h *hostVersion) successor() (*upgrade.Version, error) {
 // retires against, and what the launcher rolls back to, and it is never
 // retired. The newest version is never retired either.
 func (h *hostVersion) confirm() error {
-	s, _, err := storedState(h.j)
+	s, _, err := hostjournal.StoredState(h.j)
 	if err != nil {
 		return err
 	}
@@ -320,12 +321,12 @@ func (h *hostVersion) stepDone(name string) error {
 	return h.step(name)
 }
 
-// releaseVersions is the reconciler's Release: an archive whose path is a
+// ReleaseVersions is the reconciler's Release: an archive whose path is a
 // directory directly in the versions directory is a host version, which a
 // declaration that stops naming it leaves in place for retirement (the
 // running version and its predecessor must outlive the declaration that
 // delivered them).
-func releaseVersions(versions string) func(id string) bool {
+func ReleaseVersions(versions string) func(id string) bool {
 	versions = path.Clean(versions)
 	return func(id string) bool {
 		kind, key, ok := drivers.SplitID(id)

@@ -1,9 +1,10 @@
-package main
+package service
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/journal"
@@ -12,34 +13,36 @@ import (
 	"github.com/mesh-host/mesh-host/projector"
 )
 
-// linkHost is the host as the link sees it: it admits declarations from the
-// control plane into the journal and wakes the reconcile loop.
-type linkHost struct {
-	e    *env
-	held *heldJournal
+// LinkHost is the host as the link sees it: it admits declarations from
+// the control plane into the journal held and wakes the reconcile loop.
+type LinkHost struct {
+	held  *Held
+	admit func(*declaration.Declaration, projector.State) error
 	// wake carries the trigger of a declaration accepted; one slot, so
 	// declarations accepted during an apply coalesce into one reconcile of
-	// the latest (which reconcileStored reads from the journal).
+	// the latest (which Config.Reconcile reads from the journal).
 	wake chan event.Trigger
 }
 
-var _ link.Host = (*linkHost)(nil)
+var _ link.Host = (*LinkHost)(nil)
 
-func newLinkHost(e *env, held *heldJournal) *linkHost {
-	return &linkHost{e: e, held: held, wake: make(chan event.Trigger, 1)}
+// NewLinkHost is the link's host for the journal held; admit refuses a
+// declaration the host must not accept (Config.Admit).
+func NewLinkHost(held *Held, admit func(*declaration.Declaration, projector.State) error) *LinkHost {
+	return &LinkHost{held: held, admit: admit, wake: make(chan event.Trigger, 1)}
 }
 
 // Accept admits a declaration from the link: journaled as received (and
 // reconciled soon) or as refused, with the reason in the Ack. It takes the
 // admission lock only, never the reconcile lock, so a push is answered
 // while an apply runs.
-func (h *linkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger event.Trigger) linkproto.Ack {
+func (h *LinkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger event.Trigger) linkproto.Ack {
 	ack := linkproto.Ack{Protocol: linkproto.ProtocolVersion, Node: d.Node, Revision: d.Revision}
 	source := "link:" + string(trigger)
-	j := h.held.j
+	j := h.held.Journal
 	refuse := func(decl *declaration.Declaration, reason error) linkproto.Ack {
 		ack.Reason = reason.Error()
-		if err := journalRefusal(j, source, decl, reason); err != nil {
+		if err := hostjournal.AppendRefusal(j, source, decl, reason); err != nil {
 			ack.Reason = err.Error()
 		}
 		return ack
@@ -58,8 +61,8 @@ func (h *linkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 			decl.Revision, decl.Mesh, decl.Node, d.Revision, d.Mesh, d.Node))
 	}
 
-	h.held.admitting.Lock()
-	defer h.held.admitting.Unlock()
+	h.held.Admitting.Lock()
+	defer h.held.Admitting.Unlock()
 	// Admission needs the declaration accepted last, not what is owned:
 	// read that alone, as pushes come on the latency-critical path.
 	var s projector.State
@@ -68,7 +71,7 @@ func (h *linkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 		s.Desired, err = projector.LoadDesired(v)
 		return err
 	})
-	err = asDamage(j, err)
+	err = hostjournal.AsDamage(j, err)
 	if err != nil {
 		ack.Reason = fmt.Sprintf("read the stored state: %v", err)
 		return ack
@@ -81,12 +84,12 @@ func (h *linkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 			return ack
 		}
 		return refuse(decl, fmt.Errorf("revision %d was already accepted (#%d) with another content (%s); a changed declaration needs a new revision",
-			decl.Revision, cur.Seq, shortDigest(cur.Digest)))
+			decl.Revision, cur.Seq, hostjournal.ShortDigest(cur.Digest)))
 	}
-	if err := h.e.admissible(decl, s); err != nil {
+	if err := h.admit(decl, s); err != nil {
 		return refuse(decl, err)
 	}
-	seq, err := appendDeclaration(j, decl, decl.Expanded(), source, d)
+	seq, err := hostjournal.AppendDeclaration(j, decl, decl.Expanded(), source, d)
 	if err != nil {
 		ack.Reason = fmt.Sprintf("journal the declaration: %v", err)
 		return ack
@@ -100,7 +103,7 @@ func (h *linkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 }
 
 // State is the stored projection.
-func (h *linkHost) State() (projector.State, error) {
-	s, _, err := storedState(h.held.j)
+func (h *LinkHost) State() (projector.State, error) {
+	s, _, err := hostjournal.StoredState(h.held.Journal)
 	return s, err
 }

@@ -1,0 +1,249 @@
+// Package hostjournal is the host's journal as its commands and its
+// service open it: opened with the stored projection folded in every
+// append, read whole before it is trusted, its stored state loaded, damage
+// recognised and made the journal's, declarations and refusals journaled,
+// and the stored projection compared with a replay.
+//
+// It is not the journal (package journal stores records, whatever they
+// mean) and not the command line: package main decides what a person is
+// told and with which exit code.
+package hostjournal
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+// LockWait is how long a command waits for the journal's lock when no
+// service answers: long enough to outlast a short `apply`, short enough that
+// a person is told promptly that something else holds it.
+const LockWait = 3 * time.Second
+
+// Open opens the journal for writing, with the projection folded in
+// every append, waiting up to LockWait for another process to let go.
+func Open(path string) (*journal.Journal, error) {
+	return journal.Open(path, journal.Options{Fold: storedFold, Timeout: LockWait})
+}
+
+// OpenReadOnly opens the journal to read it, beside other readers.
+func OpenReadOnly(path string) (*journal.Journal, error) {
+	return journal.Open(path, journal.Options{ReadOnly: true, Timeout: LockWait})
+}
+
+// StoredState loads the journal's stored projection and the head it folds
+// through. Damage is returned as AsDamage does.
+func StoredState(j *journal.Journal) (projector.State, uint64, error) {
+	return loadState(j, j.Projection)
+}
+
+// SnapshotState loads the journal's compaction snapshot and the sequence
+// it folds through.
+func SnapshotState(j *journal.Journal) (projector.State, uint64, error) {
+	return loadState(j, j.Snapshot)
+}
+
+// loadState loads the State a view of j holds (the projection, or the
+// compaction snapshot) and the sequence it folds through.
+func loadState(j *journal.Journal, view func(func(journal.View, uint64) error) error) (projector.State, uint64, error) {
+	var s projector.State
+	var seq uint64
+	err := view(func(v journal.View, at uint64) error {
+		var err error
+		s, err = projector.Load(v)
+		seq = at
+		return err
+	})
+	return s, seq, AsDamage(j, err)
+}
+
+// IsDamage reports whether err, anywhere in its chain, is damage found in
+// the journal's file, its records or its stored projection.
+func IsDamage(err error) bool {
+	return errors.Is(err, journal.ErrCorrupt) || errors.Is(err, event.ErrCorrupt) || errors.Is(err, projector.ErrCorrupt)
+}
+
+// AsDamage returns err as damage to j's file when it is damage: with the
+// recovery message (a projector.ErrCorrupt does not carry one), and noted
+// by j so that nothing is appended to it after. Any other err is returned
+// as it is.
+func AsDamage(j *journal.Journal, err error) error {
+	if err == nil || !IsDamage(err) {
+		return err
+	}
+	return j.Damaged(err)
+}
+
+// projectionDamage is damage the projector found while folding, as the
+// journal recognises damage from its fold (journal.Options.Fold): Append
+// refuses it, and every append after it.
+type projectionDamage struct{ err error }
+
+func (d projectionDamage) Error() string        { return d.err.Error() }
+func (d projectionDamage) Unwrap() error        { return d.err }
+func (d projectionDamage) Is(target error) bool { return target == journal.ErrCorrupt }
+
+// storedFold is projector.Stored's fold with its damage made the journal's.
+func storedFold(st journal.Store, recs []event.Record) error {
+	err := new(projector.Stored).Fold(st, recs)
+	if errors.Is(err, projector.ErrCorrupt) {
+		return projectionDamage{err}
+	}
+	return err
+}
+
+// Verify reads all of j that a command may report from or append
+// after: every record (checksums, no gaps), the stored projection and the
+// compaction snapshot (checksums, decoding). It returns the first damage
+// found, as AsDamage does.
+func Verify(j *journal.Journal) error {
+	if err := j.Check(); err != nil {
+		return AsDamage(j, err)
+	}
+	if _, _, err := StoredState(j); err != nil {
+		return err
+	}
+	_, _, err := SnapshotState(j)
+	return err
+}
+
+// AppendRefusal appends a declaration.refused record; d is nil when the
+// declaration did not even parse.
+func AppendRefusal(j *journal.Journal, source string, d *declaration.Declaration, reason error) error {
+	p := event.DeclarationRefusedPayload{Source: source, Reason: reason.Error()}
+	if d != nil {
+		p.Revision, p.Digest = d.Revision, d.Digest()
+	}
+	if _, err := j.Append(event.New(event.DeclarationRefused, 0, "", p)); err != nil {
+		return fmt.Errorf("journal the refusal (%v): %w", reason, err)
+	}
+	return nil
+}
+
+// AppendDeclaration journals an accepted declaration, document and all, so
+// the host can reconcile from its journal alone while offline. signed is
+// the message it arrived in from the mesh, nil for a file: its document is
+// journaled as it arrived, with the operator and the signature, so that
+// the record alone proves where it came from.
+func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []drivers.Spec, source string, signed *linkproto.Declaration) (uint64, error) {
+	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source}
+	if signed != nil {
+		p.Document = signed.Document
+		p.Operator, p.Signer, p.Signature = signed.Operator, signed.Signer, signed.Signature
+	} else {
+		doc, err := d.MarshalJSON()
+		if err != nil {
+			return 0, err
+		}
+		p.Document = doc
+	}
+	for _, spec := range specs {
+		p.Resources = append(p.Resources, event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)})
+	}
+	recs, err := j.Append(event.New(event.DeclarationReceived, 0, "", p))
+	if err != nil {
+		return 0, err
+	}
+	return recs[0].Seq, nil
+}
+
+// Comparison is the stored projection compared with a replay.
+type Comparison struct {
+	Stored        projector.State
+	Head, Records uint64   // the projection's head; records replayed
+	Diff          []string // empty when they agree
+}
+
+// Compare replays the journal's records through the head of its
+// stored projection and compares the two: what `replay --verify` prints and
+// the service's scrub journals. Reading the projection first and replaying only
+// through its head keeps records appended meanwhile (by a running service)
+// out of the comparison.
+func Compare(j *journal.Journal) (Comparison, error) {
+	var c Comparison
+	var err error
+	if c.Stored, c.Head, err = StoredState(j); err != nil {
+		return c, fmt.Errorf("stored projection of %s: %w", j.Path(), err)
+	}
+	replayed := projector.State{}
+	if c.Head > 0 {
+		if replayed, c.Records, err = Replay(j, c.Head, time.Time{}); err != nil {
+			return c, fmt.Errorf("replay %s: %w", j.Path(), AsDamage(j, err))
+		}
+	}
+	c.Diff = projector.Diff(replayed, c.Stored)
+	return c, nil
+}
+
+// Scrub reads the whole journal as Verify does (every record's
+// checksum, the projection's and the snapshot's) and compares the stored
+// projection with a replay of the records. Damage is returned as an error
+// (and noted by j, so nothing is appended after it). A disagreement
+// without damage is a finding, not an error: a host rolled back across a
+// change to the fold disagrees with what the newer version stored, and
+// must keep running; the next declaration's records correct it.
+func Scrub(j *journal.Journal) (event.JournalScrubbedPayload, []string, error) {
+	var p event.JournalScrubbedPayload
+	if err := Verify(j); err != nil {
+		return p, nil, err
+	}
+	c, err := Compare(j)
+	if err != nil {
+		return p, nil, err
+	}
+	info, err := j.Info()
+	if err != nil {
+		return p, nil, AsDamage(j, err)
+	}
+	p = event.JournalScrubbedPayload{Head: c.Head, First: info.First, Records: c.Records, Owned: len(c.Stored.Owned), Differences: len(c.Diff)}
+	return p, c.Diff, nil
+}
+
+// Replay folds the journal from its start (the compaction snapshot, when
+// early records were compacted away) through untilSeq and untilTime (zero
+// means no limit).
+func Replay(j *journal.Journal, untilSeq uint64, untilTime time.Time) (projector.State, uint64, error) {
+	s, snapSeq, err := SnapshotState(j)
+	if err != nil {
+		return projector.State{}, 0, fmt.Errorf("compaction snapshot: %w", err)
+	}
+	if untilSeq != 0 && untilSeq < snapSeq {
+		return projector.State{}, 0, fmt.Errorf("records up to #%d were compacted away: the earliest state the journal can show is at #%d", snapSeq, snapSeq)
+	}
+	var n uint64
+	errUntil := errors.New("until")
+	err = j.ScanBatches(snapSeq+1, untilSeq, func(batch []event.Record) error {
+		if !untilTime.IsZero() {
+			if i := slices.IndexFunc(batch, func(r event.Record) bool { return r.Time.After(untilTime) }); i >= 0 {
+				s = projector.Replay(s, batch[:i])
+				n += uint64(i)
+				return errUntil
+			}
+		}
+		s = projector.Replay(s, batch)
+		n += uint64(len(batch))
+		return nil
+	})
+	if err != nil && err != errUntil {
+		return s, n, err
+	}
+	return s, n, nil
+}
+
+// ShortDigest abbreviates a sha256 digest for a person, as a refusal
+// journaled or a command's output names it.
+func ShortDigest(d string) string {
+	if h, ok := strings.CutPrefix(d, "sha256:"); ok && len(h) > 12 {
+		return "sha256:" + h[:12]
+	}
+	return d
+}
