@@ -186,13 +186,9 @@ type completionCmd struct {
 }
 
 func (c completionCmd) Run(e *env) error {
-	bin, err := completion.Executable()
+	script, err := completion.ScriptForThis(c.Shell, "mesh-host")
 	if err != nil {
-		return failed("%v", err)
-	}
-	script, err := completion.Script(c.Shell, "mesh-host", bin)
-	if err != nil {
-		return refused("%v", err)
+		return failed("%v", err) // the grammar allows only shells Script knows
 	}
 	fmt.Fprint(e.stdout, script)
 	return nil

@@ -86,6 +86,22 @@ func (c *revokeCmd) Run(e *env) error {
 	if err := linkproto.ValidName(c.Node); err != nil {
 		return refused("%v", err)
 	}
+	return e.withAccounts(func(cl *control.Client, acc *control.Accounts) error {
+		rec, err := cl.Revoke(e.ctx, c.Node, acc)
+		if errors.Is(err, control.ErrNoRecord) {
+			return refused("%v", err)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "revoked %s (key %s): the broker closed its connection and refuses it; `meshctl enrol %s` to let it back\n", c.Node, rec.Key, c.Node)
+		return nil
+	})
+}
+
+// withAccounts runs fn with a client and the accounts, which push account
+// changes (a revocation) as the system user.
+func (e *env) withAccounts(fn func(cl *control.Client, acc *control.Accounts) error) error {
 	a, err := e.authority()
 	if err != nil {
 		return err
@@ -100,15 +116,7 @@ func (c *revokeCmd) Run(e *env) error {
 		return err
 	}
 	defer sys.Close()
-	rec, err := cl.Revoke(e.ctx, c.Node, &control.Accounts{A: a, Sys: sys, Now: e.now})
-	if errors.Is(err, control.ErrNoRecord) {
-		return refused("%v", err)
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "revoked %s (key %s): the broker closed its connection and refuses it; `meshctl enrol %s` to let it back\n", c.Node, rec.Key, c.Node)
-	return nil
+	return fn(cl, &control.Accounts{A: a, Sys: sys, Now: e.now})
 }
 
 type natsConfigCmd struct {
@@ -258,33 +266,21 @@ func (c *nodeRmCmd) Run(e *env) error {
 	if err := linkproto.ValidName(c.Node); err != nil {
 		return refused("%v", err)
 	}
-	a, err := e.authority()
-	if err != nil {
-		return err
-	}
-	cl, nc, err := e.client()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	sys, err := control.DialSystem(a, e.cli.NATS, false, nil)
-	if err != nil {
-		return err
-	}
-	defer sys.Close()
-	rm, err := cl.Remove(e.ctx, c.Node, &control.Accounts{A: a, Sys: sys, Now: e.now})
-	if errors.Is(err, control.ErrUnknownNode) {
-		return refused("%v", err)
-	}
-	if err != nil {
-		return err
-	}
-	if rm.Revoked != "" {
-		fmt.Fprintf(e.stdout, "revoked %s's key %s: the broker refuses it\n", c.Node, rm.Revoked)
-	}
-	fmt.Fprintf(e.stdout, "removed %s from mesh %s: credential %s, desired state %s, %d reports purged; its journal stays (`meshctl journal %s`)\n",
-		c.Node, cl.Mesh, yesNo(rm.Credited, "deleted", "none"), yesNo(rm.Desired, "deleted", "none"), rm.Reports, c.Node)
-	return nil
+	return e.withAccounts(func(cl *control.Client, acc *control.Accounts) error {
+		rm, err := cl.Remove(e.ctx, c.Node, acc)
+		if errors.Is(err, control.ErrUnknownNode) {
+			return refused("%v", err)
+		}
+		if err != nil {
+			return err
+		}
+		if rm.Revoked != "" {
+			fmt.Fprintf(e.stdout, "revoked %s's key %s: the broker refuses it\n", c.Node, rm.Revoked)
+		}
+		fmt.Fprintf(e.stdout, "removed %s from mesh %s: credential %s, desired state %s, %d reports purged; its journal stays (`meshctl journal %s`)\n",
+			c.Node, cl.Mesh, yesNo(rm.Credited, "deleted", "none"), yesNo(rm.Desired, "deleted", "none"), rm.Reports, c.Node)
+		return nil
+	})
 }
 
 func yesNo(b bool, yes, no string) string {

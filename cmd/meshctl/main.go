@@ -214,13 +214,9 @@ type completionCmd struct {
 }
 
 func (c completionCmd) Run(e *env) error {
-	bin, err := completion.Executable()
+	script, err := completion.ScriptForThis(c.Shell, "meshctl")
 	if err != nil {
-		return failed("%v", err)
-	}
-	script, err := completion.Script(c.Shell, "meshctl", bin)
-	if err != nil {
-		return refused("%v", err)
+		return failed("%v", err) // the grammar allows only shells Script knows
 	}
 	fmt.Fprint(e.stdout, script)
 	return nil

@@ -50,6 +50,15 @@ func Answer(parser *kong.Kong) {
 	kongplete.Complete(parser, kongplete.WithPredictor("file", complete.PredictFiles("*")))
 }
 
+// ScriptForThis is Script for this binary, under the command name name.
+func ScriptForThis(shell, name string) (string, error) {
+	bin, err := Executable()
+	if err != nil {
+		return "", err
+	}
+	return Script(shell, name, bin)
+}
+
 // Executable is this binary's absolute path, for Script.
 func Executable() (string, error) {
 	bin, err := os.Executable()
