@@ -74,7 +74,7 @@ func internalDeps(p pkg) []string {
 func TestDependencyDirection(t *testing.T) {
 	allowed := func(path string) (list []string, constrained bool) {
 		switch {
-		case path == "journal/event", path == "drivers", path == "upgrade", path == "sealing":
+		case path == "journal/event", path == "drivers", path == "upgrade", path == "sealing", path == "labels":
 			return nil, true
 		case path == "journal", path == "projector":
 			return []string{"journal/event"}, true
