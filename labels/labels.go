@@ -72,9 +72,25 @@ func (s Set) String() string {
 	return strings.Join(parts, ",")
 }
 
+// CheckEdits refuses an edit that Apply would refuse whatever the set:
+// what can be checked before the set is read.
+func CheckEdits(edits []string) error {
+	_, err := Set{}.apply(edits)
+	return err
+}
+
 // Apply returns s changed by edits, each "key=value" (set) or "key-"
 // (remove), as `meshctl label` takes them; s is left as it was.
 func (s Set) Apply(edits []string) (Set, error) {
+	out, err := s.apply(edits)
+	if err != nil {
+		return nil, err
+	}
+	return out, out.Check()
+}
+
+// apply is Apply without the check of the whole set.
+func (s Set) apply(edits []string) (Set, error) {
 	out := maps.Clone(s)
 	if out == nil {
 		out = Set{}
@@ -99,5 +115,5 @@ func (s Set) Apply(edits []string) (Set, error) {
 		}
 		out[k] = v
 	}
-	return out, out.Check()
+	return out, nil
 }

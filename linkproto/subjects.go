@@ -124,6 +124,9 @@ const (
 	// NodeCredential record (package control) with its public key, expiry
 	// and whether it is revoked.
 	NodesBucket = "MESH_NODES"
+	// LabelsBucket holds each node's labels: key MESH.NODE, value a
+	// LabelRecord (package control), its history the changes, who and when.
+	LabelsBucket = "MESH_LABELS"
 	// ControlQueue is the queue group control services answer hellos in,
 	// so several may serve one mesh and each hello is answered once.
 	ControlQueue = "meshctl"

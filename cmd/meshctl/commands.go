@@ -10,6 +10,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/packaging"
 )
@@ -61,6 +62,8 @@ type enrolCmd struct {
 	Node string        `arg:"" name:"NODE" help:"The node's name."`
 	URL  []string      `name:"url" placeholder:"URL" help:"Broker address the node connects to (repeatable; default: those control.json records)."`
 	TTL  time.Duration `name:"ttl" default:"1h" help:"How long the token can be redeemed."`
+	// Label needs the control service; the token alone does not.
+	Label []string `name:"label" placeholder:"KEY=VALUE" help:"Label the node (repeatable): stored now, so the control service must be running."`
 }
 
 func (c *enrolCmd) Run(e *env) error {
@@ -68,9 +71,24 @@ func (c *enrolCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	if _, err := (labels.Set{}).Apply(c.Label); err != nil {
+		return refused("--label: %v", err)
+	}
 	enc, t, err := a.IssueToken(c.Node, c.URL, e.now(), c.TTL)
 	if err != nil {
 		return err
+	}
+	if len(c.Label) > 0 {
+		cl, nc, err := e.client()
+		if err != nil {
+			return fmt.Errorf("--label: %w (enrol without it, and label the node later with meshctl label)", err)
+		}
+		defer nc.Close()
+		// The node is not known until it redeems the token: the labels
+		// are stored for it now, under the name the token is for.
+		if _, err := cl.LabelNew(e.ctx, c.Node, cl.Operator, c.Label); err != nil {
+			return fmt.Errorf("--label: %w", err)
+		}
 	}
 	fmt.Fprintln(e.stdout, enc)
 	fmt.Fprintf(e.stderr, "meshctl: give the token to `mesh-host enrol` on %s only: it can be redeemed once, until %s; the node makes its own key and a `meshctl serve` signs its credentials\n",
@@ -203,10 +221,15 @@ func (c *declareCmd) Run(e *env) error {
 }
 
 type nodesCmd struct {
-	JSON bool `name:"json" help:"Print JSON lines, one node each."`
+	JSON   bool   `name:"json" help:"Print JSON lines, one node each."`
+	Select string `name:"select" placeholder:"SELECTOR" help:"Only the nodes whose labels match, as in role=web,dc in (fra,ams),!canary (=, !=, in, notin, a key alone: has it, !key: has it not)."`
 }
 
 func (c *nodesCmd) Run(e *env) error {
+	sel, err := labels.Parse(c.Select)
+	if err != nil {
+		return refused("--select: %v", err)
+	}
 	cl, nc, err := e.client()
 	if err != nil {
 		return err
@@ -216,7 +239,45 @@ func (c *nodesCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	return control.PrintNodes(e.stdout, nodes, e.now(), c.JSON)
+	return control.PrintNodes(e.stdout, control.Select(nodes, sel), e.now(), c.JSON)
+}
+
+type labelCmd struct {
+	Node  string   `arg:"" name:"NODE" help:"The node to label."`
+	Edits []string `arg:"" optional:"" name:"LABEL" help:"key=value sets a label, key- removes one; none shows them."`
+}
+
+func (c *labelCmd) Run(e *env) error {
+	if err := linkproto.ValidName(c.Node); err != nil {
+		return refused("%v", err)
+	}
+	// Checked before the broker is reached for: a typo is refused at once.
+	if err := labels.CheckEdits(c.Edits); err != nil {
+		return refused("%v", err)
+	}
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	var set labels.Set
+	if len(c.Edits) == 0 {
+		if err := cl.MustKnow(e.ctx, c.Node); err != nil {
+			return refused("%v", err)
+		}
+		all, err := cl.Labels(e.ctx)
+		if err != nil {
+			return err
+		}
+		set = all[c.Node]
+	} else if set, err = cl.Label(e.ctx, c.Node, cl.Operator, c.Edits); err != nil {
+		if errors.Is(err, control.ErrUnknownNode) {
+			return refused("%v", err)
+		}
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s\t%s\n", c.Node, set)
+	return nil
 }
 
 type journalCmd struct {

@@ -51,6 +51,7 @@ type cli struct {
 	Enrol      enrolCmd      `cmd:"" help:"Print an enrolment token for a node: signed, short-lived, redeemed once by mesh-host enrol for credentials signed for a key the node makes."`
 	Revoke     revokeCmd     `cmd:"" help:"End a node's access at once: the broker closes its connection and refuses its credentials."`
 	Node       nodeCmd       `cmd:"" help:"Act on a node as a whole: node rm NODE."`
+	Label      labelCmd      `cmd:"" help:"Show or change a node's labels (key=value, key- to remove), which --select chooses nodes by."`
 	Serve      serveCmd      `cmd:"" help:"Run the control service (and, without --nats, an embedded broker)."`
 	NATSConfig natsConfigCmd `cmd:"" name:"nats-config" help:"Print the configuration an existing NATS server includes to trust this authority."`
 	Declare    declareCmd    `cmd:"" help:"Store a node's declaration and push it to the node."`

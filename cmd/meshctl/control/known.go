@@ -15,7 +15,8 @@ import (
 var ErrUnknownNode = errors.New("unknown node")
 
 // Known reports whether the mesh knows node: it has a credential on record
-// (enrolled, even if revoked since), desired state, or a heartbeat.
+// (enrolled, even if revoked since), desired state, labels (given as its
+// token was issued), or a heartbeat.
 func (c *Client) Known(ctx context.Context, node string) (bool, error) {
 	if err := linkproto.ValidName(node); err != nil {
 		return false, err
@@ -39,6 +40,12 @@ func (c *Client) Known(ctx context.Context, node string) (bool, error) {
 		return true, nil
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, fmt.Errorf("read the desired state of %s: %w", node, err)
+	}
+	// Labelled as its token was issued: enrolled, but not yet redeemed.
+	if lkv, err := c.js.KeyValue(ctx, linkproto.LabelsBucket); err == nil {
+		if _, err := lkv.Get(ctx, nodeKey(c.Mesh, node)); err == nil {
+			return true, nil
+		}
 	}
 	hb, err := c.lastHeartbeat(ctx, node)
 	if err != nil {
@@ -70,7 +77,8 @@ type Removed struct {
 
 // Remove takes node out of the mesh: its key is revoked (so it cannot
 // connect, now or with a copy of its credentials), and its credential
-// record, desired state, latest heartbeat and latest report are deleted,
+// record, labels, desired state, latest heartbeat and latest report are
+// deleted,
 // so that `nodes` no longer lists it. Its records in the events stream
 // stay: they are the history of what it did, and `meshctl journal` still
 // reads them. Enrolling it again starts it afresh.
@@ -92,6 +100,11 @@ func (c *Client) Remove(ctx context.Context, node string, r keyRevoker) (*Remove
 			return &out, fmt.Errorf("delete the credential of %s: %w", node, err)
 		}
 		out.Credited = rec != nil
+	}
+	if lkv, err := c.js.KeyValue(ctx, linkproto.LabelsBucket); err == nil {
+		if err := lkv.Purge(ctx, nodeKey(c.Mesh, node)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return &out, fmt.Errorf("delete the labels of %s: %w", node, err)
+		}
 	}
 	kv, err := c.desired(ctx)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -68,6 +69,8 @@ type NodeStatus struct {
 	Release string `json:"release,omitempty"`
 	// Reason says why it is failed or rolled back.
 	Reason string `json:"reason,omitempty"`
+	// Labels are its labels (meshctl label).
+	Labels labels.Set `json:"labels,omitempty"`
 }
 
 // Nodes returns every node of the mesh that has reported or has desired
@@ -145,6 +148,14 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 	}
 	for node, rec := range creds {
 		get(node).Credential = &rec
+	}
+
+	ls, err := c.Labels(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for node, set := range ls {
+		get(node).Labels = set // a node labelled as its token was issued is listed too
 	}
 
 	now := c.Now()
@@ -291,7 +302,57 @@ func PrintNodes(w io.Writer, nodes []NodeStatus, now time.Time, asJSON bool) err
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, version, desired, applied, drifted, failed, heard, credential, state)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(nodes) > 1 {
+		_, err := fmt.Fprintln(w, Summary(nodes))
+		return err
+	}
+	return nil
+}
+
+// Summary is one line of counts: nodes by state, then by version.
+func Summary(nodes []NodeStatus) string {
+	states, versions := map[string]int{}, map[string]int{}
+	for _, n := range nodes {
+		states[n.State]++
+		v := "-"
+		if hb := n.Heartbeat; hb != nil {
+			v = versionLabel(hb.Build, hb.Version)
+		}
+		versions[v]++
+	}
+	count := func(m map[string]int) string {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		// Most first, then by name: the fleet's shape at a glance.
+		slices.SortFunc(keys, func(a, b string) int {
+			if m[a] != m[b] {
+				return m[b] - m[a]
+			}
+			return strings.Compare(a, b)
+		})
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%d %s", m[k], k)
+		}
+		return strings.Join(parts, ", ")
+	}
+	return fmt.Sprintf("%d nodes: %s; versions: %s", len(nodes), count(states), count(versions))
+}
+
+// Select keeps the nodes whose labels sel matches.
+func Select(nodes []NodeStatus, sel labels.Selector) []NodeStatus {
+	var out []NodeStatus
+	for _, n := range nodes {
+		if sel.Matches(n.Labels) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // span shows a long duration in days, a short one to the second.

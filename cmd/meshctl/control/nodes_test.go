@@ -89,6 +89,7 @@ late    v1       -        0        0        0       3m0s ago    -               
 never   -        1        -        -        -       -           -                   never heard
 ok-1    v1       2        2        1        0       30s ago     expires in 30d      ok
 silent  v0       -        0        0        0       4s ago      -                   silent
+6 nodes: 2 ok, 1 expired, 1 never heard, 1 revoked, 1 silent; versions: 3 v1, 2 -, 1 v0
 `
 	if out.String() != table {
 		t.Errorf("table\n%s\nwant\n%s", out.String(), table)

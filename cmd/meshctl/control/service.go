@@ -161,6 +161,14 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets,
 	if err != nil {
 		return nil, fmt.Errorf("nodes bucket %s: %w", linkproto.NodesBucket, err)
 	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      linkproto.LabelsBucket,
+		Description: "every node's labels; the history keeps each change, who made it and when",
+		History:     16,
+		Storage:     jetstream.FileStorage,
+	}); err != nil {
+		return nil, fmt.Errorf("labels bucket %s: %w", linkproto.LabelsBucket, err)
+	}
 	sealKeys, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      linkproto.SealKeysBucket,
 		Description: "every node's public sealing key, as its enrolment told it",

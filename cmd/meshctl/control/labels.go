@@ -1,0 +1,112 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/labels"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// LabelRecord is a node's labels as the labels bucket keeps them: the
+// bucket's history is every change, with who made it and when.
+type LabelRecord struct {
+	Node     string     `json:"node"`
+	Labels   labels.Set `json:"labels"`
+	Operator string     `json:"operator,omitempty"`
+	At       time.Time  `json:"at"`
+}
+
+func (c *Client) labelsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := c.js.KeyValue(ctx, linkproto.LabelsBucket)
+	if err != nil {
+		return nil, notServed("the labels bucket "+linkproto.LabelsBucket, err)
+	}
+	return kv, nil
+}
+
+// Labels returns every node's labels, by node.
+func (c *Client) Labels(ctx context.Context) (map[string]labels.Set, error) {
+	out := map[string]labels.Set{}
+	kv, err := c.js.KeyValue(ctx, linkproto.LabelsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return out, nil // a control plane from before labels
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the labels bucket: %w", err)
+	}
+	w, err := kv.WatchFiltered(ctx, []string{nodeKey(c.Mesh, "*")}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("list the labels: %w", err)
+	}
+	defer w.Stop()
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		var rec LabelRecord
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			return nil, fmt.Errorf("the labels %s: %w", e.Key(), err)
+		}
+		out[rec.Node] = rec.Labels
+	}
+	return out, nil
+}
+
+// Label changes node's labels by edits ("key=value" sets, "key-"
+// removes) and returns them as they now are. The node must be known; the
+// change is stored conditionally, so two operators cannot both win.
+func (c *Client) Label(ctx context.Context, node, operator string, edits []string) (labels.Set, error) {
+	if err := c.MustKnow(ctx, node); err != nil {
+		return nil, err
+	}
+	return c.LabelNew(ctx, node, operator, edits)
+}
+
+// LabelNew is Label for a node that may not be known yet: one being
+// enrolled, labelled as its token is issued.
+func (c *Client) LabelNew(ctx context.Context, node, operator string, edits []string) (labels.Set, error) {
+	if err := linkproto.ValidName(node); err != nil {
+		return nil, fmt.Errorf("%w: node: %w", ErrRefused, err)
+	}
+	kv, err := c.labelsBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	key := nodeKey(c.Mesh, node)
+	var cur LabelRecord
+	var rev uint64
+	e, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("read the labels of %s: %w", node, err)
+	default:
+		if err := json.Unmarshal(e.Value(), &cur); err != nil {
+			return nil, fmt.Errorf("the labels of %s: %w", node, err)
+		}
+		rev = e.Revision()
+	}
+	next, err := cur.Labels.Apply(edits)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	rec := LabelRecord{Node: node, Labels: next, Operator: operator, At: c.Now().UTC()}
+	if rev == 0 {
+		_, err = kv.Create(ctx, key, mustJSON(rec))
+	} else {
+		_, err = kv.Update(ctx, key, mustJSON(rec), rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return nil, fmt.Errorf("%w: %s's labels were changed by someone else meanwhile; look, then label again", ErrRefused, node)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store the labels of %s: %w", node, err)
+	}
+	return next, nil
+}
