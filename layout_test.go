@@ -105,7 +105,7 @@ func TestDependencyDirection(t *testing.T) {
 		case "cmd/meshctl/control", hostSvc:
 			return []string{kong, completion}
 		case "cmd/mesh-host/agent", "cmd/mesh-host/link", "cmd/mesh-host/localsock",
-			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment":
+			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment", "cmd/mesh-host/facts":
 			return []string{hostSvc, kong, completion}
 		}
 		return nil

@@ -52,6 +52,9 @@ func (s *State) normalise() {
 	}
 	s.Versions = nilIfEmpty(s.Versions)
 	s.Bad = nilIfEmpty(s.Bad)
+	if f := s.Facts; f != nil {
+		f.Addresses = nilIfEmpty(f.Addresses)
+	}
 	if len(s.Failing) == 0 {
 		s.Failing = nil
 	}

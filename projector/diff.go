@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -68,6 +69,9 @@ func (d *differ) state(a, b State) {
 	d.pending(a.Pending, b.Pending)
 	d.lastGood(a.LastGood, b.LastGood)
 	d.failing(a.Failing, b.Failing)
+	if (a.Facts == nil) != (b.Facts == nil) || a.Facts != nil && !reflect.DeepEqual(*a.Facts, *b.Facts) {
+		d.add("facts", show(a.Facts), show(b.Facts))
+	}
 	if !slices.Equal(a.Bad, b.Bad) {
 		d.add("bad", show(a.Bad), show(b.Bad))
 	}

@@ -43,6 +43,7 @@ type folder struct {
 	host        event.HostStartedPayload
 	version     event.VersionPayload
 	rolledBack  event.VersionRolledBackPayload
+	facts       event.HostFactsPayload
 	link        event.LinkPayload
 
 	// stream, if set, decodes payloads with one json.Decoder for the whole
@@ -206,6 +207,12 @@ func (f *folder) fold(s *State, r event.Record) {
 		ok = ignore[event.JournalCompactedPayload](f, r.Payload)
 	case event.JournalScrubbed:
 		ok = ignore[event.JournalScrubbedPayload](f, r.Payload)
+	case event.HostFacts:
+		if ok = decode(f, r.Payload, &f.facts); ok {
+			facts := f.facts
+			facts.Addresses = nilIfEmpty(slices.Clone(facts.Addresses))
+			s.Facts = &facts
+		}
 	case event.LinkPlaintext:
 		ok = ignore[event.LinkPlaintextPayload](f, r.Payload)
 	default:

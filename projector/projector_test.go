@@ -314,6 +314,14 @@ func TestFold(t *testing.T) {
 			want: State{Head: 3, Running: &Running{Version: "v2", PID: 20, Since: at(1), Seq: 1}, KnownGood: "v1", Bad: []string{"v2"}},
 		},
 		{
+			name: "host.facts keeps the machine's latest facts",
+			recs: numbered(
+				rec(event.HostFacts, "", event.HostFactsPayload{Hostname: "web-1", Kernel: "6.1", Addresses: []string{"10.0.0.5"}}),
+				rec(event.HostFacts, "", event.HostFactsPayload{Hostname: "web-1", Kernel: "6.12"}),
+			),
+			want: State{Head: 2, Facts: &event.HostFactsPayload{Hostname: "web-1", Kernel: "6.12"}},
+		},
+		{
 			name: "a bad version is bad until retired or confirmed",
 			recs: numbered(
 				rec(event.VersionRolledBack, "", event.VersionRolledBackPayload{From: "v2", To: "v1"}),
@@ -615,6 +623,9 @@ func genPayload(t *rapid.T, k event.Kind) any {
 		return event.LinkPayload{Broker: str("broker", []string{"", "nats://a", "nats://b"}), Reason: str("reason", []string{"", "eof"})}
 	case event.JournalCompacted:
 		return event.JournalCompactedPayload{Through: small("through"), Dropped: small("dropped")}
+	case event.HostFacts:
+		return event.HostFactsPayload{Hostname: str("hostname", []string{"", "a", "b"}), Cores: rapid.IntRange(0, 4).Draw(t, "cores"),
+			Addresses: rapid.SliceOfN(rapid.SampledFrom([]string{"10.0.0.1", "fd00::1"}), 0, 2).Draw(t, "addresses")}
 	case event.JournalScrubbed:
 		return event.JournalScrubbedPayload{Head: small("head"), First: small("first"), Records: small("records"), Owned: int(small("owned")), Differences: int(small("differences"))}
 	}

@@ -53,6 +53,8 @@ type State struct {
 	// what a host that is behind must say failed. An entry leaves when the
 	// resource applies, or when a declaration no longer names it.
 	Failing map[string]Failure `json:"failing,omitempty"`
+	// Facts are the machine's, from the latest host.facts record.
+	Facts *event.HostFactsPayload `json:"facts,omitempty"`
 	// Bad are the versions the launcher rolled back from, oldest first:
 	// it does not start one again until a newer version arrives. A version
 	// leaves the list when it is retired, or confirmed after all.
@@ -196,5 +198,10 @@ func (s State) Clone() State {
 	}
 	c.Bad = slices.Clone(s.Bad)
 	c.Failing = maps.Clone(s.Failing)
+	if s.Facts != nil {
+		f := *s.Facts
+		f.Addresses = slices.Clone(f.Addresses)
+		c.Facts = &f
+	}
 	return c
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/facts"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -61,6 +62,7 @@ func (c *serveCmd) Run(e *env) error {
 			return re.reconcileStored(j, trigger, true)
 		},
 		Admit: e.admissible,
+		Facts: func() event.HostFactsPayload { return facts.Gather(e.cli.Root, version) },
 	})
 	if errors.Is(err, service.ErrRefused) {
 		return refused("%v", err)

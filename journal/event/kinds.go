@@ -30,6 +30,7 @@ const (
 	LinkDenied          Kind = "link.denied"
 	DirTightened        Kind = "dir.tightened"
 	JournalScrubbed     Kind = "journal.scrubbed"
+	HostFacts           Kind = "host.facts"
 )
 
 // payloads maps each known kind to a constructor of its payload.
@@ -56,6 +57,7 @@ var payloads = map[Kind]func() any{
 	LinkDenied:          func() any { return new(LinkPayload) },
 	DirTightened:        func() any { return new(DirTightenedPayload) },
 	JournalScrubbed:     func() any { return new(JournalScrubbedPayload) },
+	HostFacts:           func() any { return new(HostFactsPayload) },
 }
 
 // Known reports whether this binary knows kind k.
@@ -69,7 +71,7 @@ func Kinds() []Kind {
 		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
 		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
 		LinkRefused, VersionHalted, LinkPlaintext, LinkRenewed, LinkDenied, DirTightened,
-		JournalScrubbed,
+		JournalScrubbed, HostFacts,
 	}
 }
 
@@ -297,6 +299,23 @@ type JournalScrubbedPayload struct {
 	Records     uint64 `json:"records"`
 	Owned       int    `json:"owned"`
 	Differences int    `json:"differences"`
+}
+
+// HostFactsPayload records what the machine is, when that changed since the
+// last such record (and at the first start): so the journal says when a
+// machine changed under the mesh (a kernel upgraded, memory added, a
+// reboot, an address moved).
+type HostFactsPayload struct {
+	Hostname  string   `json:"hostname,omitempty"`
+	OSID      string   `json:"os_id,omitempty"`      // os-release ID, under the root
+	OSVersion string   `json:"os_version,omitempty"` // os-release VERSION_ID
+	Arch      string   `json:"arch,omitempty"`
+	Kernel    string   `json:"kernel,omitempty"`
+	Cores     int      `json:"cores,omitempty"`
+	MemoryMB  uint64   `json:"memory_mb,omitempty"`
+	Addresses []string `json:"addresses,omitempty"` // global unicast, sorted
+	BootID    string   `json:"boot_id,omitempty"`
+	Version   string   `json:"version,omitempty"` // the host's build label
 }
 
 // JournalCompactedPayload records a compaction: records up to Through were

@@ -49,6 +49,10 @@ func Print(out io.Writer, s projector.State, o Options) error {
 	} else {
 		line("running", "no host start recorded")
 	}
+	if f := s.Facts; f != nil {
+		osName := strings.TrimSpace(f.OSID + " " + f.OSVersion)
+		line("machine", "%s: %s, %s, kernel %s, %d cores, %d MiB, boot %s, addresses %s", f.Hostname, orNone(osName), f.Arch, f.Kernel, f.Cores, f.MemoryMB, short(f.BootID), orNone(strings.Join(f.Addresses, " ")))
+	}
 	line("known-good", "%s", orNone(s.KnownGood))
 	versions := make([]string, 0, len(s.Versions))
 	for _, v := range s.Versions {

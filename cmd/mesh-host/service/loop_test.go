@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
@@ -120,5 +122,30 @@ func TestLoopTriggers(t *testing.T) {
 	stop()
 	if err := recv(t, out, "the loop to return"); err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v", err)
+	}
+}
+
+// TestFactsJournaledWhenTheyChange: the machine's facts are journaled at
+// the first look, not again while they stay, and again when they change.
+func TestFactsJournaledWhenTheyChange(t *testing.T) {
+	j, err := hostjournal.Open(filepath.Join(t.TempDir(), "journal.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	f := event.HostFactsPayload{Hostname: "web-1", Kernel: "6.1", Cores: 2}
+	gather := func() event.HostFactsPayload { return f }
+	for i, want := range []bool{true, false, false} {
+		if changed, err := recordFacts(j, gather); err != nil || changed != want {
+			t.Fatalf("look %d: changed %t, %v; want %t", i, changed, err, want)
+		}
+	}
+	f.Kernel = "6.12" // an upgrade and a reboot, under the mesh
+	if changed, err := recordFacts(j, gather); err != nil || !changed {
+		t.Fatalf("after the kernel changed: %t, %v", changed, err)
+	}
+	s, _, err := hostjournal.StoredState(j)
+	if err != nil || s.Facts == nil || s.Facts.Kernel != "6.12" {
+		t.Errorf("the projection's facts: %+v, %v", s.Facts, err)
 	}
 }

@@ -81,6 +81,9 @@ type Config struct {
 	// Admit refuses a declaration pushed by the control plane that the
 	// host must not accept, given the stored state s.
 	Admit func(d *declaration.Declaration, s projector.State) error
+	// Facts reads the machine's facts, journaled at start and every
+	// DriftInterval when they changed; nil journals none.
+	Facts func() event.HostFactsPayload
 }
 
 // Run runs the host service until ctx ends. It holds the journal,
@@ -139,6 +142,11 @@ func Run(ctx context.Context, c Config) error {
 	}
 	if err := hv.atStart(j); err != nil {
 		return err
+	}
+	if c.Facts != nil {
+		if _, err := recordFacts(j, c.Facts); err != nil {
+			return err
+		}
 	}
 	if linked && enrolled.AllowPlaintext {
 		// Said at every start, in the log and the journal: a setting that
@@ -215,6 +223,12 @@ func Run(ctx context.Context, c Config) error {
 				between: betweenReconciles(hv, held, log),
 				look:    held.look,
 			}, log)
+		}, func(error) { cancel() })
+	}
+	if c.Facts != nil { // The machine may change under the mesh: a reboot, a kernel, an address.
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error {
+			return factsLoop(ctx, j, c.DriftInterval, c.Facts, log)
 		}, func(error) { cancel() })
 	}
 	if hv.managed { // A version delivered outside a reconcile (a package upgrade) asks for a look.
