@@ -345,3 +345,26 @@ func TestHostileCorpusSeesChanges(t *testing.T) {
 		t.Errorf("diffTrees = %v, want %v", got, want)
 	}
 }
+
+// TestOutputIsTerminalSafe: a declaration's strings (here a path holding
+// an escape sequence that would set the terminal's title) reach the
+// operator's terminal escaped, in apply's table and in the journal.
+func TestOutputIsTerminalSafe(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(filepath.Join(root, "srv"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	decl := filepath.Join(dir, "esc.yaml")
+	writeFile(t, decl, "mesh: test\nnode: n1\nrevision: 1\nresources:\n  - file: {path: \"/srv/\\e]0;pwned\\a\", content: \"x\"}\n", 0o600)
+	for _, args := range [][]string{{"apply", decl}, {"journal"}, {"status", "--owned"}} {
+		var out bytes.Buffer
+		code := Main(append([]string{"--root", root, "--state-dir", filepath.Join(dir, "state")}, args...), &out, &out)
+		if code != 0 || !strings.Contains(out.String(), `\x1b]0;pwned\x07`) {
+			t.Errorf("%v: exit %d, output does not show the escaped path:\n%s", args, code, out.String())
+		}
+		if bytes.ContainsAny(out.Bytes(), "\x1b\x07") {
+			t.Errorf("%v wrote a raw control character to the terminal:\n%q", args, out.String())
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/completion"
+	"github.com/mesh-host/mesh-host/cmd/internal/termsafe"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/upgrade"
@@ -126,7 +127,8 @@ type kongExit int
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return runCLI(ctx, args, stdout, stderr, nil)
+	// What nodes and declarations wrote reaches the terminal escaped.
+	return runCLI(ctx, args, termsafe.Writer(stdout), termsafe.Writer(stderr), nil)
 }
 
 // runCLI parses and runs args. held is the service's journal when the service

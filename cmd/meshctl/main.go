@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/completion"
+	"github.com/mesh-host/mesh-host/cmd/internal/termsafe"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -114,7 +115,8 @@ type kongExit int
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return runCLI(ctx, args, stdout, stderr)
+	// What nodes and declarations wrote reaches the terminal escaped.
+	return runCLI(ctx, args, termsafe.Writer(stdout), termsafe.Writer(stderr))
 }
 
 // runCLI parses and runs args until ctx ends (serve) or the command is done.
