@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/atomicfile"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/enrolment"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -81,13 +82,13 @@ func (c *enrolCmd) Run(e *env) error {
 	}
 	// The credentials and the CA first: a link.json is only ever beside
 	// what it names.
-	if err := enrolment.WriteFileAtomic(filepath.Join(dir, enrolment.CredsFile), creds, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, enrolment.CredsFile), creds, 0o600); err != nil {
 		return failed("%v", err)
 	}
-	if err := enrolment.WriteFileAtomic(filepath.Join(dir, enrolment.CAFile), []byte(tok.CA), 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, enrolment.CAFile), []byte(tok.CA), 0o600); err != nil {
 		return failed("%v", err)
 	}
-	if err := enrolment.WriteFileAtomic(filepath.Join(dir, enrolment.LinkConfigFile), append(cfg, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, enrolment.LinkConfigFile), append(cfg, '\n'), 0o600); err != nil {
 		return failed("%v", err)
 	}
 	pub, _ := key.PublicKey()

@@ -12,6 +12,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/linkproto/linkprototest"
 )
 
 // TestJournalVerify: declarations from the link verify against the mesh's
@@ -20,17 +21,17 @@ import (
 // the disk, or a bug) fails, and the command says which and exits 1.
 func TestJournalVerify(t *testing.T) {
 	state := t.TempDir()
-	link := `{"mesh":"lab","node":"web-1","urls":["tls://127.0.0.1:4222"],"signing_key":"` + testSigningKeyPub + `"}`
+	link := `{"mesh":"lab","node":"web-1","urls":["tls://127.0.0.1:4222"],"signing_key":"` + linkprototest.SigningKeyPub + `"}`
 	if err := os.WriteFile(filepath.Join(state, enrolment.LinkConfigFile), []byte(link), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h, j := newTestLinkHost(t)
 	for rev := uint64(1); rev <= 2; rev++ {
-		if ack := h.Accept(context.Background(), push(rev, doc(rev, "hi\n")), event.TriggerPushed); !ack.Accepted {
+		if ack := h.Accept(context.Background(), linkprototest.Push(rev, linkprototest.Doc(rev, "hi\n")), event.TriggerPushed); !ack.Accepted {
 			t.Fatal(ack.Reason)
 		}
 	}
-	local := event.DeclarationReceivedPayload{Revision: 3, Digest: "sha256:x", Source: "file:/tmp/x.yaml", Document: []byte(doc(3, "local\n"))}
+	local := event.DeclarationReceivedPayload{Revision: 3, Digest: "sha256:x", Source: "file:/tmp/x.yaml", Document: []byte(linkprototest.Doc(3, "local\n"))}
 	if _, err := j.Append(event.New(event.DeclarationReceived, 0, "", local)); err != nil {
 		t.Fatal(err)
 	}
@@ -63,8 +64,8 @@ func TestJournalVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forged := push(4, doc(4, "signed\n"))
-	p := event.DeclarationReceivedPayload{Revision: 4, Digest: "sha256:y", Source: "link:pushed", Document: []byte(doc(4, "edited\n")),
+	forged := linkprototest.Push(4, linkprototest.Doc(4, "signed\n"))
+	p := event.DeclarationReceivedPayload{Revision: 4, Digest: "sha256:y", Source: "link:pushed", Document: []byte(linkprototest.Doc(4, "edited\n")),
 		Operator: forged.Operator, Signer: forged.Signer, Signature: forged.Signature}
 	if _, err := j2.Append(event.New(event.DeclarationReceived, 0, "", p)); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto/linkprototest"
 )
 
 // kindsJournaled lists the kinds of every record in j, in order.
@@ -33,7 +34,7 @@ func kindsJournaled(t *testing.T, j *journal.Journal) []event.Kind {
 func TestAcceptRefusesOverTheLimits(t *testing.T) {
 	for _, c := range declarationtest.OverLimits("lab", "web-1", 1) {
 		h, j := newTestLinkHost(t)
-		ack := h.Accept(context.Background(), push(1, string(c.Document)), event.TriggerPushed)
+		ack := h.Accept(context.Background(), linkprototest.Push(1, string(c.Document)), event.TriggerPushed)
 		if ack.Accepted || !strings.Contains(ack.Reason, c.Limit) {
 			t.Errorf("%s: got %.300v", c.Limit, ack)
 			continue
@@ -56,7 +57,7 @@ func TestAcceptAtTheLimits(t *testing.T) {
 	} {
 		h, j := newTestLinkHost(t)
 		doc, _ := d.MarshalJSON()
-		ack := h.Accept(context.Background(), push(1, string(doc)), event.TriggerPushed)
+		ack := h.Accept(context.Background(), linkprototest.Push(1, string(doc)), event.TriggerPushed)
 		if !ack.Accepted {
 			t.Errorf("%s: refused: %.300s", name, ack.Reason)
 			continue

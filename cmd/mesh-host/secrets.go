@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/atomicfile"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/enrolment"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/sealing"
@@ -36,7 +37,7 @@ func ensureSealKey(dir string) (nkeys.KeyPair, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if err := enrolment.WriteFileAtomic(path, append(seed, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(path, append(seed, '\n'), 0o600); err != nil {
 		return nil, fmt.Errorf("write the node's sealing key: %w", err)
 	}
 	return k, nil

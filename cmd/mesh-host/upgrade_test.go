@@ -21,6 +21,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/upgrade"
+	"github.com/mesh-host/mesh-host/upgrade/upgradetest"
 )
 
 // The tests here run the real binary as versions in a root of their own:
@@ -65,7 +66,7 @@ func newUpgradeBed(t *testing.T) *upgradeBed {
 // install makes the test's binary the version name, arrived counter-th.
 func (b *upgradeBed) install(name string, counter uint64) string {
 	b.t.Helper()
-	return filepath.Join(placeVersion(b.t, b.versions, name, counter, b.bin), upgrade.Executable)
+	return filepath.Join(upgradetest.PlaceVersion(b.t, b.versions, name, counter, b.bin), upgrade.Executable)
 }
 
 // mesh runs the test's build with the bed's global flags.
@@ -398,10 +399,10 @@ func TestUpgradeAndRollbackThroughTheLauncher(t *testing.T) {
 	if st := b.mesh("status"); !strings.Contains(st, "version "+second+" (build dev)") {
 		t.Errorf("status after the upgrade:\n%s", st)
 	}
-	wantStrings(t, "on disk after the upgrade", versionNames(t, b.versions), "first", second)
+	wantStrings(t, "on disk after the upgrade", upgradetest.VersionNames(t, b.versions), "first", second)
 
 	// A version that will not start.
-	placeVersion(t, b.versions, "broken", 3, "")
+	upgradetest.PlaceVersion(t, b.versions, "broken", 3, "")
 	os.WriteFile(filepath.Join(b.versions, "broken", upgrade.Executable), []byte("#!/bin/sh\necho broken >&2\nexit 1\n"), 0o755)
 	b.eventually(30*time.Second, "version.rolled-back", func() bool { return len(b.records(event.VersionRolledBack)) == 1 })
 	rb := payload[event.VersionRolledBackPayload](t, b.records(event.VersionRolledBack)[0])
@@ -423,7 +424,7 @@ func TestUpgradeAndRollbackThroughTheLauncher(t *testing.T) {
 	b.eventually(30*time.Second, "the fourth version confirmed", func() bool { return b.knownGood() == "fourth" })
 	// first arrived before the predecessor (second): retired. broken
 	// arrived after it: kept until the next upgrade.
-	wantStrings(t, "on disk after the fourth", versionNames(t, b.versions), second, "broken", "fourth")
+	wantStrings(t, "on disk after the fourth", upgradetest.VersionNames(t, b.versions), second, "broken", "fourth")
 	if v, _, _ := upgrade.Bad(b.state); v != "" {
 		t.Errorf("the bad mark is still %q", v)
 	}
@@ -524,12 +525,12 @@ func TestKilledUpgradeLeavesARunnableNewest(t *testing.T) {
 	const old = 30
 	setup := func(b *upgradeBed) string {
 		for i := range old {
-			vdir := placeVersion(t, b.versions, fmt.Sprintf("old%02d", i), uint64(i+1), "")
+			vdir := upgradetest.PlaceVersion(t, b.versions, fmt.Sprintf("old%02d", i), uint64(i+1), "")
 			for k := range 20 { // something to remove
 				os.WriteFile(filepath.Join(vdir, fmt.Sprintf("f%03d", k)), []byte("x"), 0o644)
 			}
 		}
-		placeVersion(t, b.versions, "pred", old+1, "")
+		upgradetest.PlaceVersion(t, b.versions, "pred", old+1, "")
 		if err := upgrade.WriteKnownGood(b.state, "pred"); err != nil {
 			t.Fatal(err)
 		}
@@ -588,7 +589,7 @@ func TestKilledUpgradeLeavesARunnableNewest(t *testing.T) {
 		if code := serve.wait(t, 30*time.Second); code != 0 {
 			t.Fatalf("round %d: serve exited %d", round, code)
 		}
-		wantStrings(t, "on disk", versionNames(t, b.versions), "pred", "run")
+		wantStrings(t, "on disk", upgradetest.VersionNames(t, b.versions), "pred", "run")
 		b.mesh("replay", "--verify")
 	}
 }
@@ -622,7 +623,7 @@ func TestVersionArchivesAreReleased(t *testing.T) {
 	if !strings.Contains(out, "archive:/opt/mesh-host/versions/"+r1.version()) || !strings.Contains(out, string(event.ActionReleased)) {
 		t.Errorf("apply said:\n%s", out)
 	}
-	wantStrings(t, "versions", versionNames(t, b.versions), r1.version(), r2.version())
+	wantStrings(t, "versions", upgradetest.VersionNames(t, b.versions), r1.version(), r2.version())
 	if _, err := os.Stat(filepath.Join(b.root, "srv/app")); !os.IsNotExist(err) {
 		t.Errorf("the other archive no longer declared is still there: %v", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/atomicfile"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -93,43 +94,6 @@ func CheckCreds(path string) error {
 		return fmt.Errorf("%s is owned by uid %d, not by uid %d that runs the service: run `chown %d %s` and `chmod 600 %s`", path, st.Uid, os.Geteuid(), os.Geteuid(), path, path)
 	}
 	return nil
-}
-
-// WriteFileAtomic replaces path with data: a temporary file beside it,
-// written and synced, renamed over it, and the directory synced, so a crash
-// leaves the old file or the new one, never a part.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // a no-op after the rename
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Load reads the link's configuration and checks the credentials
@@ -210,7 +174,7 @@ func (f NodeCreds) Replace(token string) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(f.Path, b, 0o600)
+	return atomicfile.Write(f.Path, b, 0o600)
 }
 
 // TLS decides how the link authenticates the broker, from link.json:

@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nkeys"
-
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/linkproto/linkprototest"
 	"github.com/mesh-host/mesh-host/projector"
 )
 
@@ -36,31 +35,6 @@ func newTestLinkHost(t *testing.T) (*LinkHost, *journal.Journal) {
 	return NewLinkHost(&Held{Journal: j}, admit), j
 }
 
-// The mesh's declaration key in these tests (a fixed one, so that golden
-// files can name it).
-const (
-	testSigningKeySeed = "SNAFUKXKTKNTW4XZM76AGTSNS6ZDDPDUIWJYLVD7YNXLBVJTTMO6LV65CM"
-	testSigningKeyPub  = "NBJMG7EVNEJ7C57O2KAFOHOG5BJED3YA5DKTA46N3YCCGR7M4CLGGN7F"
-)
-
-// push is revision rev of document as the link hands it to the host:
-// signed by the mesh, by operator tester.
-func push(rev uint64, document string) *linkproto.Declaration {
-	d := &linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: "lab", Node: "web-1", Revision: rev, Document: json.RawMessage(document), Operator: "tester"}
-	key, err := nkeys.FromSeed([]byte(testSigningKeySeed))
-	if err != nil {
-		panic(err)
-	}
-	if err := d.Sign(key); err != nil {
-		panic(err)
-	}
-	return d
-}
-
-func doc(rev uint64, motd string) string {
-	return fmt.Sprintf(`{"mesh":"lab","node":"web-1","revision":%d,"resources":[{"file":{"path":"/etc/motd","content":%q}}]}`, rev, motd)
-}
-
 func lastRecord(t *testing.T, j *journal.Journal) event.Record {
 	t.Helper()
 	in, err := j.Info()
@@ -77,7 +51,7 @@ func lastRecord(t *testing.T, j *journal.Journal) event.Record {
 func TestAccept(t *testing.T) {
 	h, j := newTestLinkHost(t)
 
-	ack := h.Accept(context.Background(), push(2, doc(2, "hi\n")), event.TriggerPushed)
+	ack := h.Accept(context.Background(), linkprototest.Push(2, linkprototest.Doc(2, "hi\n")), event.TriggerPushed)
 	if !ack.Accepted || ack.Seq == 0 || ack.Revision != 2 || ack.Node != "web-1" {
 		t.Fatalf("got %+v, want accepted", ack)
 	}
@@ -89,11 +63,11 @@ func TestAccept(t *testing.T) {
 	}
 	// The record keeps the signature over the document as it arrived: it
 	// alone proves the mesh sent it.
-	if p.Operator != "tester" || p.Signer != testSigningKeyPub ||
-		linkproto.VerifyStored(testSigningKeyPub, "lab", "web-1", p.Revision, p.Operator, p.Document, p.Signer, p.Signature) != nil {
+	if p.Operator != "tester" || p.Signer != linkprototest.SigningKeyPub ||
+		linkproto.VerifyStored(linkprototest.SigningKeyPub, "lab", "web-1", p.Revision, p.Operator, p.Document, p.Signer, p.Signature) != nil {
 		t.Errorf("journaled without a signature that verifies: %+v", p)
 	}
-	unsigned := push(3, doc(3, "forged\n"))
+	unsigned := linkprototest.Push(3, linkprototest.Doc(3, "forged\n"))
 	unsigned.Signature, unsigned.Signer = "", ""
 	if ack := h.Accept(context.Background(), unsigned, event.TriggerPushed); ack.Accepted {
 		t.Errorf("an unsigned declaration handed to Accept was accepted")
@@ -110,7 +84,7 @@ func TestAccept(t *testing.T) {
 	// The same again: acknowledged with the seq it has, not journaled twice,
 	// and no new reconcile.
 	head := lastRecord(t, j).Seq
-	again := h.Accept(context.Background(), push(2, doc(2, "hi\n")), event.TriggerReconnect)
+	again := h.Accept(context.Background(), linkprototest.Push(2, linkprototest.Doc(2, "hi\n")), event.TriggerReconnect)
 	if !again.Accepted || again.Seq != ack.Seq || lastRecord(t, j).Seq != head || len(h.wake) != 0 {
 		t.Errorf("the same declaration again: got %+v, head %d→%d", again, head, lastRecord(t, j).Seq)
 	}
@@ -120,13 +94,13 @@ func TestAccept(t *testing.T) {
 		d      *linkproto.Declaration
 		reason string
 	}{
-		{"same revision, other content", push(2, doc(2, "changed\n")), "already accepted"},
-		{"older revision", push(1, doc(1, "old\n")), "older than revision 2"},
-		{"document for another node", push(3, `{"mesh":"lab","node":"web-2","revision":3,"resources":[]}`), "web-2"},
-		{"document of another revision", push(3, doc(4, "x")), "revision 4"},
-		{"bad document", push(3, `{"mesh":"lab","node":"web-1","revision":3,"resources":[{"file":{"path":"../etc/shadow","content":"x"}}]}`), "resources[0].file.path"},
-		{"unknown field", push(3, `{"mesh":"lab","node":"web-1","revision":3,"bogus":1,"resources":[]}`), "bogus"},
-		{"own unit", push(3, `{"mesh":"lab","node":"web-1","revision":3,"resources":[{"unit":{"name":"mesh-host.service","content":"[Service]\\nExecStart=/bin/true\\n"}}]}`), "own unit"},
+		{"same revision, other content", linkprototest.Push(2, linkprototest.Doc(2, "changed\n")), "already accepted"},
+		{"older revision", linkprototest.Push(1, linkprototest.Doc(1, "old\n")), "older than revision 2"},
+		{"document for another node", linkprototest.Push(3, `{"mesh":"lab","node":"web-2","revision":3,"resources":[]}`), "web-2"},
+		{"document of another revision", linkprototest.Push(3, linkprototest.Doc(4, "x")), "revision 4"},
+		{"bad document", linkprototest.Push(3, `{"mesh":"lab","node":"web-1","revision":3,"resources":[{"file":{"path":"../etc/shadow","content":"x"}}]}`), "resources[0].file.path"},
+		{"unknown field", linkprototest.Push(3, `{"mesh":"lab","node":"web-1","revision":3,"bogus":1,"resources":[]}`), "bogus"},
+		{"own unit", linkprototest.Push(3, `{"mesh":"lab","node":"web-1","revision":3,"resources":[{"unit":{"name":"mesh-host.service","content":"[Service]\\nExecStart=/bin/true\\n"}}]}`), "own unit"},
 	}
 	for _, c := range refusals {
 		ack := h.Accept(context.Background(), c.d, event.TriggerPushed)
@@ -152,7 +126,9 @@ func TestAcceptDoesNotWaitForAnApply(t *testing.T) {
 	h.held.Reconciling.Lock()
 	defer h.held.Reconciling.Unlock()
 	done := make(chan linkproto.Ack)
-	go func() { done <- h.Accept(context.Background(), push(1, doc(1, "x")), event.TriggerPushed) }()
+	go func() {
+		done <- h.Accept(context.Background(), linkprototest.Push(1, linkprototest.Doc(1, "x")), event.TriggerPushed)
+	}()
 	select {
 	case ack := <-done:
 		if !ack.Accepted {
@@ -167,7 +143,7 @@ func TestAcceptDoesNotWaitForAnApply(t *testing.T) {
 func TestPushesCoalesce(t *testing.T) {
 	h, _ := newTestLinkHost(t)
 	for rev := range uint64(5) {
-		if ack := h.Accept(context.Background(), push(rev+1, doc(rev+1, "x")), event.TriggerPushed); !ack.Accepted {
+		if ack := h.Accept(context.Background(), linkprototest.Push(rev+1, linkprototest.Doc(rev+1, "x")), event.TriggerPushed); !ack.Accepted {
 			t.Fatalf("got %+v", ack)
 		}
 	}

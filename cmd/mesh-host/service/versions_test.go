@@ -18,46 +18,8 @@ import (
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/upgrade"
+	"github.com/mesh-host/mesh-host/upgrade/upgradetest"
 )
-
-// placeVersion makes dir/name a version as the archive driver leaves one:
-// an executable mesh-host (a copy of exe, or a stub when exe is ""), then
-// the arrival marker.
-func placeVersion(t testing.TB, dir, name string, counter uint64, exe string) string {
-	t.Helper()
-	vdir := filepath.Join(dir, name)
-	if err := os.MkdirAll(vdir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	body := []byte("#!/bin/sh\nexit 0\n")
-	if exe != "" {
-		var err error
-		if body, err = os.ReadFile(exe); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(vdir, upgrade.Executable), body, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	marker := fmt.Sprintf("%s %d\n", time.Now().UTC().Format(time.RFC3339Nano), counter)
-	if err := os.WriteFile(filepath.Join(vdir, upgrade.ArrivedFile), []byte(marker), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return vdir
-}
-
-func versionNames(t testing.TB, dir string) []string {
-	t.Helper()
-	vs, err := upgrade.List(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := []string{}
-	for _, v := range vs {
-		out = append(out, v.Name)
-	}
-	return out
-}
 
 // versionBed is a versions directory, a state directory and a journal, and
 // a hostVersion running one of the versions, as a fresh process would.
@@ -162,7 +124,7 @@ func TestConfirmRecordsAndRetires(t *testing.T) {
 	b := newVersionBed(t)
 	// Names sorting against the arrival order.
 	for i, n := range []string{"v9", "v8", "v7", "v6"} {
-		placeVersion(t, b.versions, n, uint64(i+1), "")
+		upgradetest.PlaceVersion(t, b.versions, n, uint64(i+1), "")
 	}
 	if err := upgrade.WriteKnownGood(b.state, "v7"); err != nil {
 		t.Fatal(err)
@@ -178,7 +140,7 @@ func TestConfirmRecordsAndRetires(t *testing.T) {
 	}
 	wantStrings(t, "confirmed", b.payloadVersions(event.VersionConfirmed), "v6")
 	wantStrings(t, "retired", b.payloadVersions(event.VersionRetired), "v9", "v8")
-	wantStrings(t, "on disk", versionNames(t, b.versions), "v7", "v6")
+	wantStrings(t, "on disk", upgradetest.VersionNames(t, b.versions), "v7", "v6")
 	if kg := b.knownGood(); kg != "v6" {
 		t.Errorf("known-good record %q, want v6", kg)
 	}
@@ -203,11 +165,11 @@ func TestConfirmRecordsAndRetires(t *testing.T) {
 func TestConfirmWithoutKnownGood(t *testing.T) {
 	b := newVersionBed(t)
 	for i, n := range []string{"c", "b", "a"} {
-		placeVersion(t, b.versions, n, uint64(i+1), "")
+		upgradetest.PlaceVersion(t, b.versions, n, uint64(i+1), "")
 	}
 	hv := b.start("a")
 	hv.between(true)
-	wantStrings(t, "on disk", versionNames(t, b.versions), "b", "a")
+	wantStrings(t, "on disk", upgradetest.VersionNames(t, b.versions), "b", "a")
 	if kg := b.knownGood(); kg != "a" {
 		t.Errorf("known-good %q", kg)
 	}
@@ -224,7 +186,7 @@ func TestConfirmKilledAtEachStep(t *testing.T) {
 		t.Run(step, func(t *testing.T) {
 			b := newVersionBed(t)
 			for i, n := range []string{"old1", "old2", "pred", "run"} {
-				placeVersion(t, b.versions, n, uint64(i+1), "")
+				upgradetest.PlaceVersion(t, b.versions, n, uint64(i+1), "")
 			}
 			upgrade.WriteKnownGood(b.state, "pred")
 			hv := b.start("run")
@@ -268,7 +230,7 @@ func TestConfirmKilledAtEachStep(t *testing.T) {
 			if _, err := hv.between(true); err != nil {
 				t.Fatal(err)
 			}
-			wantStrings(t, "on disk", versionNames(t, b.versions), "pred", "run")
+			wantStrings(t, "on disk", upgradetest.VersionNames(t, b.versions), "pred", "run")
 			if entries, _ := os.ReadDir(b.versions); len(entries) != 2 {
 				t.Errorf("%d entries in the versions directory, want 2", len(entries))
 			}
@@ -292,7 +254,7 @@ func TestConfirmKilledAtEachStep(t *testing.T) {
 // one arrives.
 func TestStandAsideForTheLaunchersChoice(t *testing.T) {
 	b := newVersionBed(t)
-	placeVersion(t, b.versions, "one", 1, "")
+	upgradetest.PlaceVersion(t, b.versions, "one", 1, "")
 	hv := b.start("one")
 	for range 5 {
 		if aside, err := hv.between(true); aside != nil || err != nil {
@@ -300,7 +262,7 @@ func TestStandAsideForTheLaunchersChoice(t *testing.T) {
 		}
 	}
 	// A rolled-back version: the launcher runs the known-good one instead.
-	placeVersion(t, b.versions, "two", 2, "")
+	upgradetest.PlaceVersion(t, b.versions, "two", 2, "")
 	os.MkdirAll(filepath.Join(b.state, upgrade.LauncherDir), 0o700)
 	if err := os.WriteFile(filepath.Join(b.state, upgrade.LauncherDir, upgrade.BadFile), []byte("two 1\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -308,7 +270,7 @@ func TestStandAsideForTheLaunchersChoice(t *testing.T) {
 	if aside, err := hv.between(false); aside != nil || err != nil {
 		t.Fatalf("with the newest marked bad: aside %+v, err %v", aside, err)
 	}
-	placeVersion(t, b.versions, "three", 3, "")
+	upgradetest.PlaceVersion(t, b.versions, "three", 3, "")
 	aside, err := hv.between(false)
 	if err != nil || aside == nil || aside.Running != "one" || aside.Newer != "three" {
 		t.Fatalf("with a newer version: aside %+v, err %v", aside, err)
@@ -320,7 +282,7 @@ func TestStandAsideForTheLaunchersChoice(t *testing.T) {
 // version.rolled-back records, and the file goes.
 func TestLauncherDecisionsJournaled(t *testing.T) {
 	b := newVersionBed(t)
-	placeVersion(t, b.versions, "good", 1, "")
+	upgradetest.PlaceVersion(t, b.versions, "good", 1, "")
 	ldir := filepath.Join(b.state, upgrade.LauncherDir)
 	os.MkdirAll(ldir, 0o700)
 	os.WriteFile(filepath.Join(ldir, upgrade.DecisionFile), []byte("rolled-back bad good 1 bad failed 3 starts in a row, the last with exit code 1\n"+
@@ -357,7 +319,7 @@ func TestLauncherDecisionsJournaled(t *testing.T) {
 // not a failed start.
 func TestFirstReconcileClearsFailures(t *testing.T) {
 	b := newVersionBed(t)
-	placeVersion(t, b.versions, "v", 1, "")
+	upgradetest.PlaceVersion(t, b.versions, "v", 1, "")
 	ldir := filepath.Join(b.state, upgrade.LauncherDir)
 	os.MkdirAll(ldir, 0o700)
 	os.WriteFile(filepath.Join(ldir, upgrade.FailuresFile), []byte("v 2\n"), 0o644)

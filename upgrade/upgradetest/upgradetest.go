@@ -1,23 +1,21 @@
-package main
+// Package upgradetest lays out a versions directory for tests, as the
+// archive driver and the package's install step leave one.
+package upgradetest
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/mesh-host/mesh-host/upgrade"
 )
 
-// The versions directory as upgrade tests lay it out; the service's own
-// tests (package service) have the same helpers.
-
-// placeVersion makes dir/name a version as the archive driver leaves one:
+// PlaceVersion makes dir/name a version as the archive driver leaves one:
 // an executable mesh-host (a copy of exe, or a stub when exe is ""), then
-// the arrival marker.
-func placeVersion(t testing.TB, dir, name string, counter uint64, exe string) string {
+// the arrival marker with counter. It returns the version's directory.
+func PlaceVersion(t testing.TB, dir, name string, counter uint64, exe string) string {
 	t.Helper()
 	vdir := filepath.Join(dir, name)
 	if err := os.MkdirAll(vdir, 0o755); err != nil {
@@ -40,7 +38,8 @@ func placeVersion(t testing.TB, dir, name string, counter uint64, exe string) st
 	return vdir
 }
 
-func versionNames(t testing.TB, dir string) []string {
+// VersionNames lists the versions in dir, as upgrade.List orders them.
+func VersionNames(t testing.TB, dir string) []string {
 	t.Helper()
 	vs, err := upgrade.List(dir)
 	if err != nil {
@@ -51,14 +50,4 @@ func versionNames(t testing.TB, dir string) []string {
 		out = append(out, v.Name)
 	}
 	return out
-}
-
-func wantStrings(t *testing.T, what string, got []string, want ...string) {
-	t.Helper()
-	if want == nil {
-		want = []string{}
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("%s: got %v, want %v", what, got, want)
-	}
 }
