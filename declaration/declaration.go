@@ -361,3 +361,14 @@ func DecodeStored(data []byte) (*Declaration, error) {
 	}
 	return d, nil
 }
+
+// ParseNode checks a declaration already parsed into a YAML tree, as
+// ParseYAML does after its parse: a program that composes or rewrites a
+// document (package profile) keeps each node's line and column, so the
+// messages point into the file it came from. name is that file's name.
+func ParseNode(name string, root *yaml.Node) (*Declaration, error) {
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	return decode(name, root)
+}
