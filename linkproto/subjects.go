@@ -127,6 +127,18 @@ const (
 	// LabelsBucket holds each node's labels: key MESH.NODE, value a
 	// LabelRecord (package control), its history the changes, who and when.
 	LabelsBucket = "MESH_LABELS"
+	// ProfilesBucket holds the fleet's profiles: key MESH.NAME, value a
+	// ProfileRecord (package control), its history every change, who and
+	// when; a removed profile is a record saying so, so the history keeps
+	// who removed it.
+	ProfilesBucket = "MESH_PROFILES"
+	// RolloutsBucket holds each rollout's state: key MESH.ID, value a
+	// Rollout (package control). Whichever control service holds a
+	// rollout's lease drives it; the state survives every one of them.
+	RolloutsBucket = "MESH_ROLLOUTS"
+	// RolloutEventsStream keeps every step of every rollout, on
+	// mesh.MESH.rollout.ID (control plane only).
+	RolloutEventsStream = "MESH_ROLLOUT_EVENTS"
 	// ControlQueue is the queue group control services answer hellos in,
 	// so several may serve one mesh and each hello is answered once.
 	ControlQueue = "meshctl"

@@ -98,7 +98,7 @@ func Matching(profiles []*Parsed, l labels.Set) []*Parsed {
 func Render(node Node, profiles []*Parsed, revision uint64) (*declaration.Declaration, []string, error) {
 	matching := Matching(profiles, node.Labels)
 	if len(matching) == 0 {
-		return nil, nil, fmt.Errorf("%s: %w", node.Name, ErrNoProfile)
+		return nil, nil, ErrNoProfile
 	}
 	type origin struct {
 		profile *Parsed

@@ -56,6 +56,9 @@ type cli struct {
 	Serve      serveCmd      `cmd:"" help:"Run the control service (and, without --nats, an embedded broker)."`
 	NATSConfig natsConfigCmd `cmd:"" name:"nats-config" help:"Print the configuration an existing NATS server includes to trust this authority."`
 	Declare    declareCmd    `cmd:"" help:"Store a node's declaration and push it to the node."`
+	Profile    profileCmd    `cmd:"" help:"Keep the fleet's profiles: declarations without a node, composed into each node's by label."`
+	Render     renderCmd     `cmd:"" help:"Print the declaration the profiles make for a node."`
+	Diff       diffCmd       `cmd:"" help:"Print, for each node selected, how what the profiles make differs from what it has."`
 	Nodes      nodesCmd      `cmd:"" help:"Show every node: what it reports and what is declared for it."`
 	Status     statusCmd     `cmd:"" help:"Show a node's state as it last reported it: what mesh-host status shows on the node."`
 	Replay     replayCmd     `cmd:"" help:"Rebuild a node's state from its records in the events stream; --verify compares it with what the node reported."`

@@ -169,6 +169,15 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets,
 	}); err != nil {
 		return nil, fmt.Errorf("labels bucket %s: %w", linkproto.LabelsBucket, err)
 	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:       linkproto.ProfilesBucket,
+		Description:  "the fleet's profiles; the history keeps each change, who made it and when",
+		History:      64,
+		Storage:      jetstream.FileStorage,
+		MaxValueSize: profileRecordMax,
+	}); err != nil {
+		return nil, fmt.Errorf("profiles bucket %s: %w", linkproto.ProfilesBucket, err)
+	}
 	sealKeys, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      linkproto.SealKeysBucket,
 		Description: "every node's public sealing key, as its enrolment told it",

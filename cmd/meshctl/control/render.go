@@ -1,0 +1,252 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/pmezard/go-difflib/difflib"
+
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/labels"
+	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/profile"
+)
+
+// fleet is what rendering needs, read once for many nodes: the profiles,
+// every node's labels, and, when a profile asks for them, facts.
+type fleet struct {
+	c         *Client
+	ctx       context.Context
+	profiles  []*profile.Parsed
+	revisions map[string]uint64 // profile name → its record's revision
+	labels    map[string]labels.Set
+	known     map[string]bool
+	facts     map[string]map[string]string
+}
+
+// loadFleet reads the profiles and the nodes' labels.
+func (c *Client) loadFleet(ctx context.Context) (*fleet, error) {
+	recs, err := c.Profiles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f := &fleet{c: c, ctx: ctx, revisions: map[string]uint64{}, facts: map[string]map[string]string{}}
+	for _, r := range recs {
+		p, err := profile.Parse(r.Profile)
+		if err != nil {
+			// Stored profiles were checked as they were set; one that no
+			// longer parses was written by something else.
+			return nil, fmt.Errorf("stored profile %s does not parse: %w", r.Name, err)
+		}
+		f.profiles = append(f.profiles, p)
+		f.revisions[r.Name] = r.Revision
+	}
+	if f.labels, err = c.Labels(ctx); err != nil {
+		return nil, err
+	}
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.known = map[string]bool{}
+	for _, n := range nodes {
+		f.known[n.Node] = true
+	}
+	for n := range f.labels {
+		f.known[n] = true
+	}
+	return f, nil
+}
+
+// replace puts p in place of the stored profile of its name, or adds it.
+func (f *fleet) replace(p *profile.Parsed) {
+	f.profiles = slices.DeleteFunc(f.profiles, func(q *profile.Parsed) bool { return q.Name == p.Name })
+	f.profiles = append(f.profiles, p)
+}
+
+// nodes are the known nodes, sorted.
+func (f *fleet) nodes() []string {
+	out := make([]string, 0, len(f.known))
+	for n := range f.known {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// selected are the known nodes sel selects, sorted.
+func (f *fleet) selected(sel labels.Selector) []string {
+	var out []string
+	for _, n := range f.nodes() {
+		if sel.Matches(f.labels[n]) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// node is what rendering knows of a node. Its facts are read from its
+// latest report, once, and only when a profile may need them.
+func (f *fleet) node(name string) profile.Node {
+	facts, ok := f.facts[name]
+	if !ok {
+		if r, err := f.c.Report(f.ctx, name); err == nil && r.State.Facts != nil {
+			facts = profile.Facts(*r.State.Facts)
+		}
+		f.facts[name] = facts
+	}
+	return profile.Node{Mesh: f.c.Mesh, Name: name, Labels: f.labels[name], Facts: facts}
+}
+
+// Rendered is a node's declaration as the profiles make it, beside what is
+// stored for it.
+type Rendered struct {
+	Node string
+	// Declaration is at the revision the node would get: the stored one
+	// when the content is unchanged, the next one when it changed.
+	Declaration *declaration.Declaration
+	// Profiles are the names of the profiles it was made of, in order.
+	Profiles []string
+	// Stored is the stored declaration, nil when there is none.
+	Stored *declaration.Declaration
+	// Changed says Declaration differs from Stored in content.
+	Changed bool
+}
+
+// Render renders node's declaration from the profiles.
+func (c *Client) Render(ctx context.Context, node string) (*Rendered, error) {
+	if err := c.MustKnow(ctx, node); err != nil {
+		return nil, err
+	}
+	f, err := c.loadFleet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := f.render(node)
+	if errors.Is(err, profile.ErrNoProfile) {
+		return nil, fmt.Errorf("%w: %s: %w", ErrRefused, node, err)
+	}
+	return r, err
+}
+
+// render renders node, numbering the result after what is stored.
+func (f *fleet) render(node string) (*Rendered, error) {
+	stored, err := f.c.storedFor(f.ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	next := uint64(1)
+	if stored != nil {
+		next = stored.Revision + 1
+	}
+	d, names, err := profile.Render(f.node(node), f.profiles, next)
+	if err != nil {
+		return nil, err
+	}
+	r := &Rendered{Node: node, Declaration: d, Profiles: names, Stored: stored, Changed: true}
+	if stored != nil {
+		same := *d
+		same.Revision = stored.Revision
+		if withoutSealed(&same).Digest() == withoutSealed(stored).Digest() {
+			r.Declaration, r.Changed = &same, false
+		}
+	}
+	return r, nil
+}
+
+// storedFor is node's stored declaration, nil when there is none.
+func (c *Client) storedFor(ctx context.Context, node string) (*declaration.Declaration, error) {
+	kv, err := c.desired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, linkproto.DesiredKey(c.Mesh, node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the desired state of %s: %w", node, err)
+	}
+	return decodeStoredEntry(e.Value(), c.Mesh, node)
+}
+
+// NodeDiff is one node's change: what it has stored against what the
+// profiles render for it.
+type NodeDiff struct {
+	Node     string
+	Rendered *Rendered
+	// Err is why the node does not render (profile.ErrNoProfile, a
+	// conflict, a missing label or fact).
+	Err error
+}
+
+// Diff renders every known node sel selects.
+func (c *Client) Diff(ctx context.Context, sel labels.Selector) ([]NodeDiff, error) {
+	f, err := c.loadFleet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []NodeDiff
+	for _, n := range f.selected(sel) {
+		r, err := f.render(n)
+		out = append(out, NodeDiff{Node: n, Rendered: r, Err: err})
+	}
+	return out, nil
+}
+
+// PrintDiff writes each node's change as a unified diff of its resources,
+// one line each, and a last line of counts.
+func PrintDiff(w io.Writer, diffs []NodeDiff) error {
+	changed, same, failed := 0, 0, 0
+	for _, d := range diffs {
+		switch {
+		case d.Err != nil:
+			failed++
+			fmt.Fprintf(w, "%s: does not render: %v\n", d.Node, d.Err)
+		case !d.Rendered.Changed:
+			same++
+		default:
+			changed++
+			r := d.Rendered
+			var a []string
+			from := d.Node + " (nothing stored)"
+			if r.Stored != nil {
+				a = resourceLines(withoutSealed(r.Stored))
+				from = fmt.Sprintf("%s revision %d (stored)", d.Node, r.Stored.Revision)
+			}
+			text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+				A: a, B: resourceLines(r.Declaration),
+				FromFile: from,
+				ToFile:   fmt.Sprintf("%s revision %d (from %s)", d.Node, r.Declaration.Revision, strings.Join(r.Profiles, ", ")),
+				Context:  1,
+			})
+			if err != nil {
+				return err
+			}
+			io.WriteString(w, text)
+		}
+	}
+	fmt.Fprintf(w, "%d nodes: %d to change, %d unchanged, %d do not render\n", len(diffs), changed, same, failed)
+	return nil
+}
+
+// resourceLines is a declaration's resources, one JSON line each, so a
+// diff shows whole resources.
+func resourceLines(d *declaration.Declaration) []string {
+	out := make([]string, len(d.Resources))
+	for i, r := range d.Resources {
+		one := declaration.Declaration{Resources: []drivers.Spec{r}}
+		doc, _ := one.MarshalJSON()
+		// {"mesh":"","node":"","revision":0,"resources":[X]} → X
+		s := string(doc)
+		s = s[strings.Index(s, `"resources":[`)+len(`"resources":[`) : len(s)-2]
+		out[i] = s + "\n"
+	}
+	return out
+}
