@@ -139,6 +139,10 @@ const (
 	// RolloutEventsStream keeps every step of every rollout, on
 	// mesh.MESH.rollout.ID (control plane only).
 	RolloutEventsStream = "MESH_ROLLOUT_EVENTS"
+	// BadReleasesBucket holds each host release a node rolled back in a
+	// rollout: key MESH.HEX (the release's digest), value a BadRelease
+	// (package control). No rollout delivers a release listed here.
+	BadReleasesBucket = "MESH_BAD_RELEASES"
 	// ControlQueue is the queue group control services answer hellos in,
 	// so several may serve one mesh and each hello is answered once.
 	ControlQueue = "meshctl"
@@ -256,6 +260,19 @@ func NodePublish(mesh, node string) string { return subject(mesh, upToken, node,
 // mesh: what the control service listens on.
 func AllHellos(mesh string) string     { return subject(mesh, upToken, "*", helloToken) }
 func AllHeartbeats(mesh string) string { return subject(mesh, upToken, "*", heartbeatToken) }
+
+// rolloutToken: mesh.MESH.rollout.ID carries the steps of rollout ID, for
+// the control plane's rollout events stream. Nodes may neither publish
+// nor subscribe there.
+const rolloutToken = "rollout"
+
+// RolloutEventSubject is where the steps of rollout id are recorded.
+func RolloutEventSubject(mesh, id string) string {
+	return subjectRoot + "." + mesh + "." + rolloutToken + "." + id
+}
+
+// AnyMeshRollouts is the rollout events stream's subject.
+const AnyMeshRollouts = subjectRoot + ".*." + rolloutToken + ".*"
 func AllSyncs(mesh string) string      { return subject(mesh, upToken, "*", syncToken) }
 func AllRenews(mesh string) string     { return subject(mesh, upToken, "*", renewToken) }
 

@@ -42,18 +42,8 @@ func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *dec
 
 // declare is Declare, saying also whether the node answered the push.
 func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *declaration.Declaration, opt DeclareOptions) (online bool, err error) {
-	d, err = c.seal(ctx, node, d)
+	push, err := c.prepare(ctx, node, d)
 	if err != nil {
-		return false, err
-	}
-	push, err := Push(d, c.Mesh, node)
-	if err != nil {
-		return false, err
-	}
-	if err := c.sign(push); err != nil {
-		return false, err
-	}
-	if push, err = c.store(ctx, node, d, push); err != nil {
 		return false, err
 	}
 
@@ -68,33 +58,18 @@ func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *dec
 		return false, err
 	}
 
-	timeout := opt.PushTimeout
-	if timeout == 0 {
-		timeout = 3 * time.Second
+	ack, err := c.pushStored(node, push, opt.PushTimeout)
+	if err != nil || ack == nil {
+		if ack == nil && err == nil {
+			fmt.Fprintf(out, "%s is offline: it will get revision %d when it reconnects\n", node, push.Revision)
+		}
+		return err != nil, err
 	}
-	reply, err := c.Conn.Request(linkproto.DeclarationSubject(c.Mesh, node), linkproto.Marshal(push), timeout)
-	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
-		fmt.Fprintf(out, "%s is offline: it will get revision %d when it reconnects\n", node, d.Revision)
-		return false, nil
-	}
-	if err != nil {
-		return true, fmt.Errorf("push revision %d to %s: %w", d.Revision, node, err)
-	}
-	var ack linkproto.Ack
-	if err := linkproto.Decode(reply.Data, linkproto.MaxReportSize, &ack); err != nil {
-		return true, fmt.Errorf("%s answered the push with something other than an ack: %w", node, err)
-	}
-	if ack.Node != node || ack.Revision != d.Revision {
-		return true, fmt.Errorf("%s answered the push of revision %d with an ack of %s's revision %d", node, d.Revision, ack.Node, ack.Revision)
-	}
-	if !ack.Accepted {
-		return true, fmt.Errorf("%w: %s refused revision %d: %s", ErrRefused, node, d.Revision, ack.Reason)
-	}
-	fmt.Fprintf(out, "%s accepted revision %d (journal #%d)\n", node, d.Revision, ack.Seq)
+	fmt.Fprintf(out, "%s accepted revision %d (journal #%d)\n", node, push.Revision, ack.Seq)
 	if opt.Wait <= 0 {
 		return true, nil
 	}
-	hb, err := c.waitApplied(ctx, heartbeats, node, d.Revision, opt.Wait)
+	hb, err := c.waitApplied(ctx, heartbeats, node, push.Revision, opt.Wait)
 	if err != nil {
 		return true, err
 	}
@@ -103,6 +78,51 @@ func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *dec
 		return true, fmt.Errorf("%w: %s reports %d failed resources (see `meshctl journal %s`)", ErrApplyFailed, node, hb.Failed, node)
 	}
 	return true, nil
+}
+
+// prepare seals d's secrets to node, signs it, and stores it as node's
+// desired state, returning the push to send: what the node gets with its
+// next hello, whether or not it answers a push now.
+func (c *Client) prepare(ctx context.Context, node string, d *declaration.Declaration) (*linkproto.Declaration, error) {
+	d, err := c.seal(ctx, node, d)
+	if err != nil {
+		return nil, err
+	}
+	push, err := Push(d, c.Mesh, node)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.sign(push); err != nil {
+		return nil, err
+	}
+	return c.store(ctx, node, d, push)
+}
+
+// pushStored pushes a stored declaration to its node and checks the ack.
+// A node that does not answer within timeout (zero: 3 s) is offline,
+// which is normal: the ack is nil and so is the error.
+func (c *Client) pushStored(node string, push *linkproto.Declaration, timeout time.Duration) (*linkproto.Ack, error) {
+	if timeout == 0 {
+		timeout = 3 * time.Second
+	}
+	reply, err := c.Conn.Request(linkproto.DeclarationSubject(c.Mesh, node), linkproto.Marshal(push), timeout)
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("push revision %d to %s: %w", push.Revision, node, err)
+	}
+	var ack linkproto.Ack
+	if err := linkproto.Decode(reply.Data, linkproto.MaxReportSize, &ack); err != nil {
+		return nil, fmt.Errorf("%s answered the push with something other than an ack: %w", node, err)
+	}
+	if ack.Node != node || ack.Revision != push.Revision {
+		return nil, fmt.Errorf("%s answered the push of revision %d with an ack of %s's revision %d", node, push.Revision, ack.Node, ack.Revision)
+	}
+	if !ack.Accepted {
+		return nil, fmt.Errorf("%w: %s refused revision %d: %s", ErrRefused, node, push.Revision, ack.Reason)
+	}
+	return &ack, nil
 }
 
 // Push checks that d can be declared for node of mesh, as far as that

@@ -149,6 +149,9 @@ func (f *fleet) render(node string) (*Rendered, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d, err = keepRelease(d, stored); err != nil {
+		return nil, err
+	}
 	r := &Rendered{Node: node, Declaration: d, Profiles: names, Stored: stored, Changed: true}
 	if stored != nil {
 		same := *d
@@ -249,4 +252,29 @@ func resourceLines(d *declaration.Declaration) []string {
 		out[i] = s + "\n"
 	}
 	return out
+}
+
+// keepRelease adds to d the host release stored declares, when d declares
+// none: the host's version is the mesh's (meshctl release), not a
+// profile's, and a rollout of profiles must not take it away.
+func keepRelease(d, stored *declaration.Declaration) (*declaration.Declaration, error) {
+	if stored == nil || slices.ContainsFunc(d.Resources, isRelease) {
+		return d, nil
+	}
+	var keep []drivers.Spec
+	for _, s := range stored.Resources {
+		if isRelease(s) {
+			keep = append(keep, s)
+		}
+	}
+	if len(keep) == 0 {
+		return d, nil
+	}
+	out := *d
+	out.Resources = append(slices.Clip(d.Resources), keep...)
+	doc, err := out.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return declaration.ParseJSON("the declaration rendered for "+d.Node, doc)
 }

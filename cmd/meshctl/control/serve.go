@@ -96,10 +96,14 @@ func Serve(ctx context.Context, a *Authority, cfg ServeConfig) error {
 	} else if err := a.SetReleasesURL(""); err != nil {
 		return fmt.Errorf("record the releases address: %w", err)
 	}
+	secrets, err := a.Secrets()
+	if err != nil {
+		return err
+	}
 	{ // Streams and bucket in place, then every node's hello answered.
 		ctx, cancel := context.WithCancel(ctx)
 		svc := &Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: log, EventsMaxAge: cfg.EventsMaxAge,
-			Issuer: &Accounts{A: a, Sys: sys, Now: cfg.Now}, CredentialTTL: cfg.CredentialTTL}
+			Issuer: &Accounts{A: a, Sys: sys, Now: cfg.Now}, CredentialTTL: cfg.CredentialTTL, Secrets: secrets}
 		g.Add(func() error {
 			return svc.Run(ctx)
 		}, func(error) { cancel() })

@@ -2,10 +2,13 @@ package control
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -47,6 +50,20 @@ type Service struct {
 	// RetryEvery is how long to wait after failing to set up the streams
 	// (the broker not reachable yet) before trying again; zero means 2 s.
 	RetryEvery time.Duration
+	// Secrets seal the secrets a rollout's declarations name; nil refuses
+	// such declarations.
+	Secrets *Secrets
+	// Holder names this service in the rollouts it drives (default: the
+	// host name, the process id and a random tail).
+	Holder string
+}
+
+// newHolder names a control service uniquely among those of a cluster.
+func newHolder() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // dialTimeout bounds one connection attempt and each JetStream call the
@@ -178,6 +195,32 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets,
 	}); err != nil {
 		return nil, fmt.Errorf("profiles bucket %s: %w", linkproto.ProfilesBucket, err)
 	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      linkproto.RolloutsBucket,
+		Description: "every rollout's state, which control service drives it and until when",
+		History:     4,
+		Storage:     jetstream.FileStorage,
+	}); err != nil {
+		return nil, fmt.Errorf("rollouts bucket %s: %w", linkproto.RolloutsBucket, err)
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      linkproto.BadReleasesBucket,
+		Description: "every host release a node rolled back in a rollout: no rollout delivers it again",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+	}); err != nil {
+		return nil, fmt.Errorf("bad-releases bucket %s: %w", linkproto.BadReleasesBucket, err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        linkproto.RolloutEventsStream,
+		Description: "every step of every rollout",
+		Subjects:    []string{linkproto.AnyMeshRollouts},
+		Storage:     jetstream.FileStorage,
+		MaxAge:      365 * 24 * time.Hour,
+		MaxMsgSize:  64 << 10,
+	}); err != nil {
+		return nil, fmt.Errorf("rollout events stream %s: %w", linkproto.RolloutEventsStream, err)
+	}
 	sealKeys, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      linkproto.SealKeysBucket,
 		Description: "every node's public sealing key, as its enrolment told it",
@@ -287,8 +330,11 @@ func (s *Service) Run(ctx context.Context) error {
 		defer renews.Unsubscribe()
 	}
 	s.Log.Info("answering hellos", "mesh", s.Mesh, "subject", linkproto.AllHellos(s.Mesh))
-	<-ctx.Done()
-	return nil
+	holder := s.Holder
+	if holder == "" {
+		holder = newHolder()
+	}
+	return s.driveRollouts(ctx, holder)
 }
 
 // hello answers one Hello. A hello that is not one is logged and left

@@ -1,0 +1,513 @@
+package control
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/labels"
+	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/profile"
+)
+
+// A rollout pushes declarations to the nodes a selector chooses, in waves:
+// the canaries first, then at most MaxInFlight nodes at a time. A wave is
+// complete when each of its nodes reports the revision it was pushed
+// applied and converged (for a release: runs the release); a node that
+// fails, rolls the release back, or stays silent past WaitHealthy fails,
+// and a failure halts the rollout (always among the canaries, later with
+// HaltOnFailure). The rollout's state lives in the rollouts bucket, so it
+// survives the control service that drives it: whichever `meshctl serve`
+// holds its lease drives it, and another takes over when that lease
+// lapses.
+
+// RolloutState is where a rollout stands.
+type RolloutState string
+
+const (
+	RolloutRunning RolloutState = "running"
+	RolloutPaused  RolloutState = "paused"
+	RolloutHalted  RolloutState = "halted"
+	RolloutDone    RolloutState = "done"
+	RolloutAborted RolloutState = "aborted"
+)
+
+// Active says the rollout may still push.
+func (s RolloutState) Active() bool { return s == RolloutRunning || s == RolloutPaused }
+
+// NodeStep is where one node of a rollout stands.
+type NodeStep string
+
+const (
+	StepPending   NodeStep = "pending"
+	StepPushed    NodeStep = "pushed"
+	StepConverged NodeStep = "converged"
+	StepUnchanged NodeStep = "unchanged" // rendered as it was: nothing pushed
+	StepFailed    NodeStep = "failed"
+	StepReverted  NodeStep = "reverted"
+)
+
+// final says the node is done with, as far as its wave goes.
+func (s NodeStep) final() bool {
+	return s == StepConverged || s == StepUnchanged || s == StepFailed || s == StepReverted
+}
+
+// Rollout kinds: what each node is pushed.
+const (
+	// RolloutProfiles pushes each node what its profiles render.
+	RolloutProfiles = "profiles"
+	// RolloutRelease pushes each node its stored declaration with a host
+	// release in place of the previous one.
+	RolloutRelease = "release"
+)
+
+// Rollout is a rollout as the rollouts bucket keeps it.
+type Rollout struct {
+	ID       string `json:"id"`
+	Mesh     string `json:"mesh"`
+	Kind     string `json:"kind"`
+	Selector string `json:"selector"`
+	// Operator started it; every declaration it pushes is signed as
+	// "OPERATOR via rollout ID", so each node's journal names both.
+	Operator      string             `json:"operator"`
+	Created       time.Time          `json:"created"`
+	Updated       time.Time          `json:"updated"`
+	Canary        int                `json:"canary"`
+	MaxInFlight   int                `json:"max_in_flight"`
+	HaltOnFailure bool               `json:"halt_on_failure"`
+	WaitHealthy   linkproto.Duration `json:"wait_healthy"`
+	// Release is the host release a release rollout delivers.
+	Release *drivers.ArchiveSpec `json:"release,omitempty"`
+	State   RolloutState         `json:"state"`
+	Reason  string               `json:"reason,omitempty"`
+	Nodes   []RolloutNode        `json:"nodes"`
+	// Skipped are the selected nodes no profile selects: left alone.
+	Skipped []string `json:"skipped,omitempty"`
+	// Holder and LeaseUntil say which control service drives it, until
+	// when.
+	Holder     string    `json:"holder,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// revision is the bucket's revision of the record (not stored).
+	revision uint64
+}
+
+// RolloutNode is one node of a rollout.
+type RolloutNode struct {
+	Node string   `json:"node"`
+	Wave int      `json:"wave"`
+	Step NodeStep `json:"step"`
+	// Revision is the revision pushed; Before the stored revision it
+	// replaced and LastGood the last one the node had converged then,
+	// which a revert declares again.
+	Revision uint64    `json:"revision,omitempty"`
+	Before   uint64    `json:"before,omitempty"`
+	LastGood uint64    `json:"last_good,omitempty"`
+	Pushed   time.Time `json:"pushed,omitzero"`
+	Done     time.Time `json:"done,omitzero"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+// Waves is how many waves the rollout has.
+func (r *Rollout) Waves() int {
+	n := 0
+	for _, nd := range r.Nodes {
+		n = max(n, nd.Wave+1)
+	}
+	return n
+}
+
+// Counts counts the rollout's nodes by step.
+func (r *Rollout) Counts() map[NodeStep]int {
+	out := map[NodeStep]int{}
+	for _, n := range r.Nodes {
+		out[n.Step]++
+	}
+	return out
+}
+
+// operatorFor is who the rollout's declarations say made them.
+func (r *Rollout) operatorFor() string {
+	op := r.Operator + " via rollout " + r.ID
+	if len(op) > linkproto.MaxOperatorLen {
+		op = op[:linkproto.MaxOperatorLen]
+	}
+	return op
+}
+
+// RolloutOptions are a rollout's parameters.
+type RolloutOptions struct {
+	Selector string
+	// Canary is how many nodes go first, alone in wave 0.
+	Canary int
+	// MaxInFlight is "N" nodes or "P%" of the selected nodes per wave
+	// after the canaries; empty means all of them at once.
+	MaxInFlight   string
+	HaltOnFailure bool
+	// WaitHealthy bounds how long a pushed node may take to report the
+	// revision converged (zero: 5 minutes).
+	WaitHealthy time.Duration
+	// Release makes it a release rollout delivering this host release.
+	Release *drivers.ArchiveSpec
+}
+
+// ParseMaxInFlight turns "N" or "P%" into a count of nodes out of total,
+// at least 1.
+func ParseMaxInFlight(s string, total int) (int, error) {
+	if s == "" {
+		return max(total, 1), nil
+	}
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 100 {
+			return 0, fmt.Errorf("--max-in-flight %q: want a count or a percentage from 1%% to 100%%", s)
+		}
+		return max(total*n/100, 1), nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("--max-in-flight %q: want a count of at least 1 or a percentage", s)
+	}
+	return n, nil
+}
+
+// newRolloutID names a rollout by when it started, with a random tail.
+func newRolloutID(now time.Time) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return "r-" + now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+}
+
+func (c *Client) rolloutsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := c.js.KeyValue(ctx, linkproto.RolloutsBucket)
+	if err != nil {
+		return nil, notServed("the rollouts bucket "+linkproto.RolloutsBucket, err)
+	}
+	return kv, nil
+}
+
+// StartRollout plans a rollout and stores it running, for the control
+// service to drive. Every selected node is rendered first: a node that
+// does not render refuses the whole rollout (nothing is pushed to any
+// node), a node no profile selects is skipped. Only one rollout is active
+// at a time in a mesh, so two cannot push one node at once.
+func (c *Client) StartRollout(ctx context.Context, opt RolloutOptions) (*Rollout, error) {
+	sel, err := labels.Parse(opt.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --select: %w", ErrRefused, err)
+	}
+	if opt.Canary < 0 {
+		return nil, fmt.Errorf("%w: --canary %d: at least 0", ErrRefused, opt.Canary)
+	}
+	if err := linkproto.ValidOperator(c.Operator); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	all, err := c.Rollouts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range all {
+		if r.State.Active() {
+			return nil, fmt.Errorf("%w: rollout %s is %s; resume and finish it, or abort it, first", ErrRefused, r.ID, r.State)
+		}
+	}
+	if opt.Release != nil {
+		bad, err := c.BadRelease(ctx, opt.Release.Digest)
+		if err != nil {
+			return nil, err
+		}
+		if bad != nil {
+			return nil, fmt.Errorf("%w: release %s is bad for this mesh: %s rolled it back (%s) in rollout %s", ErrRefused, short(strings.TrimPrefix(bad.Digest, "sha256:")), bad.Node, bad.Reason, bad.Rollout)
+		}
+	}
+	f, err := c.loadFleet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := c.Now().UTC()
+	r := &Rollout{ID: newRolloutID(now), Mesh: c.Mesh, Kind: RolloutProfiles, Selector: opt.Selector, Operator: c.Operator,
+		Created: now, Updated: now, Canary: opt.Canary, HaltOnFailure: opt.HaltOnFailure,
+		WaitHealthy: linkproto.Duration(opt.WaitHealthy), Release: opt.Release, State: RolloutRunning}
+	if r.WaitHealthy == 0 {
+		r.WaitHealthy = linkproto.Duration(5 * time.Minute)
+	}
+	if opt.Release != nil {
+		r.Kind = RolloutRelease
+	}
+	var nodes, problems []string
+	for _, n := range f.selected(sel) {
+		if r.Kind == RolloutRelease {
+			nodes = append(nodes, n)
+			continue
+		}
+		_, err := f.render(n)
+		switch {
+		case errors.Is(err, profile.ErrNoProfile):
+			r.Skipped = append(r.Skipped, n)
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("%s:\n%s", n, indent(err.Error())))
+		default:
+			nodes = append(nodes, n)
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: %d nodes do not render, so nothing is pushed:\n%s", ErrRefused, len(problems), strings.Join(problems, "\n"))
+	}
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("%w: the selector %q selects no node to roll out to", ErrRefused, opt.Selector)
+	}
+	// Nodes labelled canary go first, then by name.
+	slices.SortStableFunc(nodes, func(a, b string) int {
+		_, ca := f.labels[a]["canary"]
+		_, cb := f.labels[b]["canary"]
+		switch {
+		case ca && !cb:
+			return -1
+		case cb && !ca:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	rest := len(nodes) - min(opt.Canary, len(nodes))
+	if r.MaxInFlight, err = ParseMaxInFlight(opt.MaxInFlight, rest); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	for i, n := range nodes {
+		wave := 0
+		if opt.Canary > 0 {
+			if i >= opt.Canary {
+				wave = 1 + (i-opt.Canary)/r.MaxInFlight
+			}
+		} else {
+			wave = i / r.MaxInFlight
+		}
+		r.Nodes = append(r.Nodes, RolloutNode{Node: n, Wave: wave, Step: StepPending})
+	}
+	kv, err := c.rolloutsBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	value := mustJSON(r)
+	if len(value) > linkproto.MaxDeclarationSize-welcomeRoom {
+		return nil, fmt.Errorf("%w: a rollout of %d nodes does not fit one record; select fewer", ErrRefused, len(r.Nodes))
+	}
+	if r.revision, err = kv.Create(ctx, nodeKey(c.Mesh, r.ID), value); err != nil {
+		return nil, fmt.Errorf("store rollout %s: %w", r.ID, err)
+	}
+	c.rolloutEvent(ctx, r, "started", "", fmt.Sprintf("%s rollout of %d nodes in %d waves by %s", r.Kind, len(r.Nodes), r.Waves(), r.Operator))
+	return r, nil
+}
+
+// Rollouts returns the mesh's rollouts, oldest first.
+func (c *Client) Rollouts(ctx context.Context) ([]*Rollout, error) {
+	kv, err := c.rolloutsBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchFiltered(ctx, []string{nodeKey(c.Mesh, "*")}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("list the rollouts: %w", err)
+	}
+	defer w.Stop()
+	var out []*Rollout
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		r, err := decodeRollout(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *Rollout) int { return a.Created.Compare(b.Created) })
+	return out, nil
+}
+
+func decodeRollout(e jetstream.KeyValueEntry) (*Rollout, error) {
+	var r Rollout
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, fmt.Errorf("rollout %s: %w", e.Key(), err)
+	}
+	r.revision = e.Revision()
+	return &r, nil
+}
+
+// GetRollout returns the rollout id; "" means the latest one.
+func (c *Client) GetRollout(ctx context.Context, id string) (*Rollout, error) {
+	if id == "" {
+		all, err := c.Rollouts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(all) == 0 {
+			return nil, fmt.Errorf("%w: no rollout yet in mesh %s", ErrRefused, c.Mesh)
+		}
+		return all[len(all)-1], nil
+	}
+	if err := linkproto.ValidName(id); err != nil {
+		return nil, fmt.Errorf("%w: rollout: %w", ErrRefused, err)
+	}
+	kv, err := c.rolloutsBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, nodeKey(c.Mesh, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: there is no rollout %s (see `meshctl rollout list`)", ErrRefused, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read rollout %s: %w", id, err)
+	}
+	return decodeRollout(e)
+}
+
+// saveRollout stores r conditionally on the record it was read from, so
+// that an operator's pause and a control service's step cannot both win.
+func (c *Client) saveRollout(ctx context.Context, r *Rollout) error {
+	kv, err := c.rolloutsBucket(ctx)
+	if err != nil {
+		return err
+	}
+	r.Updated = c.Now().UTC()
+	rev, err := kv.Update(ctx, nodeKey(c.Mesh, r.ID), mustJSON(r), r.revision)
+	if err != nil {
+		return err
+	}
+	r.revision = rev
+	return nil
+}
+
+// SetRolloutState pauses, resumes or aborts a rollout: from running or
+// paused, and a halted one may be aborted. It tries again when the driving control service wrote the
+// record meanwhile.
+func (c *Client) SetRolloutState(ctx context.Context, id string, to RolloutState, why string) (*Rollout, error) {
+	for range 20 {
+		r, err := c.GetRollout(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case to == RolloutAborted && r.State == RolloutHalted:
+			// A halted rollout is ended by abort, with or without a
+			// revert: it is where a revert is wanted most.
+		case !r.State.Active():
+			return r, fmt.Errorf("%w: rollout %s is %s already", ErrRefused, r.ID, r.State)
+		case to == RolloutRunning && r.State == RolloutRunning:
+			return r, fmt.Errorf("%w: rollout %s is running already", ErrRefused, r.ID)
+		case to == RolloutPaused && r.State == RolloutPaused:
+			return r, fmt.Errorf("%w: rollout %s is paused already", ErrRefused, r.ID)
+		}
+		r.State, r.Reason = to, why
+		err = c.saveRollout(ctx, r)
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		c.rolloutEvent(ctx, r, string(to), "", why)
+		return r, nil
+	}
+	return nil, fmt.Errorf("rollout %s: the record kept changing; try again", id)
+}
+
+// RolloutEvent is one step of a rollout, as the rollout events stream
+// keeps it.
+type RolloutEvent struct {
+	Rollout  string    `json:"rollout"`
+	At       time.Time `json:"at"`
+	Step     string    `json:"step"`
+	Node     string    `json:"node,omitempty"`
+	Revision uint64    `json:"revision,omitempty"`
+	Detail   string    `json:"detail,omitempty"`
+	Operator string    `json:"operator,omitempty"`
+}
+
+// rolloutEvent records a step in the rollout events stream. A step that
+// cannot be recorded is logged by the caller's state, not lost: the
+// rollout's record holds every node's step too.
+func (c *Client) rolloutEvent(ctx context.Context, r *Rollout, step, node, detail string) {
+	c.rolloutEventRev(ctx, r, step, node, 0, detail)
+}
+
+func (c *Client) rolloutEventRev(ctx context.Context, r *Rollout, step, node string, revision uint64, detail string) {
+	ev := RolloutEvent{Rollout: r.ID, At: c.Now().UTC(), Step: step, Node: node, Revision: revision, Detail: detail, Operator: c.Operator}
+	_, _ = c.js.Publish(ctx, linkproto.RolloutEventSubject(c.Mesh, r.ID), mustJSON(ev))
+}
+
+// RolloutEvents returns the steps of rollout id, oldest first.
+func (c *Client) RolloutEvents(ctx context.Context, id string) ([]RolloutEvent, error) {
+	s, err := c.stream(ctx, linkproto.RolloutEventsStream)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{linkproto.RolloutEventSubject(c.Mesh, id)}})
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(linkproto.RolloutEventSubject(c.Mesh, id)))
+	if err != nil {
+		return nil, err
+	}
+	want := info.State.Subjects[linkproto.RolloutEventSubject(c.Mesh, id)]
+	var out []RolloutEvent
+	for uint64(len(out)) < want {
+		batch, err := cons.Fetch(int(min(want-uint64(len(out)), 500)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return out, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var ev RolloutEvent
+			if json.Unmarshal(m.Data(), &ev) == nil {
+				out = append(out, ev)
+			}
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return out, nil
+}
+
+// withReleaseOrRender is what a rollout pushes node: its profiles'
+// declaration, or its stored one with the release; nil when that is what
+// is stored already.
+func (c *Client) rolloutDeclaration(ctx context.Context, f *fleet, r *Rollout, node string) (*declaration.Declaration, *declaration.Declaration, error) {
+	if r.Kind == RolloutRelease {
+		stored, err := c.storedFor(ctx, node)
+		if err != nil {
+			return nil, nil, err
+		}
+		d, changed, err := WithRelease(stored, c.Mesh, node, r.Release)
+		if err != nil || !changed {
+			return nil, stored, err
+		}
+		return d, stored, nil
+	}
+	rd, err := f.render(node)
+	if err != nil || !rd.Changed {
+		return nil, rd.storedOrNil(), err
+	}
+	return rd.Declaration, rd.Stored, nil
+}
+
+func (r *Rendered) storedOrNil() *declaration.Declaration {
+	if r == nil {
+		return nil
+	}
+	return r.Stored
+}

@@ -1,0 +1,350 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// Driving rollouts: each control service looks at the active rollouts
+// every tick, takes the lease of a running one whose lease has lapsed (or
+// is its own), and moves it on one step: push the pending nodes of the
+// current wave, look at the heartbeats of the pushed ones, halt on a
+// failure, and start the next wave when this one is complete. Every step
+// is saved conditionally on the record read, so a pause by an operator or
+// a second control service's step is never overwritten; the loser reads
+// again at the next tick.
+
+const (
+	// rolloutTick is how often a control service looks at the rollouts.
+	rolloutTick = 250 * time.Millisecond
+	// rolloutLease is how long a control service holds a rollout it
+	// drives without renewing; another takes over when it lapses.
+	rolloutLease = 10 * time.Second
+	// pushParallel bounds the pushes in flight at once.
+	pushParallel = 64
+)
+
+// driver drives the mesh's rollouts on behalf of one control service.
+type driver struct {
+	c      *Client
+	holder string
+	log    *slog.Logger
+
+	mu         sync.Mutex
+	heartbeats map[string]*linkproto.Heartbeat // latest by node
+}
+
+// driveRollouts runs the driver until ctx ends.
+func (s *Service) driveRollouts(ctx context.Context, holder string) error {
+	c, err := NewClient(s.Conn, s.Mesh)
+	if err != nil {
+		return err
+	}
+	c.Key, c.Secrets = s.Key, s.Secrets
+	if s.Now != nil {
+		c.Now = s.Now
+	}
+	d := &driver{c: c, holder: holder, log: s.Log, heartbeats: map[string]*linkproto.Heartbeat{}}
+	// Every heartbeat of the mesh as it arrives: a wave's nodes are
+	// looked up here rather than asked of the stream one by one.
+	sub, err := s.Conn.Subscribe(linkproto.AllHeartbeats(s.Mesh), func(m *nats.Msg) {
+		var hb linkproto.Heartbeat
+		if linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb) != nil {
+			return
+		}
+		_, node, err := linkproto.NodeOf(m.Subject)
+		if err != nil || hb.Node != node || hb.Mesh != s.Mesh {
+			return // a node speaks for itself only
+		}
+		d.mu.Lock()
+		d.heartbeats[node] = &hb
+		d.mu.Unlock()
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to heartbeats: %w", err)
+	}
+	defer sub.Unsubscribe()
+	t := time.NewTicker(rolloutTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		all, err := c.Rollouts(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Debug("cannot list the rollouts", "err", err)
+			}
+			continue
+		}
+		for _, r := range all {
+			if r.State != RolloutRunning {
+				continue
+			}
+			if err := d.step(ctx, r); err != nil && ctx.Err() == nil {
+				if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+					continue // changed meanwhile: read again next tick
+				}
+				d.log.Warn("rollout step", "rollout", r.ID, "err", err)
+			}
+		}
+	}
+}
+
+// heartbeat is node's latest heartbeat: the one seen, or the stream's.
+func (d *driver) heartbeat(ctx context.Context, node string) *linkproto.Heartbeat {
+	d.mu.Lock()
+	hb := d.heartbeats[node]
+	d.mu.Unlock()
+	if hb != nil {
+		return hb
+	}
+	hb, err := d.c.lastHeartbeat(ctx, node)
+	if err != nil || hb == nil {
+		return nil
+	}
+	d.mu.Lock()
+	if d.heartbeats[node] == nil {
+		d.heartbeats[node] = hb
+	}
+	d.mu.Unlock()
+	return hb
+}
+
+// step moves r on, if this service may drive it now.
+func (d *driver) step(ctx context.Context, r *Rollout) error {
+	now := d.c.Now().UTC()
+	if r.Holder != "" && r.Holder != d.holder && now.Before(r.LeaseUntil) {
+		return nil
+	}
+	if r.Holder != d.holder {
+		d.log.Info("driving rollout", "rollout", r.ID, "from", r.Holder)
+		r.Holder = d.holder
+		r.LeaseUntil = now.Add(rolloutLease)
+		// Take the lease alone first: only the winner pushes.
+		if err := d.c.saveRollout(ctx, r); err != nil {
+			return err
+		}
+	}
+	r.LeaseUntil = now.Add(rolloutLease)
+	// Each node's declaration says who started the rollout, and which.
+	c := *d.c
+	c.Operator = r.operatorFor()
+
+	wave := -1
+	for _, n := range r.Nodes {
+		if !n.Step.final() {
+			wave = n.Wave
+			break
+		}
+	}
+	if wave < 0 {
+		r.State, r.Reason = RolloutDone, ""
+		if err := c.saveRollout(ctx, r); err != nil {
+			return err
+		}
+		counts := r.Counts()
+		c.rolloutEvent(ctx, r, "done", "", fmt.Sprintf("%d converged, %d unchanged, %d failed", counts[StepConverged], counts[StepUnchanged], counts[StepFailed]))
+		return nil
+	}
+
+	var events []RolloutEvent
+	note := func(step, node string, rev uint64, detail string) {
+		events = append(events, RolloutEvent{Step: step, Node: node, Revision: rev, Detail: detail})
+	}
+	if err := d.push(ctx, &c, r, wave, note); err != nil {
+		return err
+	}
+	d.observe(ctx, &c, r, wave, now, note)
+
+	// A failure halts among the canaries always, later with
+	// --halt-on-failure.
+	canaryWave := r.Canary > 0 && wave == 0
+	for _, n := range r.Nodes {
+		if n.Wave == wave && n.Step == StepFailed && (canaryWave || r.HaltOnFailure) {
+			what := "wave"
+			if canaryWave {
+				what = "canary"
+			}
+			r.State = RolloutHalted
+			r.Reason = fmt.Sprintf("%s %s failed in wave %d: %s", what, n.Node, wave, n.Reason)
+			note("halted", n.Node, n.Revision, r.Reason)
+			break
+		}
+	}
+	if err := c.saveRollout(ctx, r); err != nil {
+		return err
+	}
+	for _, ev := range events {
+		c.rolloutEventRev(ctx, r, ev.Step, ev.Node, ev.Revision, ev.Detail)
+	}
+	return nil
+}
+
+// push renders and pushes the pending nodes of wave, at most
+// pushParallel at a time. A node whose declaration is what it has is
+// unchanged; one that does not render, or refuses, fails.
+func (d *driver) push(ctx context.Context, c *Client, r *Rollout, wave int, note func(step, node string, rev uint64, detail string)) error {
+	var pending []int
+	for i, n := range r.Nodes {
+		if n.Wave == wave && n.Step == StepPending {
+			pending = append(pending, i)
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	var f *fleet
+	if r.Kind == RolloutProfiles {
+		var err error
+		if f, err = c.loadFleet(ctx); err != nil {
+			return err
+		}
+	}
+	// Rendering reads the stream and the buckets: done one by one, the
+	// pushes in parallel.
+	type job struct {
+		i    int
+		push *linkproto.Declaration
+	}
+	var jobs []job
+	for _, i := range pending {
+		n := &r.Nodes[i]
+		decl, stored, err := c.rolloutDeclaration(ctx, f, r, n.Node)
+		now := c.Now().UTC()
+		switch {
+		case err != nil:
+			n.Step, n.Reason, n.Done = StepFailed, "does not render: "+firstLine(err.Error()), now
+			note("failed", n.Node, 0, n.Reason)
+			continue
+		case decl == nil:
+			n.Step, n.Done = StepUnchanged, now
+			if stored != nil {
+				n.Revision = stored.Revision
+			}
+			note("unchanged", n.Node, n.Revision, "")
+			continue
+		}
+		if stored != nil {
+			n.Before = stored.Revision
+		}
+		if hb := d.heartbeat(ctx, n.Node); hb != nil {
+			n.LastGood = hb.LastGood
+		}
+		push, err := c.prepare(ctx, n.Node, decl)
+		if err != nil {
+			n.Step, n.Reason, n.Done = StepFailed, firstLine(err.Error()), now
+			note("failed", n.Node, 0, n.Reason)
+			continue
+		}
+		n.Step, n.Revision, n.Pushed = StepPushed, push.Revision, now
+		jobs = append(jobs, job{i, push})
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, pushParallel)
+	results := make([]error, len(jobs))
+	online := make([]bool, len(jobs))
+	for k, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ack, err := c.pushStored(r.Nodes[j.i].Node, j.push, 2*time.Second)
+			results[k], online[k] = err, ack != nil
+		}()
+	}
+	wg.Wait()
+	for k, j := range jobs {
+		n := &r.Nodes[j.i]
+		switch {
+		case results[k] != nil:
+			n.Step, n.Reason, n.Done = StepFailed, firstLine(results[k].Error()), c.Now().UTC()
+			note("failed", n.Node, n.Revision, n.Reason)
+		case online[k]:
+			note("pushed", n.Node, n.Revision, "accepted")
+		default:
+			note("pushed", n.Node, n.Revision, "offline: stored for its next hello")
+		}
+	}
+	return nil
+}
+
+// observe looks at the heartbeats of wave's pushed nodes.
+func (d *driver) observe(ctx context.Context, c *Client, r *Rollout, wave int, now time.Time, note func(step, node string, rev uint64, detail string)) {
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		if n.Wave != wave || n.Step != StepPushed {
+			continue
+		}
+		hb := d.heartbeat(ctx, n.Node)
+		done, failed, why := converged(r, n, hb)
+		switch {
+		case done:
+			n.Step, n.Done = StepConverged, now
+			note("converged", n.Node, n.Revision, "")
+		case failed:
+			n.Step, n.Reason, n.Done = StepFailed, why, now
+			note("failed", n.Node, n.Revision, why)
+			if r.Kind == RolloutRelease && strings.Contains(why, "rolled") {
+				if err := c.markBad(ctx, r, n.Node, why); err != nil {
+					d.log.Warn("cannot mark the release bad", "rollout", r.ID, "err", err)
+				}
+			}
+		case now.Sub(n.Pushed) > time.Duration(r.WaitHealthy):
+			n.Step, n.Done = StepFailed, now
+			n.Reason = fmt.Sprintf("did not report revision %d converged within %v", n.Revision, time.Duration(r.WaitHealthy))
+			if hb == nil || now.Sub(hb.Sent) > 3*time.Duration(hb.Interval) {
+				n.Reason = fmt.Sprintf("silent: no heartbeat reporting revision %d within %v", n.Revision, time.Duration(r.WaitHealthy))
+			}
+			note("failed", n.Node, n.Revision, n.Reason)
+		}
+	}
+}
+
+// converged says whether hb shows n done (the revision applied and
+// converged; for a release, the release running) or failed (the apply
+// failed, or the release was rolled back).
+func converged(r *Rollout, n *RolloutNode, hb *linkproto.Heartbeat) (done, failed bool, why string) {
+	if hb == nil {
+		return false, false, ""
+	}
+	if r.Kind == RolloutRelease {
+		version := strings.TrimPrefix(r.Release.Digest, "sha256:")
+		switch {
+		case slices.Contains(hb.Bad, version):
+			return false, true, fmt.Sprintf("its launcher rolled release %s back to %s", short(version), versionLabel(hb.Build, hb.Version))
+		case hb.Version == version && hb.Applied >= n.Revision:
+			return true, false, ""
+		}
+		return false, false, ""
+	}
+	switch {
+	case hb.LastGood >= n.Revision:
+		return true, false, ""
+	case hb.Applied >= n.Revision && (hb.Result == event.ResultFailed || hb.Failed > 0):
+		return false, true, fmt.Sprintf("revision %d applied with %d failed resources (see `meshctl journal %s`)", n.Revision, hb.Failed, n.Node)
+	}
+	return false, false, ""
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}

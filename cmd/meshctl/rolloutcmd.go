@@ -1,0 +1,326 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/labels"
+)
+
+// terminal is stdout when it is a terminal, for the progress bar; nil
+// otherwise (and in tests), when progress is plain lines.
+var terminal io.Writer
+
+func init() {
+	if _, err := unix.IoctlGetTermios(int(os.Stdout.Fd()), unix.TCGETS); err == nil {
+		terminal = os.Stdout
+	}
+}
+
+type rolloutCmd struct {
+	Start  rolloutStartCmd  `cmd:"" default:"withargs" help:"Start a rollout (the default): push what the profiles render to the nodes SEL selects, in waves."`
+	Status rolloutStatusCmd `cmd:"" help:"Show a rollout (default: the latest): its state, each wave, each node that failed."`
+	List   rolloutListCmd   `cmd:"" help:"List the rollouts, oldest first."`
+	Pause  rolloutPauseCmd  `cmd:"" help:"Pause a running rollout: nodes pushed to finish, no new node is pushed."`
+	Resume rolloutResumeCmd `cmd:"" help:"Resume a paused rollout."`
+	Abort  rolloutAbortCmd  `cmd:"" help:"End a rollout; --revert declares to every node it pushed to the declaration it last converged before."`
+}
+
+// rolloutFlags are the flags of a rollout, shared by release.
+type rolloutFlags struct {
+	Select        string        `name:"select" placeholder:"SEL" required:"" help:"The nodes, by label (role=web,dc in (fra,ams),!canary); \"\" for every node."`
+	Canary        int           `name:"canary" placeholder:"N" help:"Push N nodes first (those labelled canary, then by name), alone; any failure among them halts."`
+	MaxInFlight   string        `name:"max-in-flight" placeholder:"N|P%" help:"Nodes per wave after the canaries (default: all at once)."`
+	HaltOnFailure bool          `name:"halt-on-failure" default:"true" negatable:"" help:"Halt when a node of any wave fails (canaries always halt)."`
+	WaitHealthy   time.Duration `name:"wait-healthy" default:"5m" help:"How long a pushed node may take to report converged before it counts as failed."`
+	Detach        bool          `name:"detach" help:"Start it and return; meshctl serve drives it (see rollout status)."`
+}
+
+func (f *rolloutFlags) options() (control.RolloutOptions, error) {
+	if _, err := labels.Parse(f.Select); err != nil {
+		return control.RolloutOptions{}, refused("--select: %v", err)
+	}
+	if _, err := control.ParseMaxInFlight(f.MaxInFlight, 100); err != nil {
+		return control.RolloutOptions{}, refused("%v", err)
+	}
+	if f.WaitHealthy <= 0 {
+		return control.RolloutOptions{}, refused("--wait-healthy %v: more than 0", f.WaitHealthy)
+	}
+	return control.RolloutOptions{Selector: f.Select, Canary: f.Canary, MaxInFlight: f.MaxInFlight,
+		HaltOnFailure: f.HaltOnFailure, WaitHealthy: f.WaitHealthy}, nil
+}
+
+type rolloutStartCmd struct {
+	rolloutFlags
+}
+
+func (c *rolloutStartCmd) Run(e *env) error {
+	opt, err := c.options()
+	if err != nil {
+		return err
+	}
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := cl.StartRollout(e.ctx, opt)
+	if err != nil {
+		return err
+	}
+	return follow(e, cl, r, c.Detach)
+}
+
+// follow prints r's start and, unless detached, its progress until it
+// ends; a rollout that halts or is aborted is a failure.
+func follow(e *env, cl *control.Client, r *control.Rollout, detach bool) error {
+	fmt.Fprintf(e.stdout, "rollout %s: %s to %d nodes in %d waves (canary %d, then %d at a time)\n", r.ID, r.Kind, len(r.Nodes), r.Waves(), r.Canary, r.MaxInFlight)
+	if len(r.Skipped) > 0 {
+		fmt.Fprintf(e.stdout, "skipped %d nodes no profile selects%s\n", len(r.Skipped), listSome(r.Skipped))
+	}
+	if detach {
+		fmt.Fprintf(e.stdout, "meshctl serve drives it; follow it with `meshctl rollout status %s`\n", r.ID)
+		return nil
+	}
+	seen := map[string]control.NodeStep{}
+	for _, n := range r.Nodes {
+		seen[n.Node] = n.Step
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	lastBar := ""
+	for {
+		select {
+		case <-e.ctx.Done():
+			fmt.Fprintf(e.stdout, "\nstopped following; rollout %s goes on (`meshctl rollout status %s`)\n", r.ID, r.ID)
+			return nil
+		case <-tick.C:
+		}
+		cur, err := cl.GetRollout(e.ctx, r.ID)
+		if err != nil {
+			if e.ctx.Err() != nil {
+				continue
+			}
+			return err
+		}
+		if terminal == nil {
+			for _, n := range cur.Nodes {
+				if seen[n.Node] == n.Step {
+					continue
+				}
+				seen[n.Node] = n.Step
+				line := fmt.Sprintf("wave %d: %s %s", n.Wave, n.Node, n.Step)
+				if n.Revision > 0 {
+					line += fmt.Sprintf(" revision %d", n.Revision)
+				}
+				if n.Reason != "" {
+					line += ": " + n.Reason
+				}
+				fmt.Fprintln(e.stdout, line)
+			}
+		} else if bar := progressBar(cur); bar != lastBar {
+			fmt.Fprintf(terminal, "\r%s", bar)
+			lastBar = bar
+		}
+		if cur.State.Active() {
+			continue
+		}
+		if terminal != nil {
+			fmt.Fprintln(terminal)
+		}
+		return ended(e, cur)
+	}
+}
+
+// ended reports how r ended: done is success, anything else a failure.
+func ended(e *env, r *control.Rollout) error {
+	counts := r.Counts()
+	summary := fmt.Sprintf("%d converged, %d unchanged, %d failed, %d not pushed", counts[control.StepConverged], counts[control.StepUnchanged], counts[control.StepFailed], counts[control.StepPending])
+	if r.State == control.RolloutDone {
+		fmt.Fprintf(e.stdout, "rollout %s done: %s\n", r.ID, summary)
+		return nil
+	}
+	return failed("rollout %s %s: %s; %s", r.ID, r.State, r.Reason, summary)
+}
+
+// progressBar is one line: a bar of the nodes done, and the counts.
+func progressBar(r *control.Rollout) string {
+	const width = 30
+	counts := r.Counts()
+	done := len(r.Nodes) - counts[control.StepPending] - counts[control.StepPushed]
+	fill := 0
+	if len(r.Nodes) > 0 {
+		fill = done * width / len(r.Nodes)
+	}
+	return fmt.Sprintf("[%s%s] %d/%d  converged %d  unchanged %d  failed %d  %s ",
+		strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, len(r.Nodes),
+		counts[control.StepConverged], counts[control.StepUnchanged], counts[control.StepFailed], r.State)
+}
+
+type rolloutStatusCmd struct {
+	ID     string `arg:"" optional:"" name:"ID" help:"The rollout (default: the latest)."`
+	JSON   bool   `name:"json" help:"The rollout's record as JSON."`
+	Events bool   `name:"events" help:"Every step it took, from the rollout events stream."`
+}
+
+func (c *rolloutStatusCmd) Run(e *env) error {
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := cl.GetRollout(e.ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.JSON:
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s\n", b)
+		return nil
+	case c.Events:
+		evs, err := cl.RolloutEvents(e.ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			line := fmt.Sprintf("%s\t%s", ev.At.Format(time.RFC3339Nano), ev.Step)
+			if ev.Node != "" {
+				line += "\t" + ev.Node
+			}
+			if ev.Revision > 0 {
+				line += fmt.Sprintf("\trevision %d", ev.Revision)
+			}
+			if ev.Detail != "" {
+				line += "\t" + ev.Detail
+			}
+			fmt.Fprintln(e.stdout, line)
+		}
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "rollout %s: %s %s, started by %s at %s, select %q\n", r.ID, r.Kind, r.State, r.Operator, r.Created.Format(time.RFC3339), r.Selector)
+	if r.Reason != "" {
+		fmt.Fprintf(e.stdout, "reason: %s\n", r.Reason)
+	}
+	if terminal != nil {
+		fmt.Fprintln(e.stdout, progressBar(r))
+	}
+	for w := range r.Waves() {
+		counts := map[control.NodeStep]int{}
+		total := 0
+		for _, n := range r.Nodes {
+			if n.Wave == w {
+				counts[n.Step]++
+				total++
+			}
+		}
+		name := fmt.Sprintf("wave %d", w)
+		if w == 0 && r.Canary > 0 {
+			name += " (canary)"
+		}
+		var parts []string
+		for _, s := range []control.NodeStep{control.StepConverged, control.StepUnchanged, control.StepPushed, control.StepPending, control.StepFailed, control.StepReverted} {
+			if counts[s] > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+			}
+		}
+		fmt.Fprintf(e.stdout, "%s: %d nodes: %s\n", name, total, strings.Join(parts, ", "))
+	}
+	for _, n := range r.Nodes {
+		if n.Step == control.StepFailed {
+			fmt.Fprintf(e.stdout, "failed %s (wave %d, revision %d): %s\n", n.Node, n.Wave, n.Revision, n.Reason)
+		}
+	}
+	return nil
+}
+
+type rolloutListCmd struct{}
+
+func (c *rolloutListCmd) Run(e *env) error {
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	all, err := cl.Rollouts(e.ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range all {
+		counts := r.Counts()
+		fmt.Fprintf(e.stdout, "%s\t%s\t%s\t%s\t%d nodes\t%d converged\t%d failed\t%s\n", r.ID, r.Kind, r.State, r.Operator, len(r.Nodes), counts[control.StepConverged], counts[control.StepFailed], r.Selector)
+	}
+	return nil
+}
+
+type rolloutPauseCmd struct {
+	ID string `arg:"" optional:"" name:"ID" help:"The rollout (default: the latest)."`
+}
+
+func (c *rolloutPauseCmd) Run(e *env) error {
+	return setRolloutState(e, c.ID, control.RolloutPaused)
+}
+
+type rolloutResumeCmd struct {
+	ID     string `arg:"" optional:"" name:"ID" help:"The rollout (default: the latest)."`
+	Detach bool   `name:"detach" help:"Resume it and return."`
+}
+
+func (c *rolloutResumeCmd) Run(e *env) error {
+	if err := setRolloutState(e, c.ID, control.RolloutRunning); err != nil || c.Detach {
+		return err
+	}
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := cl.GetRollout(e.ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	return follow(e, cl, r, false)
+}
+
+func setRolloutState(e *env, id string, to control.RolloutState) error {
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := cl.SetRolloutState(e.ctx, id, to, string(to)+" by "+cl.Operator)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "rollout %s %s\n", r.ID, r.State)
+	return nil
+}
+
+type rolloutAbortCmd struct {
+	ID     string `arg:"" optional:"" name:"ID" help:"The rollout (default: the latest)."`
+	Revert bool   `name:"revert" help:"Declare to every node it pushed to, as a new revision, the declaration that node last converged before the rollout."`
+}
+
+func (c *rolloutAbortCmd) Run(e *env) error {
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := cl.AbortRollout(e.ctx, e.stdout, c.ID, c.Revert)
+	if r != nil && (err == nil || !errors.Is(err, control.ErrRefused)) {
+		fmt.Fprintf(e.stdout, "rollout %s aborted\n", r.ID)
+	}
+	return err
+}
