@@ -273,8 +273,9 @@ func RolloutEventSubject(mesh, id string) string {
 
 // AnyMeshRollouts is the rollout events stream's subject.
 const AnyMeshRollouts = subjectRoot + ".*." + rolloutToken + ".*"
-func AllSyncs(mesh string) string      { return subject(mesh, upToken, "*", syncToken) }
-func AllRenews(mesh string) string     { return subject(mesh, upToken, "*", renewToken) }
+
+func AllSyncs(mesh string) string  { return subject(mesh, upToken, "*", syncToken) }
+func AllRenews(mesh string) string { return subject(mesh, upToken, "*", renewToken) }
 
 // AnyMeshHeartbeats and AnyMeshEvents are the streams' subjects: one stream
 // serves every mesh on the broker.
