@@ -203,3 +203,51 @@ func TestPausedRolloutResumesAfterControlRestart(t *testing.T) {
 		t.Errorf("a second rollout of the same profiles:\n%s", out)
 	}
 }
+
+// A release a canary's launcher rolls back halts its rollout there: no
+// other node is declared it, and the build is bad for the mesh, so no
+// later release of it reaches any node.
+func TestBadReleaseStopsAtItsCanary(t *testing.T) {
+	u := newUpgradeBed(t)
+	h2 := u.AddHost("web-2")
+	if _, err := h2.Install(bins.MeshHost); err != nil {
+		t.Fatal(err)
+	}
+	h2.StartLauncher(launcher(t, u.Bed), "MESH_HOST_RESTART_DELAY=0")
+	u.MustMeshctl("declare", "web-2", u.Declare("web-2", 1, testbeds.Files{"/etc/motd": "hi\n"}))
+	u.MustMeshctl("label", "web-1", "role=web", "canary=yes")
+	u.MustMeshctl("label", "web-2", "role=web")
+
+	bad := u.release(t, badVersion(t, u.dir))
+	r := u.Meshctl("release", bad.Path, "--select", "role=web", "--canary", "1", "--wait-healthy", "90s")
+	want := "halted: canary web-1 failed in wave 0: its launcher rolled release " + bad.Version()[:12] + " back"
+	if r.Code != 1 || !strings.Contains(r.Stderr, want) {
+		t.Fatalf("release past a canary that rolls it back: %s\nwant %q", r, want)
+	}
+	st := rolloutStatus(t, u.Bed)
+	for _, n := range st.Nodes {
+		if n.Node == "web-2" && n.Step != "pending" {
+			t.Errorf("web-2 is %s; the release should not have reached it", n.Step)
+		}
+	}
+	nodes, err := testbeds.JSONLines[struct {
+		Node    string `json:"node"`
+		Desired uint64 `json:"desired"`
+	}](u.MustMeshctl("nodes", "--json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.Node == "web-2" && n.Desired != 1 {
+			t.Errorf("web-2 desired revision %d, want 1: the bad release was declared to it", n.Desired)
+		}
+	}
+	// Bad for the mesh: refused by rollout and one by one alike.
+	u.MustMeshctl("rollout", "abort")
+	for _, args := range [][]string{{"--select", "role=web"}, {"--nodes", "web-2"}} {
+		r := u.Meshctl(append([]string{"release", bad.Path}, args...)...)
+		if r.Code != 2 || !strings.Contains(r.Stderr, "is bad for this mesh: web-1 rolled it back") {
+			t.Errorf("release %v of a bad build: %s", args, r)
+		}
+	}
+}

@@ -18,10 +18,12 @@ import (
 // one revision later.
 type releaseCmd struct {
 	Archive string        `arg:"" name:"ARCHIVE" type:"existingfile" help:"The host build: a tar.gz, tar.zst, tar or zip holding an executable mesh-host at its top."`
-	Nodes   []string      `name:"nodes" required:"" sep:"," placeholder:"NODE" help:"The nodes to deliver it to, separated by commas."`
+	Nodes   []string      `name:"nodes" sep:"," placeholder:"NODE" xor:"which" required:"" help:"The nodes to deliver it to, separated by commas, one after another."`
+	Select  string        `name:"select" placeholder:"SEL" xor:"which" required:"" help:"Deliver it by rollout to the nodes a selector chooses, in waves (see the wave flags); a node rolling it back halts the rollout and marks the build bad for the mesh."`
 	URL     string        `name:"url" placeholder:"BASE" help:"Base URL nodes fetch releases from (default: where serve records it serves DATA/releases)."`
 	Wait    time.Duration `name:"wait" default:"5m" help:"How long to wait for each node to report the apply, then to run the release or roll it back (0: do not wait)."`
 	Force   bool          `name:"force" help:"Deliver to nodes the mesh does not know yet (never enrolled, nothing declared, never heard)."`
+	waveFlags
 }
 
 func (c *releaseCmd) Run(e *env) error {
@@ -63,6 +65,23 @@ func (c *releaseCmd) Run(e *env) error {
 		return err
 	}
 	defer nc.Close()
+	if c.Select != "" || len(c.Nodes) == 0 {
+		opt, err := c.options(c.Select)
+		if err != nil {
+			return err
+		}
+		opt.Release = res
+		ro, err := cl.StartRollout(e.ctx, opt)
+		if err != nil {
+			return err
+		}
+		return follow(e, cl, ro, c.Detach)
+	}
+	if bad, err := cl.BadRelease(e.ctx, r.Digest); err != nil {
+		return err
+	} else if bad != nil {
+		return refused("release %s is bad for this mesh: %s rolled it back (%s) in rollout %s", r.Version()[:12], bad.Node, bad.Reason, bad.Rollout)
+	}
 	// Every node is tried: one node's refusal says nothing about the
 	// next. The command fails when any node refused, failed, or rolled
 	// the release back; the error names each, with why.

@@ -34,9 +34,8 @@ type rolloutCmd struct {
 	Abort  rolloutAbortCmd  `cmd:"" help:"End a rollout; --revert declares to every node it pushed to the declaration it last converged before."`
 }
 
-// rolloutFlags are the flags of a rollout, shared by release.
-type rolloutFlags struct {
-	Select        string        `name:"select" placeholder:"SEL" required:"" help:"The nodes, by label (role=web,dc in (fra,ams),!canary); \"\" for every node."`
+// waveFlags say how a rollout goes, for rollout and release alike.
+type waveFlags struct {
 	Canary        int           `name:"canary" placeholder:"N" help:"Push N nodes first (those labelled canary, then by name), alone; any failure among them halts."`
 	MaxInFlight   string        `name:"max-in-flight" placeholder:"N|P%" help:"Nodes per wave after the canaries (default: all at once)."`
 	HaltOnFailure bool          `name:"halt-on-failure" default:"true" negatable:"" help:"Halt when a node of any wave fails (canaries always halt)."`
@@ -44,8 +43,8 @@ type rolloutFlags struct {
 	Detach        bool          `name:"detach" help:"Start it and return; meshctl serve drives it (see rollout status)."`
 }
 
-func (f *rolloutFlags) options() (control.RolloutOptions, error) {
-	if _, err := labels.Parse(f.Select); err != nil {
+func (f *waveFlags) options(selector string) (control.RolloutOptions, error) {
+	if _, err := labels.Parse(selector); err != nil {
 		return control.RolloutOptions{}, refused("--select: %v", err)
 	}
 	if _, err := control.ParseMaxInFlight(f.MaxInFlight, 100); err != nil {
@@ -54,16 +53,17 @@ func (f *rolloutFlags) options() (control.RolloutOptions, error) {
 	if f.WaitHealthy <= 0 {
 		return control.RolloutOptions{}, refused("--wait-healthy %v: more than 0", f.WaitHealthy)
 	}
-	return control.RolloutOptions{Selector: f.Select, Canary: f.Canary, MaxInFlight: f.MaxInFlight,
+	return control.RolloutOptions{Selector: selector, Canary: f.Canary, MaxInFlight: f.MaxInFlight,
 		HaltOnFailure: f.HaltOnFailure, WaitHealthy: f.WaitHealthy}, nil
 }
 
 type rolloutStartCmd struct {
-	rolloutFlags
+	Select string `name:"select" placeholder:"SEL" required:"" help:"The nodes, by label (role=web,dc in (fra,ams),!canary); \"\" for every node."`
+	waveFlags
 }
 
 func (c *rolloutStartCmd) Run(e *env) error {
-	opt, err := c.options()
+	opt, err := c.options(c.Select)
 	if err != nil {
 		return err
 	}
