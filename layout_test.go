@@ -80,6 +80,9 @@ func TestDependencyDirection(t *testing.T) {
 			return []string{"journal/event"}, true
 		case path == "declaration":
 			return []string{"drivers"}, true
+		case path == "profile":
+			// Rendering is pure: the declaration's rules, labels, facts.
+			return []string{"declaration", "drivers", "labels", "journal/event"}, true
 		case path == "linkproto":
 			return []string{"journal/event", "projector"}, true
 		case strings.HasPrefix(path, "drivers/") && path != "drivers/driverstest":
