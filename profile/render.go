@@ -65,6 +65,10 @@ func Facts(f event.HostFactsPayload) map[string]string {
 	return out
 }
 
+// UsesFacts says the profile names a fact of the node it is rendered
+// for, so rendering needs the node's facts.
+func (p *Parsed) UsesFacts() bool { return strings.Contains(p.Source, "${fact.") }
+
 // Selects reports whether p's selector matches a node with these labels.
 func (p *Parsed) Selects(l labels.Set) bool { return p.selector.Matches(l) }
 

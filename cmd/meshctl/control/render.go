@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/pmezard/go-difflib/difflib"
@@ -27,6 +28,11 @@ type fleet struct {
 	revisions map[string]uint64 // profile name → its record's revision
 	labels    map[string]labels.Set
 	known     map[string]bool
+	// needFacts says some profile names a fact: only then are the
+	// nodes' reports read. mu guards facts, which rendering fills in
+	// from several goroutines.
+	needFacts bool
+	mu        sync.Mutex
 	facts     map[string]map[string]string
 }
 
@@ -46,6 +52,7 @@ func (c *Client) loadFleet(ctx context.Context) (*fleet, error) {
 		}
 		f.profiles = append(f.profiles, p)
 		f.revisions[r.Name] = r.Revision
+		f.needFacts = f.needFacts || p.UsesFacts()
 	}
 	if f.labels, err = c.Labels(ctx); err != nil {
 		return nil, err
@@ -68,6 +75,7 @@ func (c *Client) loadFleet(ctx context.Context) (*fleet, error) {
 func (f *fleet) replace(p *profile.Parsed) {
 	f.profiles = slices.DeleteFunc(f.profiles, func(q *profile.Parsed) bool { return q.Name == p.Name })
 	f.profiles = append(f.profiles, p)
+	f.needFacts = f.needFacts || p.UsesFacts()
 }
 
 // nodes are the known nodes, sorted.
@@ -94,14 +102,23 @@ func (f *fleet) selected(sel labels.Selector) []string {
 // node is what rendering knows of a node. Its facts are read from its
 // latest report, once, and only when a profile may need them.
 func (f *fleet) node(name string) profile.Node {
+	n := profile.Node{Mesh: f.c.Mesh, Name: name, Labels: f.labels[name]}
+	if !f.needFacts {
+		return n
+	}
+	f.mu.Lock()
 	facts, ok := f.facts[name]
+	f.mu.Unlock()
 	if !ok {
 		if r, err := f.c.Report(f.ctx, name); err == nil && r.State.Facts != nil {
 			facts = profile.Facts(*r.State.Facts)
 		}
+		f.mu.Lock()
 		f.facts[name] = facts
+		f.mu.Unlock()
 	}
-	return profile.Node{Mesh: f.c.Mesh, Name: name, Labels: f.labels[name], Facts: facts}
+	n.Facts = facts
+	return n
 }
 
 // Rendered is a node's declaration as the profiles make it, beside what is

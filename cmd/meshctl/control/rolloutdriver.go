@@ -76,23 +76,44 @@ func (s *Service) driveRollouts(ctx context.Context, holder string) error {
 		return fmt.Errorf("subscribe to heartbeats: %w", err)
 	}
 	defer sub.Unsubscribe()
+	// The active rollouts, as a watch of the bucket tells them: finished
+	// ones, which may be large and many, are not read again at each tick.
+	kv, err := c.rolloutsBucket(ctx)
+	if err != nil {
+		return err
+	}
+	w, err := kv.WatchFiltered(ctx, []string{nodeKey(s.Mesh, "*")})
+	if err != nil {
+		return fmt.Errorf("watch the rollouts: %w", err)
+	}
+	defer w.Stop()
+	active := map[string]bool{}
 	t := time.NewTicker(rolloutTick)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("the rollouts watch ended")
+			}
+			if e == nil {
+				continue // the initial values are all in
+			}
+			id := strings.TrimPrefix(e.Key(), s.Mesh+".")
+			r, err := decodeRollout(e)
+			if e.Operation() != jetstream.KeyValuePut || err != nil || r.State != RolloutRunning {
+				delete(active, id)
+				continue
+			}
+			active[id] = true
+			continue
 		case <-t.C:
 		}
-		all, err := c.Rollouts(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Debug("cannot list the rollouts", "err", err)
-			}
-			continue
-		}
-		for _, r := range all {
-			if r.State != RolloutRunning {
+		for id := range active {
+			r, err := c.GetRollout(ctx, id)
+			if err != nil || r.State != RolloutRunning {
 				continue
 			}
 			if err := d.step(ctx, r); err != nil && ctx.Err() == nil {
@@ -215,69 +236,85 @@ func (d *driver) push(ctx context.Context, c *Client, r *Rollout, wave int, note
 			return err
 		}
 	}
-	// Rendering reads the stream and the buckets: done one by one, the
-	// pushes in parallel.
-	type job struct {
-		i    int
-		push *linkproto.Declaration
+	type outcome struct {
+		step     NodeStep
+		revision uint64
+		before   uint64
+		lastGood uint64
+		online   bool
+		already  bool
+		err      error
 	}
-	var jobs []job
-	for _, i := range pending {
-		n := &r.Nodes[i]
-		decl, stored, err := c.rolloutDeclaration(ctx, f, r, n.Node)
-		now := c.Now().UTC()
-		switch {
-		case err != nil:
-			n.Step, n.Reason, n.Done = StepFailed, "does not render: "+firstLine(err.Error()), now
-			note("failed", n.Node, 0, n.Reason)
-			continue
-		case decl == nil:
-			n.Step, n.Done = StepUnchanged, now
-			if stored != nil {
-				n.Revision = stored.Revision
-			}
-			note("unchanged", n.Node, n.Revision, "")
-			continue
-		}
-		if stored != nil {
-			n.Before = stored.Revision
-		}
-		if hb := d.heartbeat(ctx, n.Node); hb != nil {
-			n.LastGood = hb.LastGood
-		}
-		push, err := c.prepare(ctx, n.Node, decl)
-		if err != nil {
-			n.Step, n.Reason, n.Done = StepFailed, firstLine(err.Error()), now
-			note("failed", n.Node, 0, n.Reason)
-			continue
-		}
-		n.Step, n.Revision, n.Pushed = StepPushed, push.Revision, now
-		jobs = append(jobs, job{i, push})
-	}
+	outcomes := make([]outcome, len(pending))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, pushParallel)
-	results := make([]error, len(jobs))
-	online := make([]bool, len(jobs))
-	for k, j := range jobs {
+	for k, i := range pending {
+		node := r.Nodes[i].Node
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			ack, err := c.pushStored(r.Nodes[j.i].Node, j.push, 2*time.Second)
-			results[k], online[k] = err, ack != nil
+			o := &outcomes[k]
+			decl, stored, err := c.rolloutDeclaration(ctx, f, r, node)
+			switch {
+			case err != nil:
+				o.step, o.err = StepFailed, fmt.Errorf("does not render: %w", err)
+				return
+			case decl == nil:
+				// What it should have is stored already: unchanged if
+				// the node has converged it, else waited for as if
+				// pushed now (it may have been, by a step whose record
+				// was lost to a pause).
+				o.step = StepUnchanged
+				if stored != nil {
+					o.revision = stored.Revision
+					if done, _, _ := converged(r, &RolloutNode{Node: node, Revision: stored.Revision}, d.heartbeat(ctx, node)); !done {
+						o.step, o.already = StepPushed, true
+					}
+				}
+				return
+			}
+			if stored != nil {
+				o.before = stored.Revision
+			}
+			if hb := d.heartbeat(ctx, node); hb != nil {
+				o.lastGood = hb.LastGood
+			}
+			push, err := c.prepare(ctx, node, decl)
+			if err != nil {
+				o.step, o.err = StepFailed, err
+				return
+			}
+			o.step, o.revision = StepPushed, push.Revision
+			ack, err := c.pushStored(node, push, 2*time.Second)
+			if err != nil {
+				o.step, o.err = StepFailed, err
+				return
+			}
+			o.online = ack != nil
 		}()
 	}
 	wg.Wait()
-	for k, j := range jobs {
-		n := &r.Nodes[j.i]
+	now := c.Now().UTC()
+	for k, i := range pending {
+		n, o := &r.Nodes[i], outcomes[k]
+		n.Step, n.Revision, n.Before, n.LastGood = o.step, o.revision, o.before, o.lastGood
 		switch {
-		case results[k] != nil:
-			n.Step, n.Reason, n.Done = StepFailed, firstLine(results[k].Error()), c.Now().UTC()
+		case o.step == StepFailed:
+			n.Reason, n.Done = firstLine(o.err.Error()), now
 			note("failed", n.Node, n.Revision, n.Reason)
-		case online[k]:
+		case o.step == StepUnchanged:
+			n.Done = now
+			note("unchanged", n.Node, n.Revision, "")
+		case o.already:
+			n.Pushed = now
+			note("pushed", n.Node, n.Revision, "stored already; waiting for it to converge")
+		case o.online:
+			n.Pushed = now
 			note("pushed", n.Node, n.Revision, "accepted")
 		default:
+			n.Pushed = now
 			note("pushed", n.Node, n.Revision, "offline: stored for its next hello")
 		}
 	}
