@@ -56,6 +56,7 @@ type cli struct {
 	Serve      serveCmd      `cmd:"" help:"Run the control service (and, without --nats, an embedded broker)."`
 	NATSConfig natsConfigCmd `cmd:"" name:"nats-config" help:"Print the configuration an existing NATS server includes to trust this authority."`
 	Declare    declareCmd    `cmd:"" help:"Store a node's declaration and push it to the node."`
+	Plan       planCmd       `cmd:"" help:"Ask the selected nodes what their next declaration would change on their machines; change nothing."`
 	Nodes      nodesCmd      `cmd:"" help:"Show every node: what it reports and what is declared for it."`
 	Status     statusCmd     `cmd:"" help:"Show a node's state as it last reported it: what mesh-host status shows on the node."`
 	Replay     replayCmd     `cmd:"" help:"Rebuild a node's state from its records in the events stream; --verify compares it with what the node reported."`
