@@ -165,6 +165,7 @@ type Link struct {
 	// are the goroutines answering them, waited for at the end of Run.
 	planning chan struct{}
 	plans    sync.WaitGroup
+	planRate planLimiter
 	// st is the connection's state, which Run makes.
 	st *connState
 }

@@ -4,11 +4,17 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/mesh-host/mesh-host/linkproto"
 )
+
+// plansPerMinute bounds the plans made, and so the plan.answered records
+// journaled, in a minute: an operator's `meshctl plan` asks once.
+const plansPerMinute = 30
 
 // onPlan handles a plan request. It is checked as a push is (for this
 // node, signed by the mesh, here for planning); one is planned at a time,
@@ -31,6 +37,14 @@ func (l *Link) onPlan(ctx context.Context, m *nats.Msg) {
 		l.replyPlan(m, l.refusedPlan(p.Revision, "busy: another plan is being made; ask again", true))
 		return
 	}
+	if !l.planRate.admit(l.cfg.Now()) {
+		// A signed request replayed by the broker would otherwise add a
+		// record to the journal each time.
+		<-l.planning
+		l.log.Warn("plan requests over the rate; answered busy", "revision", p.Revision, "per_minute", plansPerMinute)
+		l.replyPlan(m, l.refusedPlan(p.Revision, fmt.Sprintf("busy: more than %d plan requests this minute; ask again later", plansPerMinute), true))
+		return
+	}
 	l.plans.Go(func() {
 		defer func() { <-l.planning }()
 		defer func() {
@@ -47,6 +61,26 @@ func (l *Link) onPlan(ctx context.Context, m *nats.Msg) {
 		l.log.Info("plan asked", "revision", p.Revision, "steps", len(a.Steps), "omitted", a.Omitted, "seq", a.Seq, "refused", a.Refused)
 		l.replyPlan(m, a)
 	})
+}
+
+// planLimiter admits plansPerMinute plan requests a minute.
+type planLimiter struct {
+	mu     sync.Mutex
+	window time.Time // start of the current minute
+	n      int       // admitted in the current minute
+}
+
+func (r *planLimiter) admit(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Sub(r.window) >= time.Minute || now.Before(r.window) {
+		r.window, r.n = now, 0
+	}
+	if r.n >= plansPerMinute {
+		return false
+	}
+	r.n++
+	return true
 }
 
 // decodePlan decodes a plan request for this node and checks that the

@@ -128,3 +128,24 @@ func TestPlanWhilePlanningIsBusy(t *testing.T) {
 		t.Errorf("after the first plan: got %+v, want answered", a)
 	}
 }
+
+// TestPlanRequestsAreRateLimited: a signed request replayed over and over
+// is planned, and journaled, plansPerMinute times a minute; the rest are
+// answered busy and journal nothing.
+func TestPlanRequestsAreRateLimited(t *testing.T) {
+	b := newBed(t, nil)
+	b.waitUp()
+	signed := planRequest(5, func(p *linkproto.PlanRequest) error { return p.Sign(testKey) })
+	busy := 0
+	for range plansPerMinute + 5 {
+		if a := b.ask(signed); a.Busy {
+			busy++
+		}
+	}
+	if busy != 5 {
+		t.Errorf("got %d busy answers to %d requests, want 5", busy, plansPerMinute+5)
+	}
+	if got := len(b.records(event.PlanAnswered)); got != plansPerMinute {
+		t.Errorf("got %d plan.answered records, want %d", got, plansPerMinute)
+	}
+}
