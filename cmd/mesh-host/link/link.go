@@ -5,6 +5,8 @@
 // Down, it takes pushed declarations and hands them to the host, which
 // journals them as accepted or refused; messages that are not a
 // declaration for this node are refused here and journaled as link.refused.
+// Plan requests are checked the same way and handed to the host one at a
+// time; the host plans them and changes nothing.
 // Up, it says hello on every link up (and hands the host the declaration
 // the control plane holds, if newer), publishes the journal to the events
 // stream exactly once (each record on its own subject, which the stream

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
@@ -124,15 +125,10 @@ func PlanSteps(res *agent.Result) (steps []linkproto.PlanStep, unchanged int) {
 	return steps, unchanged
 }
 
-// locker is what lockWithin takes: a sync.Mutex.
-type locker interface {
-	TryLock() bool
-}
-
 // lockWithin takes mu, waiting at most wait (and not past ctx); it reports
 // whether it holds it. The mutex is the reconcile lock, which has no
 // waiting with a deadline, so it is polled.
-func lockWithin(ctx context.Context, mu locker, wait time.Duration) bool {
+func lockWithin(ctx context.Context, mu *sync.Mutex, wait time.Duration) bool {
 	if mu.TryLock() {
 		return true
 	}
