@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"reflect"
 	"strings"
@@ -22,7 +23,7 @@ import (
 
 func TestSubjectsStayUnderTheNodesOwnPermissions(t *testing.T) {
 	const mesh, node = "home", "web-1"
-	down := []string{linkproto.DeclarationSubject(mesh, node), linkproto.InboxPrefix(mesh, node) + ".x"}
+	down := []string{linkproto.DeclarationSubject(mesh, node), linkproto.PlanSubject(mesh, node), linkproto.InboxPrefix(mesh, node) + ".x"}
 	up := []string{linkproto.HelloSubject(mesh, node), linkproto.HeartbeatSubject(mesh, node), linkproto.EventSubject(mesh, node, 1), linkproto.EventSubject(mesh, node, 1<<63), linkproto.SyncSubject(mesh, node)}
 	for _, s := range down {
 		if !matches(linkproto.NodeSubscribe(mesh, node), s) {
@@ -41,7 +42,7 @@ func TestSubjectsStayUnderTheNodesOwnPermissions(t *testing.T) {
 		}
 	}
 	// Another node's subjects are outside both.
-	for _, s := range []string{linkproto.DeclarationSubject(mesh, "web-2"), linkproto.EventSubject(mesh, "web-2", 1), linkproto.NodeEvents(mesh, "web-2"), linkproto.EventSubject("other", node, 1), linkproto.DeclarationSubject("other", node)} {
+	for _, s := range []string{linkproto.DeclarationSubject(mesh, "web-2"), linkproto.EventSubject(mesh, "web-2", 1), linkproto.NodeEvents(mesh, "web-2"), linkproto.EventSubject("other", node, 1), linkproto.DeclarationSubject("other", node), linkproto.PlanSubject(mesh, "web-2")} {
 		if matches(linkproto.NodeSubscribe(mesh, node), s) || matches(linkproto.NodePublish(mesh, node), s) {
 			t.Errorf("node %s's permissions cover %s", node, s)
 		}
@@ -385,5 +386,49 @@ func TestReport(t *testing.T) {
 	s.Head = 10
 	if _, changed := linkproto.ReportOf("home", "web-1", s, at); changed == digest {
 		t.Errorf("the digest did not change with the state")
+	}
+}
+
+// TestPlanAnswerFitsItsLimit: a plan of more resources than one answer
+// holds keeps its first steps and counts the rest.
+func TestPlanAnswerFitsItsLimit(t *testing.T) {
+	a := linkproto.PlanAnswer{Protocol: linkproto.ProtocolVersion, Node: "n", Revision: 2}
+	for i := range 20000 {
+		a.Steps = append(a.Steps, linkproto.PlanStep{ID: fmt.Sprintf("file:/etc/app/%05d.conf", i), Action: event.ActionCreate, Differs: []string{"absent"}})
+	}
+	a.Fit()
+	if n := len(linkproto.Marshal(a)); n > linkproto.MaxPlanAnswerSize {
+		t.Fatalf("after Fit the answer is %d bytes; the limit is %d", n, linkproto.MaxPlanAnswerSize)
+	}
+	if a.Omitted == 0 || len(a.Steps)+a.Omitted != 20000 {
+		t.Errorf("got %d steps and %d omitted, want them to add up to 20000 with some omitted", len(a.Steps), a.Omitted)
+	}
+	if a.Steps[0].ID != "file:/etc/app/00000.conf" {
+		t.Errorf("the first step kept is %s, want the plan's first", a.Steps[0].ID)
+	}
+	var back linkproto.PlanAnswer
+	if err := linkproto.Decode(linkproto.Marshal(a), linkproto.MaxPlanAnswerSize, &back); err != nil {
+		t.Errorf("the fitted answer does not decode within its limit: %v", err)
+	}
+	small := linkproto.PlanAnswer{Protocol: linkproto.ProtocolVersion, Steps: []linkproto.PlanStep{{ID: "a", Action: event.ActionUpdate}}}
+	small.Fit()
+	if len(small.Steps) != 1 || small.Omitted != 0 {
+		t.Errorf("a small answer was cut: %+v", small)
+	}
+}
+
+// TestDecodePlanRequestChecksAsAPush: a plan request for another node, or
+// without a revision, is refused before any signature is looked at.
+func TestDecodePlanRequestChecksAsAPush(t *testing.T) {
+	p := linkproto.PlanRequest{Protocol: linkproto.ProtocolVersion, Mesh: "home", Node: "web-1", Revision: 2, Document: []byte(`{}`)}
+	if _, err := linkproto.DecodePlanRequest(linkproto.Marshal(p), "home", "web-1"); err != nil {
+		t.Fatalf("its own: %v", err)
+	}
+	if _, err := linkproto.DecodePlanRequest(linkproto.Marshal(p), "home", "web-2"); !errors.Is(err, linkproto.ErrWrongNode) {
+		t.Errorf("another node's: got %v, want %v", err, linkproto.ErrWrongNode)
+	}
+	p.Revision = 0
+	if _, err := linkproto.DecodePlanRequest(linkproto.Marshal(p), "home", "web-1"); !errors.Is(err, linkproto.ErrMalformed) {
+		t.Errorf("no revision: got %v, want %v", err, linkproto.ErrMalformed)
 	}
 }

@@ -27,6 +27,9 @@ const (
 	// payload replaced by an Omitted note; the node's own journal keeps it
 	// whole.
 	MaxEventSize = 512 << 10
+	// MaxPlanAnswerSize bounds a PlanAnswer: PlanAnswer.Fit drops the
+	// steps past it, and a receiver refuses more.
+	MaxPlanAnswerSize = 256 << 10
 )
 
 // Errors a receiver returns; each message names the field or limit.
@@ -74,6 +77,56 @@ type Ack struct {
 	Accepted bool   `json:"accepted"`
 	Seq      uint64 `json:"seq,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+}
+
+// PlanRequest asks node, on PlanSubject as a request, what applying a
+// declaration would change on its machine now. It is a Declaration in all
+// but its signature, which is made for planning only (PlanRequest.Sign):
+// the node checks it exactly as a push, changes nothing, journals one
+// plan.answered record and replies with a PlanAnswer.
+type PlanRequest Declaration
+
+// PlanAnswer answers a PlanRequest. Refused says why the node made no plan
+// (the request was not the mesh's or not for it, the declaration would be
+// refused, the node is busy); Steps and the counts are then empty. Steps
+// are the resources the plan changes, in the reconciler's order; those
+// unchanged are only counted.
+type PlanAnswer struct {
+	Protocol int    `json:"protocol"`
+	Node     string `json:"node"`
+	Revision uint64 `json:"revision"`
+	Refused  string `json:"refused,omitempty"`
+	// Busy is set with Refused when the node was planning or applying
+	// already: asking again later may succeed.
+	Busy      bool       `json:"busy,omitempty"`
+	Steps     []PlanStep `json:"steps,omitempty"`
+	Unchanged int        `json:"unchanged"`
+	// Omitted counts the steps left out to fit MaxPlanAnswerSize.
+	Omitted int `json:"omitted,omitempty"`
+	// Seq is the node's plan.answered record.
+	Seq uint64 `json:"seq,omitempty"`
+}
+
+// PlanStep is one resource's part in a plan: what would be done to it,
+// how it differs now, and the error observing it met.
+type PlanStep struct {
+	ID      string       `json:"id"`
+	Action  event.Action `json:"action"`
+	Differs []string     `json:"differs,omitempty"`
+	// Drift is set when the resource, applied by the mesh, was changed
+	// outside it.
+	Drift bool   `json:"drift,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Fit drops steps from the end of a until it encodes within
+// MaxPlanAnswerSize, counting them in Omitted.
+func (a *PlanAnswer) Fit() {
+	for len(a.Steps) > 0 && len(Marshal(a)) > MaxPlanAnswerSize {
+		drop := max(1, len(a.Steps)/8)
+		a.Steps = a.Steps[:len(a.Steps)-drop]
+		a.Omitted += drop
+	}
 }
 
 // Hello is what a node says, as a request on HelloSubject, on every link up:
@@ -358,6 +411,8 @@ type versioned interface{ version() int }
 
 func (m *Declaration) version() int { return m.Protocol }
 func (m *Ack) version() int         { return m.Protocol }
+func (m *PlanRequest) version() int { return m.Protocol }
+func (m *PlanAnswer) version() int  { return m.Protocol }
 func (m *Hello) version() int       { return m.Protocol }
 func (m *Welcome) version() int     { return m.Protocol }
 func (m *Heartbeat) version() int   { return m.Protocol }
@@ -403,6 +458,19 @@ func DecodeDeclaration(data []byte, mesh, node string) (*Declaration, error) {
 		return nil, err
 	}
 	return &d, nil
+}
+
+// DecodePlanRequest reads a plan request for mesh/node, with the checks of
+// DecodeDeclaration.
+func DecodePlanRequest(data []byte, mesh, node string) (*PlanRequest, error) {
+	var p PlanRequest
+	if err := Decode(data, MaxDeclarationSize, &p); err != nil {
+		return nil, err
+	}
+	if err := (*Declaration)(&p).For(mesh, node); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 // For checks that d is node's, complete enough to journal.

@@ -23,6 +23,10 @@ import (
 const (
 	// declarationContext starts the bytes a Declaration's signature covers.
 	declarationContext = "mesh-host declaration 1"
+	// planContext starts the bytes a PlanRequest's signature covers: the
+	// same fields as a declaration's, so a plan request signed can never
+	// be replayed as a push, nor a push as a plan request.
+	planContext = "mesh-host plan 1"
 	// welcomeContext and syncedContext start the bytes of a Welcome's and
 	// a Synced's: how much of its journal the stream holds, which the node
 	// acts on (it stops resending what the answer says is held).
@@ -168,6 +172,26 @@ func (d *Declaration) Verify(trusted string) error {
 func VerifyStored(trusted, mesh, node string, revision uint64, operator string, document []byte, signer, signature string) error {
 	d := Declaration{Mesh: mesh, Node: node, Revision: revision, Operator: operator, Document: document, Signer: signer, Signature: signature}
 	return d.Verify(trusted)
+}
+
+// SignedBytes is what p's signature covers: a declaration's fields under
+// the plan's own context.
+func (p *PlanRequest) SignedBytes() []byte {
+	return signedBytes(planContext, []byte(p.Mesh), []byte(p.Node),
+		[]byte(strconv.FormatUint(p.Revision, 10)), []byte(p.Operator), p.Document)
+}
+
+// Sign signs p with key, the mesh's declaration key.
+func (p *PlanRequest) Sign(key nkeys.KeyPair) error {
+	var err error
+	p.Signer, p.Signature, err = sign(key, p.SignedBytes())
+	return err
+}
+
+// Verify checks that p is signed by trusted for planning, and unchanged
+// since. A push's signature does not verify here.
+func (p *PlanRequest) Verify(trusted string) error {
+	return verify("plan request", trusted, p.Signer, p.Signature, p.SignedBytes())
 }
 
 func (w *Welcome) signedBytes(mesh, node string) []byte {

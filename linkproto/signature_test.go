@@ -136,3 +136,43 @@ func TestDeclarationTravelsAsSigned(t *testing.T) {
 		t.Errorf("it does not verify: %v", err)
 	}
 }
+
+// TestPlanAndPushSignaturesDoNotCross: a plan request is signed for
+// planning only, so neither signature verifies as the other: a broker
+// cannot turn a dry run into a change, nor a push into a plan.
+func TestPlanAndPushSignaturesDoNotCross(t *testing.T) {
+	key, trusted := signingKey(t)
+	other, _ := signingKey(t)
+	d := linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: "home", Node: "n", Revision: 3, Operator: "ops@desk",
+		Document: []byte(`{"mesh":"home","node":"n","revision":3,"resources":[]}`)}
+	p := linkproto.PlanRequest(d)
+	if err := d.Sign(key); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sign(key); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Verify(trusted); err != nil {
+		t.Fatalf("a signed plan request: %v", err)
+	}
+	asPlan := linkproto.PlanRequest(d)
+	if err := asPlan.Verify(trusted); !errors.Is(err, linkproto.ErrBadSignature) {
+		t.Errorf("a push's signature on a plan request: got %v, want %v", err, linkproto.ErrBadSignature)
+	}
+	asPush := linkproto.Declaration(p)
+	if err := asPush.Verify(trusted); !errors.Is(err, linkproto.ErrBadSignature) {
+		t.Errorf("a plan request's signature on a push: got %v, want %v", err, linkproto.ErrBadSignature)
+	}
+	unsigned := linkproto.PlanRequest(d)
+	unsigned.Signer, unsigned.Signature = "", ""
+	if err := unsigned.Verify(trusted); !errors.Is(err, linkproto.ErrUnsigned) {
+		t.Errorf("an unsigned plan request: got %v, want %v", err, linkproto.ErrUnsigned)
+	}
+	foreign := linkproto.PlanRequest(d)
+	if err := foreign.Sign(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := foreign.Verify(trusted); !errors.Is(err, linkproto.ErrUntrustedSigner) {
+		t.Errorf("a plan request signed by another key: got %v, want %v", err, linkproto.ErrUntrustedSigner)
+	}
+}

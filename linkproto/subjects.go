@@ -42,6 +42,13 @@ import (
 //     its key, presents the token with its public half (Enrol), and is
 //     answered with its credentials (Credential); a node renews them
 //     before they expire (Renew).
+//
+// Added without a new version, as nothing said before changes meaning:
+//   - 2026-12-02: mesh.MESH.down.NODE.plan carries a PlanRequest (a
+//     declaration signed for planning only), answered with a PlanAnswer:
+//     the plan the node computes against its machine, changing nothing. A
+//     node that does not know the subject does not answer, and counts as
+//     offline to the asker.
 const ProtocolVersion = 3
 
 // Subjects. MESH and NODE are names (see ValidName); the functions below
@@ -58,6 +65,10 @@ const (
 	// declarationToken: mesh.MESH.down.NODE.declaration carries a
 	// Declaration push as a request; the node replies with an Ack.
 	declarationToken = "declaration"
+	// planToken: mesh.MESH.down.NODE.plan carries a PlanRequest as a
+	// request; the node replies with a PlanAnswer. Its own subject, so
+	// that a plan is never mistaken for a push by anything that listens.
+	planToken = "plan"
 	// inboxToken: mesh.MESH.down.NODE.inbox is the node's inbox prefix:
 	// the replies to its requests (Welcome, JetStream acknowledgements).
 	inboxToken = "inbox"
@@ -178,6 +189,11 @@ func subject(mesh, dir, node, token string) string {
 // DeclarationSubject is where the control plane pushes node's declaration.
 func DeclarationSubject(mesh, node string) string {
 	return subject(mesh, downToken, node, declarationToken)
+}
+
+// PlanSubject is where the control plane asks node for a plan.
+func PlanSubject(mesh, node string) string {
+	return subject(mesh, downToken, node, planToken)
 }
 
 // InboxPrefix is node's inbox: the node subscribes to InboxPrefix+".>".

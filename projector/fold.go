@@ -215,6 +215,10 @@ func (f *folder) fold(s *State, r event.Record) {
 		}
 	case event.LinkPlaintext:
 		ok = ignore[event.LinkPlaintextPayload](f, r.Payload)
+	case event.PlanAnswered:
+		// A plan changes nothing: the machine, and so the state, is as it
+		// was.
+		ok = ignore[event.PlanAnsweredPayload](f, r.Payload)
 	default:
 		if !event.Known(r.Kind) {
 			s.Unknown++

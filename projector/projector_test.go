@@ -626,6 +626,8 @@ func genPayload(t *rapid.T, k event.Kind) any {
 	case event.HostFacts:
 		return event.HostFactsPayload{Hostname: str("hostname", []string{"", "a", "b"}), Cores: rapid.IntRange(0, 4).Draw(t, "cores"),
 			Addresses: rapid.SliceOfN(rapid.SampledFrom([]string{"10.0.0.1", "fd00::1"}), 0, 2).Draw(t, "addresses")}
+	case event.PlanAnswered:
+		return event.PlanAnsweredPayload{Revision: small("revision"), Digest: str("digest", genDigests), Create: int(small("create")), Refused: str("refused", []string{"", "older"})}
 	case event.JournalScrubbed:
 		return event.JournalScrubbedPayload{Head: small("head"), First: small("first"), Records: small("records"), Owned: int(small("owned")), Differences: int(small("differences"))}
 	}

@@ -1,7 +1,5 @@
 package main
 
-import ()
-
 // Every command that finds the journal damaged (a record that fails its
 // checksum, a projection value that fails its own, a file cut short or
 // emptied) exits exitDamaged, distinct from exitFailed so that a script, or

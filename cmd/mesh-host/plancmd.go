@@ -10,6 +10,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
+	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -23,7 +24,8 @@ type planCmd struct {
 }
 
 // Run shows what apply would do, with a diff for each file's content. It
-// changes nothing and journals nothing.
+// changes nothing and journals nothing (a plan the control plane asks the
+// service for journals one plan.answered record: see service.LinkHost.Plan).
 func (c *planCmd) Run(e *env) error {
 	decl, err := readDeclaration(c.File)
 	if err != nil {
@@ -41,22 +43,12 @@ func (c *planCmd) Run(e *env) error {
 	case err != nil:
 		return err
 	}
-	if err := e.admissible(decl, s); err != nil {
-		return &exitError{code: exitRefused, err: fmt.Errorf("refused:\n%v", err)}
-	}
-	rc, err := e.reconciler(nil)
-	if err != nil {
+	res, rc, err := e.dryRun(decl, s)
+	var r planRefusal
+	if errors.As(err, &r) {
+		return &exitError{code: exitRefused, err: fmt.Errorf("refused:\n%v", r.err)}
+	} else if err != nil {
 		return failed("%v", err)
-	}
-	specs := decl.Expanded()
-	if err := e.openSecrets(specs); err != nil {
-		return &exitError{code: exitRefused, err: fmt.Errorf("refused:\n%v", err)}
-	}
-	res, err := rc.Reconcile(e.ctx, agent.Request{
-		Trigger: event.TriggerManual, Revision: decl.Revision, Specs: specs, Owned: s.Owned, DryRun: true,
-	})
-	if err != nil {
-		return failed("plan: %v", err)
 	}
 	printOutcomes(e.stdout, res, true, false)
 	for _, step := range res.Steps {
@@ -72,6 +64,49 @@ func (c *planCmd) Run(e *env) error {
 		return silent(exitPending)
 	}
 	return nil
+}
+
+// planRefusal is dryRun's refusal of the declaration itself, as apply would
+// refuse it: not a failure to plan.
+type planRefusal struct{ err error }
+
+func (r planRefusal) Error() string { return r.err.Error() }
+func (r planRefusal) Unwrap() error { return r.err }
+
+// dryRun plans decl against the root and the stored state s as apply would
+// reconcile it, changing nothing and journaling nothing: what `mesh-host
+// plan` shows, and what the service answers the control plane's plan
+// requests with. A declaration apply would refuse is a planRefusal.
+func (e *env) dryRun(decl *declaration.Declaration, s projector.State) (*agent.Result, *agent.Reconciler, error) {
+	if err := e.admissible(decl, s); err != nil {
+		return nil, nil, planRefusal{err}
+	}
+	rc, err := e.reconciler(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	specs := decl.Expanded()
+	if err := e.openSecrets(specs); err != nil {
+		return nil, nil, planRefusal{err}
+	}
+	res, err := rc.Reconcile(e.ctx, agent.Request{
+		Trigger: event.TriggerManual, Revision: decl.Revision, Specs: specs, Owned: s.Owned, DryRun: true,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("plan: %w", err)
+	}
+	return res, rc, nil
+}
+
+// planStored is dryRun against the state j holds: the service's answer to
+// a plan request.
+func (e *env) planStored(j *journal.Journal, decl *declaration.Declaration) (*agent.Result, error) {
+	s, _, err := hostjournal.StoredState(j)
+	if err != nil {
+		return nil, err
+	}
+	res, _, err := e.dryRun(decl, s)
+	return res, err
 }
 
 // printDiff prints a unified diff from the file's current content to the

@@ -24,7 +24,7 @@ func newTestLinkHost(t *testing.T) (*service.LinkHost, *journal.Journal) {
 	t.Cleanup(func() { j.Close() })
 	e := &env{ctx: context.Background(), stdout: io.Discard, stderr: io.Discard, now: time.Now,
 		cli: &cli{OwnUnit: "mesh-host.service", Root: t.TempDir(), Parallel: 2}}
-	return service.NewLinkHost(&service.Held{Journal: j}, e.admissible), j
+	return service.NewLinkHost(&service.Held{Journal: j}, e.admissible, nil), j
 }
 
 func lastRecord(t *testing.T, j *journal.Journal) event.Record {

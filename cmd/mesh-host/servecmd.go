@@ -11,6 +11,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/facts"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
+	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
@@ -62,6 +63,11 @@ func (c *serveCmd) Run(e *env) error {
 			return re.reconcileStored(j, trigger, true)
 		},
 		Admit: e.admissible,
+		Plan: func(ctx context.Context, j *journal.Journal, d *declaration.Declaration) (*agent.Result, error) {
+			re := *e
+			re.ctx = ctx
+			return re.planStored(j, d)
+		},
 		Facts: func() event.HostFactsPayload { return facts.Gather(e.cli.Root, version) },
 	})
 	if errors.Is(err, service.ErrRefused) {

@@ -60,6 +60,7 @@ type cli struct {
 	Render     renderCmd     `cmd:"" help:"Print the declaration the profiles make for a node."`
 	Diff       diffCmd       `cmd:"" help:"Print, for each node selected, how what the profiles make differs from what it has."`
 	Rollout    rolloutCmd    `cmd:"" help:"Push what the profiles render to the nodes a selector chooses, in waves that halt on failure; status, pause, resume, abort."`
+	Plan       planCmd       `cmd:"" help:"Ask the selected nodes what their next declaration would change on their machines; change nothing."`
 	Nodes      nodesCmd      `cmd:"" help:"Show every node: what it reports and what is declared for it."`
 	Status     statusCmd     `cmd:"" help:"Show a node's state as it last reported it: what mesh-host status shows on the node."`
 	Replay     replayCmd     `cmd:"" help:"Rebuild a node's state from its records in the events stream; --verify compares it with what the node reported."`

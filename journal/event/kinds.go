@@ -31,6 +31,7 @@ const (
 	DirTightened        Kind = "dir.tightened"
 	JournalScrubbed     Kind = "journal.scrubbed"
 	HostFacts           Kind = "host.facts"
+	PlanAnswered        Kind = "plan.answered"
 )
 
 // payloads maps each known kind to a constructor of its payload.
@@ -58,6 +59,7 @@ var payloads = map[Kind]func() any{
 	DirTightened:        func() any { return new(DirTightenedPayload) },
 	JournalScrubbed:     func() any { return new(JournalScrubbedPayload) },
 	HostFacts:           func() any { return new(HostFactsPayload) },
+	PlanAnswered:        func() any { return new(PlanAnsweredPayload) },
 }
 
 // Known reports whether this binary knows kind k.
@@ -71,7 +73,7 @@ func Kinds() []Kind {
 		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
 		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
 		LinkRefused, VersionHalted, LinkPlaintext, LinkRenewed, LinkDenied, DirTightened,
-		JournalScrubbed, HostFacts,
+		JournalScrubbed, HostFacts, PlanAnswered,
 	}
 }
 
@@ -316,6 +318,26 @@ type HostFactsPayload struct {
 	Addresses []string `json:"addresses,omitempty"` // global unicast, sorted
 	BootID    string   `json:"boot_id,omitempty"`
 	Version   string   `json:"version,omitempty"` // the host's build label
+}
+
+// PlanAnsweredPayload records a plan the control plane asked for (`meshctl
+// plan`) and this host answered: computed against the machine as apply
+// would, and nothing changed. It names the document by its digest and
+// counts the planned actions; the document itself, and with it any
+// secret's sealed value, is not kept. Refused says why no plan was made
+// for a request the mesh signed (an older revision, the host's own
+// installation named, a secret that does not open); the counts are then 0.
+type PlanAnsweredPayload struct {
+	Revision  uint64 `json:"revision"`
+	Digest    string `json:"digest,omitempty"`
+	Operator  string `json:"operator,omitempty"`
+	Create    int    `json:"create,omitempty"`
+	Update    int    `json:"update,omitempty"`
+	Delete    int    `json:"delete,omitempty"`
+	Released  int    `json:"released,omitempty"`
+	Unchanged int    `json:"unchanged,omitempty"`
+	Failed    int    `json:"failed,omitempty"`
+	Refused   string `json:"refused,omitempty"`
 }
 
 // JournalCompactedPayload records a compaction: records up to Through were

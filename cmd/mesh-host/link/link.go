@@ -5,6 +5,8 @@
 // Down, it takes pushed declarations and hands them to the host, which
 // journals them as accepted or refused; messages that are not a
 // declaration for this node are refused here and journaled as link.refused.
+// Plan requests are checked the same way and handed to the host one at a
+// time; the host plans them and changes nothing.
 // Up, it says hello on every link up (and hands the host the declaration
 // the control plane holds, if newer), publishes the journal to the events
 // stream exactly once (each record on its own subject, which the stream
@@ -124,6 +126,11 @@ type Host interface {
 	Accept(ctx context.Context, d *linkproto.Declaration, trigger event.Trigger) linkproto.Ack
 	// State is the host's current projection.
 	State() (projector.State, error)
+	// Plan computes what applying p's declaration would change, changing
+	// nothing, and journals that it answered; the link fills in the
+	// answer's protocol, node and revision. It is called for one request
+	// at a time, and must return promptly once ctx ends.
+	Plan(ctx context.Context, p *linkproto.PlanRequest) linkproto.PlanAnswer
 }
 
 // Journal is the host's journal as the link uses it: it records the link's
@@ -156,6 +163,11 @@ type Link struct {
 	markedAt time.Time
 
 	refusals refusalLimiter
+	// planning holds the plan request being answered (one slot); plans
+	// are the goroutines answering them, waited for at the end of Run.
+	planning chan struct{}
+	plans    sync.WaitGroup
+	planRate planLimiter
 	// st is the connection's state, which Run makes.
 	st *connState
 }
@@ -203,7 +215,7 @@ func New(cfg Config, host Host, j Journal) (*Link, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("mesh", cfg.Mesh, "node", cfg.Node)
-	return &Link{cfg: cfg, host: host, j: j, log: log, reconciled: make(chan struct{}, 1)}, nil
+	return &Link{cfg: cfg, host: host, j: j, log: log, reconciled: make(chan struct{}, 1), planning: make(chan struct{}, 1)}, nil
 }
 
 // Reconciled tells the link that a reconcile completed: a heartbeat goes
@@ -291,6 +303,14 @@ func (l *Link) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("link: subscribe: %w", err)
 	}
+	if _, err := nc.Subscribe(linkproto.PlanSubject(l.cfg.Mesh, l.cfg.Node), func(m *nats.Msg) {
+		l.onPlan(ctx, m)
+	}); err != nil {
+		return fmt.Errorf("link: subscribe: %w", err)
+	}
+	// A plan being made ends with ctx; its answer, if the connection is
+	// still up, goes out before Run returns.
+	defer l.plans.Wait()
 
 	var (
 		sess    *session // running while the link is up

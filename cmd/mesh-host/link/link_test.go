@@ -94,6 +94,8 @@ type testHost struct {
 	mu sync.Mutex
 	// triggers records the trigger of every Accept.
 	triggers []event.Trigger
+	// planGate, when not nil, holds every Plan until it is closed.
+	planGate chan struct{}
 }
 
 func (h *testHost) Accept(_ context.Context, d *linkproto.Declaration, trigger event.Trigger) linkproto.Ack {
@@ -126,6 +128,23 @@ func (h *testHost) State() (projector.State, error) {
 		return err
 	})
 	return s, err
+}
+
+// Plan answers with one step and journals plan.answered, as the real host
+// does in short; while planGate is set it waits on it first.
+func (h *testHost) Plan(ctx context.Context, p *linkproto.PlanRequest) linkproto.PlanAnswer {
+	if h.planGate != nil {
+		select {
+		case <-h.planGate:
+		case <-ctx.Done():
+			return linkproto.PlanAnswer{Refused: ctx.Err().Error()}
+		}
+	}
+	recs, err := h.j.Append(event.New(event.PlanAnswered, 0, "", event.PlanAnsweredPayload{Revision: p.Revision, Operator: p.Operator, Create: 1}))
+	if err != nil {
+		return linkproto.PlanAnswer{Refused: err.Error()}
+	}
+	return linkproto.PlanAnswer{Steps: []linkproto.PlanStep{{ID: "file:/etc/motd", Action: event.ActionCreate}}, Seq: recs[0].Seq}
 }
 
 func (h *testHost) accepted() []event.Trigger {

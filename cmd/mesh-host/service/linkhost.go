@@ -18,6 +18,9 @@ import (
 type LinkHost struct {
 	held  *Held
 	admit func(*declaration.Declaration, projector.State) error
+	// plan plans a declaration against the root, changing nothing
+	// (Config.Plan); nil makes no plans.
+	plan planFunc
 	// wake carries the trigger of a declaration accepted; one slot, so
 	// declarations accepted during an apply coalesce into one reconcile of
 	// the latest (which Config.Reconcile reads from the journal).
@@ -27,9 +30,10 @@ type LinkHost struct {
 var _ link.Host = (*LinkHost)(nil)
 
 // NewLinkHost is the link's host for the journal held; admit refuses a
-// declaration the host must not accept (Config.Admit).
-func NewLinkHost(held *Held, admit func(*declaration.Declaration, projector.State) error) *LinkHost {
-	return &LinkHost{held: held, admit: admit, wake: make(chan event.Trigger, 1)}
+// declaration the host must not accept (Config.Admit), plan plans one
+// (Config.Plan).
+func NewLinkHost(held *Held, admit func(*declaration.Declaration, projector.State) error, plan planFunc) *LinkHost {
+	return &LinkHost{held: held, admit: admit, plan: plan, wake: make(chan event.Trigger, 1)}
 }
 
 // Accept admits a declaration from the link: journaled as received (and

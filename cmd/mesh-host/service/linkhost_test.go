@@ -32,7 +32,7 @@ func newTestLinkHost(t *testing.T) (*LinkHost, *journal.Journal) {
 		}
 		return d.RefuseInstallation(declaration.Installation{Unit: "mesh-host.service"})
 	}
-	return NewLinkHost(&Held{Journal: j}, admit), j
+	return NewLinkHost(&Held{Journal: j}, admit, nil), j
 }
 
 func lastRecord(t *testing.T, j *journal.Journal) event.Record {

@@ -81,6 +81,11 @@ type Config struct {
 	// Admit refuses a declaration pushed by the control plane that the
 	// host must not accept, given the stored state s.
 	Admit func(d *declaration.Declaration, s projector.State) error
+	// Plan plans d against the root as `mesh-host plan` does, for a plan
+	// request from the control plane: it refuses what Admit would, and
+	// changes and journals nothing. The service holds the reconcile lock
+	// around it. Nil answers every plan request refused.
+	Plan func(ctx context.Context, j *journal.Journal, d *declaration.Declaration) (*agent.Result, error)
 	// Facts reads the machine's facts, journaled at start and every
 	// DriftInterval when they changed; nil journals none.
 	Facts func() event.HostFactsPayload
@@ -164,7 +169,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 
 	held := &Held{Journal: j, StateDir: c.StateDir, look: make(chan struct{}, 1)}
-	host := NewLinkHost(held, c.Admit)
+	host := NewLinkHost(held, c.Admit, c.Plan)
 	var lnk *link.Link
 	if linked {
 		lnk, err = link.New(link.Config{

@@ -1,8 +1,8 @@
 // Package control is the control plane of a mesh: the authority that signs
 // every credential (operator, accounts, the control user, one user per
 // node), the embedded NATS broker, the control service that answers the
-// nodes' hellos, and the operations an operator runs (declare, nodes,
-// journal).
+// nodes' hellos, and the operations an operator runs (declare, plan,
+// nodes, journal).
 //
 // Everything durable lives in JetStream (the desired state of each node in
 // a KV bucket, every node's journal and last heartbeat in streams) or in
@@ -59,4 +59,10 @@ var (
 	// ErrNoRecord is returned when the events stream holds no record that
 	// a question needs.
 	ErrNoRecord = errors.New("no such record")
+	// ErrNothingDeclared is returned by NextStored for a node with no
+	// desired state stored: there is nothing to plan from.
+	ErrNothingDeclared = errors.New("nothing declared")
+	// ErrNotPlanned is returned by a fleet's plan when a node did not
+	// answer with a plan: offline, refused, busy, or failed.
+	ErrNotPlanned = errors.New("not every node planned")
 )

@@ -1,0 +1,369 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// A fleet's plan: every selected node is sent the declaration it would
+// get, signed for planning only, on its own plan subject, and answers with
+// the plan it computes against its machine. Nothing is stored and nothing
+// changes on the nodes; each journals one plan.answered record.
+
+// Defaults of PlanOptions.
+const (
+	DefaultPlanDeadline = 10 * time.Second
+	// DefaultPlanParallel bounds the requests in flight: enough that the
+	// nodes' own planning, not the asking, is what a fleet waits for.
+	DefaultPlanParallel = 256
+)
+
+// Statuses of a node in a fleet's plan.
+const (
+	PlanPlanned = "planned"
+	PlanOffline = "offline"
+	PlanRefused = "refused"
+	PlanBusy    = "busy"
+	PlanFailed  = "failed"
+)
+
+// PlanOptions says how long a fleet's plan waits and how many requests it
+// has in flight.
+type PlanOptions struct {
+	// Deadline bounds the whole plan; DefaultPlanDeadline when 0. A node
+	// that has not answered by then counts as offline.
+	Deadline time.Duration
+	// Parallel bounds the requests in flight; DefaultPlanParallel when 0.
+	Parallel int
+}
+
+// Document gives the declaration to plan for node.
+type Document func(ctx context.Context, node string) (*declaration.Declaration, error)
+
+// PlanResult is one node's part in a fleet's plan.
+type PlanResult struct {
+	Node   string `json:"node"`
+	Status string `json:"status"`
+	// Revision is the revision planned.
+	Revision uint64 `json:"revision,omitempty"`
+	// Answer is the node's answer, when it gave one.
+	Answer *linkproto.PlanAnswer `json:"answer,omitempty"`
+	// Reason says why a node is not planned: offline, what it refused,
+	// what failed.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Plan asks each of nodes for its plan of the declaration doc gives for
+// it, concurrently, and returns one result per node, in the order of
+// nodes. It never fails as a whole: a node that cannot be asked, or does
+// not answer, is a result saying so.
+func (c *Client) Plan(ctx context.Context, nodes []string, doc Document, opt PlanOptions) []PlanResult {
+	if opt.Deadline <= 0 {
+		opt.Deadline = DefaultPlanDeadline
+	}
+	if opt.Parallel <= 0 {
+		opt.Parallel = DefaultPlanParallel
+	}
+	ctx, cancel := context.WithTimeout(ctx, opt.Deadline)
+	defer cancel()
+	out := make([]PlanResult, len(nodes))
+	sem := make(chan struct{}, opt.Parallel)
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			out[i] = PlanResult{Node: node, Status: PlanOffline, Reason: fmt.Sprintf("not asked within the deadline (%s)", opt.Deadline)}
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i] = c.planOne(ctx, node, doc, opt.Deadline)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// planOne asks node for its plan.
+func (c *Client) planOne(ctx context.Context, node string, doc Document, deadline time.Duration) PlanResult {
+	r := PlanResult{Node: node, Status: PlanFailed}
+	d, err := doc(ctx, node)
+	if err != nil {
+		r.Reason = err.Error()
+		return r
+	}
+	r.Revision = d.Revision
+	req, err := c.planRequest(ctx, node, d)
+	if err != nil {
+		r.Reason = err.Error()
+		return r
+	}
+	m, err := c.Conn.RequestWithContext(ctx, linkproto.PlanSubject(c.Mesh, node), linkproto.Marshal(req))
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		r.Status, r.Reason = PlanOffline, "not connected"
+		return r
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		r.Status, r.Reason = PlanOffline, fmt.Sprintf("no answer within the deadline (%s)", deadline)
+		return r
+	case err != nil:
+		r.Reason = fmt.Sprintf("ask for the plan: %v", err)
+		return r
+	}
+	var a linkproto.PlanAnswer
+	if err := linkproto.Decode(m.Data, linkproto.MaxPlanAnswerSize, &a); err != nil {
+		r.Reason = fmt.Sprintf("the answer is not a plan: %v", err)
+		return r
+	}
+	if a.Node != node || a.Revision != d.Revision {
+		r.Reason = fmt.Sprintf("answered with %s's plan of revision %d", a.Node, a.Revision)
+		return r
+	}
+	r.Answer = &a
+	switch {
+	case a.Busy:
+		r.Status, r.Reason = PlanBusy, a.Refused
+	case a.Refused != "":
+		r.Status, r.Reason = PlanRefused, a.Refused
+	default:
+		r.Status = PlanPlanned
+	}
+	return r
+}
+
+// planRequest makes d, with its secrets sealed to node, a plan request
+// signed for planning with the mesh's declaration key. It is checked as
+// a declaration is (Push), and stored nowhere.
+func (c *Client) planRequest(ctx context.Context, node string, d *declaration.Declaration) (*linkproto.PlanRequest, error) {
+	d, err := c.seal(ctx, node, d)
+	if err != nil {
+		return nil, err
+	}
+	push, err := Push(d, c.Mesh, node)
+	if err != nil {
+		return nil, err
+	}
+	if c.Key == nil {
+		return nil, errors.New("no declaration key to sign with (the authority's declarations.nk)")
+	}
+	if err := linkproto.ValidOperator(c.Operator); err != nil {
+		return nil, fmt.Errorf("%w: %v (give --operator)", ErrRefused, err)
+	}
+	p := linkproto.PlanRequest(*push)
+	p.Operator = c.Operator
+	if err := p.Sign(c.Key); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// NextStored is the Document of node's stored desired state at its next
+// revision: what declaring it again, changed, would send. A node with none
+// stored is ErrNothingDeclared.
+func (c *Client) NextStored(ctx context.Context, node string) (*declaration.Declaration, error) {
+	stored, err := c.stored(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	if stored == nil {
+		return nil, fmt.Errorf("%w for %s: declare it first, or plan a --file", ErrNothingDeclared, node)
+	}
+	next := *stored
+	next.Revision++
+	return &next, nil
+}
+
+// FileDocument is the Document of d for every node: its mesh and node
+// replaced by each node's, at the revision after the one stored for it (1
+// when none is).
+func (c *Client) FileDocument(d *declaration.Declaration) Document {
+	return func(ctx context.Context, node string) (*declaration.Declaration, error) {
+		stored, err := c.stored(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		out := *d
+		out.Mesh, out.Node, out.Revision = c.Mesh, node, 1
+		if stored != nil {
+			out.Revision = stored.Revision + 1
+		}
+		return &out, nil
+	}
+}
+
+// stored is node's stored desired state; nil when none is.
+func (c *Client) stored(ctx context.Context, node string) (*declaration.Declaration, error) {
+	kv, err := c.desired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	entry, err := kv.Get(ctx, linkproto.DesiredKey(c.Mesh, node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the desired state of %s: %w", node, err)
+	}
+	return decodeStoredEntry(entry.Value(), c.Mesh, node)
+}
+
+// PlanGroup is the nodes that answered with the same plan.
+type PlanGroup struct {
+	Nodes     []string             `json:"nodes"`
+	Steps     []linkproto.PlanStep `json:"steps,omitempty"`
+	Unchanged int                  `json:"unchanged"`
+	Omitted   int                  `json:"omitted,omitempty"`
+}
+
+// GroupPlans groups the planned results by plan (their steps, unchanged
+// and omitted counts; not the revision, which differs from node to node),
+// most nodes first, then by first node name. Each group's nodes are
+// sorted.
+func GroupPlans(results []PlanResult) []PlanGroup {
+	byKey := map[string]*PlanGroup{}
+	for _, r := range results {
+		if r.Status != PlanPlanned || r.Answer == nil {
+			continue
+		}
+		g := PlanGroup{Steps: r.Answer.Steps, Unchanged: r.Answer.Unchanged, Omitted: r.Answer.Omitted}
+		key, _ := json.Marshal(g)
+		if have, ok := byKey[string(key)]; ok {
+			have.Nodes = append(have.Nodes, r.Node)
+			continue
+		}
+		g.Nodes = []string{r.Node}
+		byKey[string(key)] = &g
+	}
+	out := make([]PlanGroup, 0, len(byKey))
+	for _, g := range byKey {
+		slices.Sort(g.Nodes)
+		out = append(out, *g)
+	}
+	slices.SortFunc(out, func(a, b PlanGroup) int {
+		if len(a.Nodes) != len(b.Nodes) {
+			return len(b.Nodes) - len(a.Nodes)
+		}
+		return strings.Compare(a.Nodes[0], b.Nodes[0])
+	})
+	return out
+}
+
+// maxNamed is how many nodes a group names before it counts the rest.
+const maxNamed = 10
+
+// nodeList names nodes, the first maxNamed of them and how many more.
+func nodeList(nodes []string) string {
+	if len(nodes) <= maxNamed {
+		return strings.Join(nodes, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(nodes[:maxNamed], ", "), len(nodes)-maxNamed)
+}
+
+// PrintPlans prints a fleet's plan: the nodes with the same plan once,
+// with their count and names (the most common plan first), then the nodes
+// offline, refused, busy and failed, then a line of counts. asJSON prints
+// JSON lines instead, one PlanResult each. It returns ErrNotPlanned when
+// any node did not answer with a plan.
+func PrintPlans(w io.Writer, results []PlanResult, asJSON bool) error {
+	var err error
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, r := range results {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+	} else {
+		err = printPlanText(w, results)
+	}
+	if err != nil {
+		return err
+	}
+	if n := len(results) - count(results, PlanPlanned); n > 0 {
+		return fmt.Errorf("%w: %d of %d nodes did not answer with a plan", ErrNotPlanned, n, len(results))
+	}
+	return nil
+}
+
+func printPlanText(w io.Writer, results []PlanResult) error {
+	groups := GroupPlans(results)
+	for _, g := range groups {
+		what := "no changes"
+		if len(g.Steps) > 0 {
+			what = fmt.Sprintf("%d to change", len(g.Steps)+g.Omitted)
+		}
+		fmt.Fprintf(w, "%s: %s, %d unchanged\n  %s\n", plural(len(g.Nodes), "node"), what, g.Unchanged, nodeList(g.Nodes))
+		for _, s := range g.Steps {
+			var detail []string
+			if len(s.Differs) > 0 {
+				detail = append(detail, "differs: "+strings.Join(s.Differs, ", "))
+			}
+			if s.Drift {
+				detail = append(detail, "drift: changed outside the mesh")
+			}
+			if s.Error != "" {
+				detail = append(detail, s.Error)
+			}
+			fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("    %-10s  %-44s  %s", s.Action, s.ID, strings.Join(detail, "; ")), " "))
+		}
+		if g.Omitted > 0 {
+			fmt.Fprintf(w, "    … and %d more steps the answer could not hold (mesh-host plan on a node shows them all)\n", g.Omitted)
+		}
+	}
+	for _, status := range []string{PlanOffline, PlanRefused, PlanBusy, PlanFailed} {
+		n := count(results, status)
+		if n == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%s (%d):\n", status, n)
+		for _, r := range results {
+			if r.Status == status {
+				fmt.Fprintf(w, "  %s: %s\n", r.Node, oneLine(r.Reason))
+			}
+		}
+	}
+	parts := []string{fmt.Sprintf("%d planned (%s)", count(results, PlanPlanned), plural(len(groups), "plan"))}
+	for _, status := range []string{PlanOffline, PlanRefused, PlanBusy, PlanFailed} {
+		if n := count(results, status); n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, status))
+		}
+	}
+	_, err := fmt.Fprintf(w, "%s: %s\n", plural(len(results), "node"), strings.Join(parts, ", "))
+	return err
+}
+
+func count(results []PlanResult, status string) int {
+	n := 0
+	for _, r := range results {
+		if r.Status == status {
+			n++
+		}
+	}
+	return n
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// oneLine keeps a reason on its line: a refusal may list several.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}

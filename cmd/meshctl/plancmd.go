@@ -1,0 +1,96 @@
+package main
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/labels"
+	"github.com/mesh-host/mesh-host/packaging"
+)
+
+type planCmd struct {
+	Select   string        `name:"select" placeholder:"SELECTOR" help:"Only the nodes whose labels match, as in nodes --select (default: every node)."`
+	File     string        `name:"file" placeholder:"FILE" help:"Plan this declaration for every selected node, its mesh and node replaced by each node's (default: each node's stored declaration, at its next revision)."`
+	Deadline time.Duration `name:"deadline" default:"10s" help:"How long to wait for the nodes' answers; a node that has not answered by then is offline."`
+	JSON     bool          `name:"json" help:"Print JSON lines, one node each, instead of the plans grouped."`
+	OwnUnit  string        `name:"own-unit" default:"mesh-host.service" help:"The hosts' own unit, which no declaration may name (with --file)."`
+}
+
+// Help is shown under the command's usage.
+func (c *planCmd) Help() string {
+	return `Each selected node is sent its declaration, signed for planning only, and answers with what
+applying it would change on its machine now, computed as mesh-host plan computes it. Nothing is
+stored, nothing changes on the nodes, and each node journals one plan.answered record.
+
+Nodes with the same plan are shown once, with their count and names; then the nodes offline (not
+connected, or no answer within --deadline), refused (the node would refuse the declaration),
+busy (planning or applying already) and failed.
+
+Exit status: 0 when every selected node answered with a plan; 1 when any node did not (offline,
+refused, busy, failed); 2 for a bad selector or file, or no node selected.`
+}
+
+func (c *planCmd) Run(e *env) error {
+	sel, err := labels.Parse(c.Select)
+	if err != nil {
+		return refused("--select: %v", err)
+	}
+	var file *declaration.Declaration
+	if c.File != "" {
+		if file, err = readPlanFile(c.File, c.OwnUnit); err != nil {
+			return err
+		}
+	}
+	cl, nc, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	all, err := cl.Nodes(e.ctx)
+	if err != nil {
+		return err
+	}
+	var nodes []string
+	for _, n := range control.Select(all, sel) {
+		nodes = append(nodes, n.Node)
+	}
+	if len(nodes) == 0 {
+		return refused("no node matches --select %q", c.Select)
+	}
+	doc := control.Document(cl.NextStored)
+	if file != nil {
+		doc = cl.FileDocument(file)
+	}
+	results := cl.Plan(e.ctx, nodes, doc, control.PlanOptions{Deadline: c.Deadline})
+	return control.PrintPlans(e.stdout, results, c.JSON)
+}
+
+// readPlanFile reads a declaration to plan for many nodes, refusing what
+// declare would refuse before reaching for the broker.
+func readPlanFile(path, ownUnit string) (*declaration.Declaration, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, refused("%v", err)
+	}
+	if err != nil {
+		return nil, failed("%v", err)
+	}
+	defer f.Close()
+	d, err := declaration.Read(path, f)
+	if err != nil && !errors.Is(err, declaration.ErrInvalid) {
+		return nil, failed("%v", err)
+	}
+	if err == nil {
+		err = d.RefuseInstallation(declaration.Installation{
+			Unit: ownUnit, Package: packaging.PackageName, Versions: packaging.VersionsDir, Paths: packaging.InstalledPaths(),
+		})
+	}
+	if err != nil {
+		return nil, refused("%v", err)
+	}
+	return d, nil
+}
