@@ -100,6 +100,16 @@ func TestRolloutCanaryHaltsAndRevertRestores(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeProfile(t, bed, "motd", "resources:\n  - file: {path: /etc/motd, content: \"v2 ${node}\\n\"}\n  - file: {path: /etc/app.conf, content: \"x\\n\"}\n", "--select", "role=web")
+	// The fleet's dry run plans what the profiles render now.
+	plan := bed.MustMeshctl("plan", "--select", "role=web")
+	for _, want := range []string{"3 nodes: 2 to change, 0 unchanged\n  web-2, web-3, web-4\n", "created     file:/etc/app.conf", "differs: content"} {
+		if !strings.Contains(plan, want) {
+			t.Errorf("meshctl plan lacks %q:\n%s", want, plan)
+		}
+	}
+	if got := content(t, hosts[1], "etc/motd"); got != "v1 web-2\n" {
+		t.Errorf("web-2 changed by a plan: motd %q", got)
+	}
 	r := bed.Meshctl("rollout", "--select", "role=web", "--canary", "1", "--wait-healthy", "30s")
 	if r.Code != 1 || !strings.Contains(r.Stderr, "halted: canary web-1 failed in wave 0") {
 		t.Fatalf("rollout past a failing canary: %s", r)

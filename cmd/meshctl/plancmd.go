@@ -14,7 +14,7 @@ import (
 
 type planCmd struct {
 	Select   string        `name:"select" placeholder:"SELECTOR" help:"Only the nodes whose labels match, as in nodes --select (default: every node)."`
-	File     string        `name:"file" placeholder:"FILE" help:"Plan this declaration for every selected node, its mesh and node replaced by each node's (default: each node's stored declaration, at its next revision)."`
+	File     string        `name:"file" placeholder:"FILE" help:"Plan this declaration for every selected node, its mesh and node replaced by each node's (default: what the profiles render for each node, or its stored declaration when no profile selects it, at its next revision)."`
 	Deadline time.Duration `name:"deadline" default:"10s" help:"How long to wait for the nodes' answers; a node that has not answered by then is offline."`
 	JSON     bool          `name:"json" help:"Print JSON lines, one node each, instead of the plans grouped."`
 	OwnUnit  string        `name:"own-unit" default:"mesh-host.service" help:"The hosts' own unit, which no declaration may name (with --file)."`
@@ -22,7 +22,8 @@ type planCmd struct {
 
 // Help is shown under the command's usage.
 func (c *planCmd) Help() string {
-	return `Each selected node is sent its declaration, signed for planning only, and answers with what
+	return `Each selected node is sent its declaration (what the profiles render for it, as meshctl
+render shows; its stored one when no profile selects it; or --file), signed for planning only, and answers with what
 applying it would change on its machine now, computed as mesh-host plan computes it. Nothing is
 stored, nothing changes on the nodes, and each node journals one plan.answered record.
 
@@ -64,6 +65,12 @@ func (c *planCmd) Run(e *env) error {
 	doc := control.Document(cl.NextStored)
 	if file != nil {
 		doc = cl.FileDocument(file)
+	} else if profiles, err := cl.Profiles(e.ctx); err != nil {
+		return err
+	} else if len(profiles) > 0 {
+		if doc, err = cl.RenderedDocument(e.ctx); err != nil {
+			return err
+		}
 	}
 	results := cl.Plan(e.ctx, nodes, doc, control.PlanOptions{Deadline: c.Deadline})
 	return control.PrintPlans(e.stdout, results, c.JSON)

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/profile"
 )
 
 // A fleet's plan: every selected node is sent the declaration it would
@@ -175,7 +175,7 @@ func (c *Client) planRequest(ctx context.Context, node string, d *declaration.De
 // revision: what declaring it again, changed, would send. A node with none
 // stored is ErrNothingDeclared.
 func (c *Client) NextStored(ctx context.Context, node string) (*declaration.Declaration, error) {
-	stored, err := c.stored(ctx, node)
+	stored, err := c.storedFor(ctx, node)
 	if err != nil {
 		return nil, err
 	}
@@ -187,12 +187,38 @@ func (c *Client) NextStored(ctx context.Context, node string) (*declaration.Decl
 	return &next, nil
 }
 
+// RenderedDocument is the Document of what the profiles render for each
+// node, at the revision after the one stored for it, its secrets sealed
+// to it as a rollout would push it. A node no profile selects plans its
+// stored declaration (NextStored): what the plan shows then is its drift.
+// The profiles and labels are read once, now.
+func (c *Client) RenderedDocument(ctx context.Context) (Document, error) {
+	f, err := c.loadFleet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, node string) (*declaration.Declaration, error) {
+		r, err := f.render(node)
+		if errors.Is(err, profile.ErrNoProfile) {
+			return c.NextStored(ctx, node)
+		}
+		if err != nil {
+			return nil, err
+		}
+		d := *r.Declaration
+		if r.Stored != nil {
+			d.Revision = r.Stored.Revision + 1
+		}
+		return c.seal(ctx, node, &d)
+	}, nil
+}
+
 // FileDocument is the Document of d for every node: its mesh and node
 // replaced by each node's, at the revision after the one stored for it (1
 // when none is).
 func (c *Client) FileDocument(d *declaration.Declaration) Document {
 	return func(ctx context.Context, node string) (*declaration.Declaration, error) {
-		stored, err := c.stored(ctx, node)
+		stored, err := c.storedFor(ctx, node)
 		if err != nil {
 			return nil, err
 		}
@@ -203,22 +229,6 @@ func (c *Client) FileDocument(d *declaration.Declaration) Document {
 		}
 		return &out, nil
 	}
-}
-
-// stored is node's stored desired state; nil when none is.
-func (c *Client) stored(ctx context.Context, node string) (*declaration.Declaration, error) {
-	kv, err := c.desired(ctx)
-	if err != nil {
-		return nil, err
-	}
-	entry, err := kv.Get(ctx, linkproto.DesiredKey(c.Mesh, node))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the desired state of %s: %w", node, err)
-	}
-	return decodeStoredEntry(entry.Value(), c.Mesh, node)
 }
 
 // PlanGroup is the nodes that answered with the same plan.

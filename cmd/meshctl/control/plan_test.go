@@ -185,7 +185,7 @@ func TestPlanAsksEveryNode(t *testing.T) {
 		t.Errorf("got groups %+v, want web-1 and web-2 together", g)
 	}
 	// Nothing was stored by planning.
-	if d, err := cl.stored(context.Background(), "web-1"); err != nil || d.Revision != 3 {
+	if d, err := cl.storedFor(context.Background(), "web-1"); err != nil || d.Revision != 3 {
 		t.Errorf("web-1's stored declaration after a plan: %v, %v; want revision 3", d, err)
 	}
 }
