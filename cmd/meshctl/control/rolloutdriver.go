@@ -269,7 +269,7 @@ func (d *driver) push(ctx context.Context, c *Client, r *Rollout, wave int, note
 				o.step = StepUnchanged
 				if stored != nil {
 					o.revision = stored.Revision
-					if done, _, _ := converged(r, &RolloutNode{Node: node, Revision: stored.Revision}, d.heartbeat(ctx, node)); !done {
+					if done, _, _, _ := converged(r, &RolloutNode{Node: node, Revision: stored.Revision}, d.heartbeat(ctx, node)); !done {
 						o.step, o.already = StepPushed, true
 					}
 				}
@@ -329,7 +329,7 @@ func (d *driver) observe(ctx context.Context, c *Client, r *Rollout, wave int, n
 			continue
 		}
 		hb := d.heartbeat(ctx, n.Node)
-		done, failed, why := converged(r, n, hb)
+		done, failed, rolledBack, why := converged(r, n, hb)
 		switch {
 		case done:
 			n.Step, n.Done = StepConverged, now
@@ -337,7 +337,7 @@ func (d *driver) observe(ctx context.Context, c *Client, r *Rollout, wave int, n
 		case failed:
 			n.Step, n.Reason, n.Done = StepFailed, why, now
 			note("failed", n.Node, n.Revision, why)
-			if r.Kind == RolloutRelease && strings.Contains(why, "rolled") {
+			if rolledBack {
 				if err := c.markBad(ctx, r, n.Node, why); err != nil {
 					d.log.Warn("cannot mark the release bad", "rollout", r.ID, "err", err)
 				}
@@ -355,28 +355,28 @@ func (d *driver) observe(ctx context.Context, c *Client, r *Rollout, wave int, n
 
 // converged says whether hb shows n done (the revision applied and
 // converged; for a release, the release running) or failed (the apply
-// failed, or the release was rolled back).
-func converged(r *Rollout, n *RolloutNode, hb *linkproto.Heartbeat) (done, failed bool, why string) {
+// failed, or the release was rolled back: rolledBack).
+func converged(r *Rollout, n *RolloutNode, hb *linkproto.Heartbeat) (done, failed, rolledBack bool, why string) {
 	if hb == nil {
-		return false, false, ""
+		return false, false, false, ""
 	}
 	if r.Kind == RolloutRelease {
 		version := strings.TrimPrefix(r.Release.Digest, "sha256:")
 		switch {
 		case slices.Contains(hb.Bad, version):
-			return false, true, fmt.Sprintf("its launcher rolled release %s back to %s", short(version), versionLabel(hb.Build, hb.Version))
+			return false, true, true, fmt.Sprintf("its launcher rolled release %s back to %s", short(version), versionLabel(hb.Build, hb.Version))
 		case hb.Version == version && hb.Applied >= n.Revision:
-			return true, false, ""
+			return true, false, false, ""
 		}
-		return false, false, ""
+		return false, false, false, ""
 	}
 	switch {
 	case hb.LastGood >= n.Revision:
-		return true, false, ""
+		return true, false, false, ""
 	case hb.Applied >= n.Revision && (hb.Result == event.ResultFailed || hb.Failed > 0):
-		return false, true, fmt.Sprintf("revision %d applied with %d failed resources (see `meshctl journal %s`)", n.Revision, hb.Failed, n.Node)
+		return false, true, false, fmt.Sprintf("revision %d applied with %d failed resources (see `meshctl journal %s`)", n.Revision, hb.Failed, n.Node)
 	}
-	return false, false, ""
+	return false, false, false, ""
 }
 
 func firstLine(s string) string {
