@@ -59,14 +59,26 @@ func (c *initCmd) Run(e *env) error {
 }
 
 type enrolCmd struct {
-	Node string        `arg:"" name:"NODE" help:"The node's name."`
-	URL  []string      `name:"url" placeholder:"URL" help:"Broker address the node connects to (repeatable; default: those control.json records)."`
-	TTL  time.Duration `name:"ttl" default:"1h" help:"How long the token can be redeemed."`
+	Node  string        `arg:"" optional:"" name:"NODE" help:"The node's name (or --batch)."`
+	Batch string        `name:"batch" placeholder:"FILE" help:"Enrol many nodes: FILE (- for standard input) has one line per node, NODE [KEY=VALUE ...]; prints NODE TOKEN per line. Every line is checked before any token is issued."`
+	JSON  bool          `name:"json" help:"With --batch: print JSON lines, {\"node\", \"token\", \"expires\"} each."`
+	URL   []string      `name:"url" placeholder:"URL" help:"Broker address the node connects to (repeatable; default: those control.json records)."`
+	TTL   time.Duration `name:"ttl" default:"1h" help:"How long the token can be redeemed."`
 	// Label needs the control service; the token alone does not.
-	Label []string `name:"label" placeholder:"KEY=VALUE" help:"Label the node (repeatable): stored now, so the control service must be running."`
+	Label []string `name:"label" placeholder:"KEY=VALUE" help:"Label the node (repeatable; with --batch, every node, before its line's own): stored now, so the control service must be running."`
 }
 
 func (c *enrolCmd) Run(e *env) error {
+	switch {
+	case c.Batch != "" && c.Node != "":
+		return refused("give NODE or --batch, not both")
+	case c.Batch != "":
+		return c.runBatch(e)
+	case c.Node == "":
+		return refused("give the node to enrol: meshctl enrol NODE (or --batch FILE)")
+	case c.JSON:
+		return refused("--json goes with --batch")
+	}
 	a, err := e.authority()
 	if err != nil {
 		return err
