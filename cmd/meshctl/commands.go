@@ -233,11 +233,15 @@ func (c *declareCmd) Run(e *env) error {
 }
 
 type nodesCmd struct {
-	JSON   bool   `name:"json" help:"Print JSON lines, one node each."`
-	Select string `name:"select" placeholder:"SELECTOR" help:"Only the nodes whose labels match, as in role=web,dc in (fra,ams),!canary (=, !=, in, notin, a key alone: has it, !key: has it not)."`
+	JSON    bool   `name:"json" help:"Print JSON lines, one node each."`
+	Summary bool   `name:"summary" help:"Print only the summary line: how many nodes in each state and on each version."`
+	Select  string `name:"select" placeholder:"SELECTOR" help:"Only the nodes whose labels match, as in role=web,dc in (fra,ams),!canary (=, !=, in, notin, a key alone: has it, !key: has it not)."`
 }
 
 func (c *nodesCmd) Run(e *env) error {
+	if c.JSON && c.Summary {
+		return refused("--json or --summary, not both")
+	}
 	sel, err := labels.Parse(c.Select)
 	if err != nil {
 		return refused("--select: %v", err)
@@ -251,7 +255,12 @@ func (c *nodesCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	return control.PrintNodes(e.stdout, control.Select(nodes, sel), e.now(), c.JSON)
+	nodes = control.Select(nodes, sel)
+	if c.Summary {
+		fmt.Fprintln(e.stdout, control.Summary(nodes))
+		return nil
+	}
+	return control.PrintNodes(e.stdout, nodes, e.now(), c.JSON)
 }
 
 type labelCmd struct {
