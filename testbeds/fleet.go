@@ -50,7 +50,8 @@ type FleetOptions struct {
 	Prefix string
 	// Serve are flags for every host's serve.
 	Serve []string
-	// NoFile is the runner's RLIMIT_NOFILE (default 4 a host, and 1,024 more).
+	// NoFile is the runner's RLIMIT_NOFILE (default 4 a host, and 1,024
+	// more), at most the hard limit unless the runner may raise that.
 	NoFile uint64
 }
 
@@ -60,7 +61,7 @@ type FleetOptions struct {
 // ends.
 func (b *Bed) StartFleet(runner string, n int, o FleetOptions) *Fleet {
 	b.tb.Helper()
-	if o.PerProcess <= 0 {
+	if o.PerProcess <= 0 || o.PerProcess > n {
 		o.PerProcess = n
 	}
 	if o.Prefix == "" {

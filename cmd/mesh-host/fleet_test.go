@@ -39,7 +39,7 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 	tokens := fs.String("tokens", "", "file of NODE TOKEN lines (meshctl enrol --batch)")
 	enrolParallel := fs.Int("enrol-parallel", 16, "enrolments at once")
 	startEvery := fs.Duration("start-every", 2*time.Millisecond, "pause between two hosts' starts")
-	nofile := fs.Uint64("nofile", 0, "raise RLIMIT_NOFILE to this (0: leave it)")
+	nofile := fs.Uint64("nofile", 0, "raise RLIMIT_NOFILE to this, or to the hard limit if it may not go above (0: leave it)")
 	var serveArgs multiFlag
 	fs.Var(&serveArgs, "serve-arg", "a flag for every host's serve (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -50,9 +50,8 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 		return exitRefused
 	}
 	if *nofile > 0 {
-		lim := syscall.Rlimit{Cur: *nofile, Max: *nofile}
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			fmt.Fprintf(stderr, "mesh-host-fleet: raise RLIMIT_NOFILE to %d: %v\n", *nofile, err)
+		if err := raiseNoFile(*nofile, stdout); err != nil {
+			fmt.Fprintf(stderr, "mesh-host-fleet: %v\n", err)
 			return exitFailed
 		}
 	}
@@ -135,6 +134,29 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// raiseNoFile raises RLIMIT_NOFILE to want, or, without the privilege
+// to raise the hard limit (CAP_SYS_RESOURCE), to the hard limit, saying so.
+func raiseNoFile(want uint64, stdout io.Writer) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if lim.Cur >= want {
+		return nil
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: max(want, lim.Max)}); err == nil {
+		return nil
+	}
+	lim.Cur = min(want, lim.Max)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("raise RLIMIT_NOFILE to %d: %w", lim.Cur, err)
+	}
+	if lim.Cur < want {
+		fmt.Fprintf(stdout, "RLIMIT_NOFILE %d, the hard limit, not %d\n", lim.Cur, want)
+	}
+	return nil
 }
 
 type fleetNode struct{ name, token string }
