@@ -102,7 +102,9 @@ func (b *Bed) StartFleet(runner string, n int, o FleetOptions) *Fleet {
 		f.procs = append(f.procs, p)
 	}
 	for _, p := range f.procs {
-		Eventually(b.tb, time.Duration(n)*20*time.Millisecond+time.Minute, p.name+" starts its hosts", func() error {
+		// Enrolling and linking take tens of milliseconds a host of the
+		// small machine's time, more when it is busy.
+		Eventually(b.tb, time.Duration(n)*100*time.Millisecond+2*time.Minute, p.name+" starts its hosts", func() error {
 			log, _ := os.ReadFile(p.logPath)
 			if !p.running() {
 				return Fatal(fmt.Errorf("%s exited: %s\n%s", p.name, p.exit(), tail(log, 4000)))

@@ -26,12 +26,16 @@ func runner(tb testing.TB) string {
 	return path
 }
 
-// waitSummary waits until `meshctl nodes --summary` prints want.
+// waitSummary waits until `meshctl nodes --summary` prints want, asking
+// no more than once a second: over a big fleet the question is work for
+// the control service, which would slow what it waits for.
 func waitSummary(tb testing.TB, bed *testbeds.Bed, timeout time.Duration, want string) {
 	tb.Helper()
 	testbeds.Eventually(tb, timeout, "meshctl nodes --summary: "+want, func() error {
+		start := time.Now()
 		r := bed.Meshctl("nodes", "--summary")
 		if got := strings.TrimSpace(r.Stdout); got != want {
+			time.Sleep(time.Second - time.Since(start))
 			return fmt.Errorf("got %q (%s)", got, strings.TrimSpace(r.Stderr))
 		}
 		return nil

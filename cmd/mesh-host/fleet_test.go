@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -30,7 +31,8 @@ import (
 //
 // The token file is what `meshctl enrol --batch` prints: NODE TOKEN a
 // line. It prints "enrolled N" and then "started N" on standard output,
-// and serves until SIGINT or SIGTERM. The hosts' logs go, each line
+// and serves until SIGINT or SIGTERM. It starts a few hosts at a time
+// (-starting), each until its link is up. The hosts' logs go, each line
 // prefixed with its node, to DIR/fleet.log.
 func fleetMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mesh-host-fleet", flag.ContinueOnError)
@@ -38,7 +40,7 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 	dir := fs.String("dir", "", "directory of the hosts: DIR/NODE/{root,state}, and fleet.log")
 	tokens := fs.String("tokens", "", "file of NODE TOKEN lines (meshctl enrol --batch)")
 	enrolParallel := fs.Int("enrol-parallel", 16, "enrolments at once")
-	startEvery := fs.Duration("start-every", 2*time.Millisecond, "pause between two hosts' starts")
+	starting := fs.Int("starting", 32, "hosts started and not yet linked at once")
 	nofile := fs.Uint64("nofile", 0, "raise RLIMIT_NOFILE to this, or to the hard limit if it may not go above (0: leave it)")
 	var serveArgs multiFlag
 	fs.Var(&serveArgs, "serve-arg", "a flag for every host's serve (repeatable)")
@@ -107,20 +109,27 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "enrolled %d\n", len(nodes))
 
+	// A few at a time, each until its link is up: thousands of TLS
+	// handshakes at once on a small machine time out and start again,
+	// and the fleet comes up slower than one by one.
 	var served sync.WaitGroup
 	var exited atomic.Int64
-	for i, n := range nodes {
-		if i > 0 && *startEvery > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(*startEvery):
-			}
+	slots := make(chan struct{}, *starting)
+	start := time.Now()
+	for _, n := range nodes {
+		select {
+		case <-ctx.Done():
+		case slots <- struct{}{}:
 		}
 		if ctx.Err() != nil {
 			break
 		}
 		served.Go(func() {
+			var once sync.Once
+			up := func() { once.Do(func() { <-slots }) }
+			defer up()
 			w := logs.prefixed(n.name)
+			w.linkUp = up
 			args := append(append(global(n), "serve"), serveArgs...)
 			if code := runCLI(ctx, args, w, w, nil); code != exitOK || ctx.Err() == nil {
 				fmt.Fprintf(stderr, "mesh-host-fleet: mesh-host serve %s: exit %d (see fleet.log)\n", n.name, code)
@@ -128,7 +137,13 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 			}
 		})
 	}
-	fmt.Fprintf(stdout, "started %d (goroutines %d)\n", len(nodes), runtime.NumGoroutine())
+	for range *starting {
+		select {
+		case <-ctx.Done():
+		case slots <- struct{}{}:
+		}
+	}
+	fmt.Fprintf(stdout, "started %d in %s (goroutines %d)\n", len(nodes), time.Since(start).Round(time.Millisecond), runtime.NumGoroutine())
 	served.Wait()
 	if exited.Load() > 0 {
 		return exitFailed
@@ -191,7 +206,7 @@ type lockedWriter struct {
 	w  io.Writer
 }
 
-func (l *lockedWriter) prefixed(node string) io.Writer {
+func (l *lockedWriter) prefixed(node string) *prefixWriter {
 	return &prefixWriter{l: l, prefix: []byte(node + ": ")}
 }
 
@@ -201,9 +216,17 @@ func (l *lockedWriter) prefixed(node string) io.Writer {
 type prefixWriter struct {
 	l      *lockedWriter
 	prefix []byte
+	// linkUp, if set, is called when the host logs its link up: the log
+	// is all the runner sees of a host, as an operator would.
+	linkUp func()
 }
 
+var linkUpMsg = []byte(`msg="link up"`)
+
 func (p *prefixWriter) Write(b []byte) (int, error) {
+	if p.linkUp != nil && bytes.Contains(b, linkUpMsg) {
+		p.linkUp()
+	}
 	p.l.mu.Lock()
 	defer p.l.mu.Unlock()
 	if _, err := p.l.w.Write(append(append([]byte(nil), p.prefix...), b...)); err != nil {
