@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/declaration"
@@ -152,18 +154,32 @@ func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *li
 	if err != nil {
 		return err
 	}
-	err = readLast(ctx, heartbeats, linkproto.AllHeartbeats(c.Mesh), func(subject string, data []byte) {
-		_, node, err := linkproto.NodeOf(subject)
-		if err != nil {
-			return
+	read := func() error {
+		return readLast(ctx, heartbeats, linkproto.AllHeartbeats(c.Mesh), func(subject string, data []byte) {
+			_, node, err := linkproto.NodeOf(subject)
+			if err != nil {
+				return
+			}
+			var hb linkproto.Heartbeat
+			if err := linkproto.Decode(data, linkproto.MaxReportSize, &hb); err != nil {
+				fn(node, nil, err.Error())
+				return
+			}
+			fn(node, &hb, "")
+		})
+	}
+	// On a cluster a consumer just made may not be served yet by the
+	// server this client is connected to: read again, a node read twice
+	// is the same node.
+	err = read()
+	for try := 1; errors.Is(err, nats.ErrNoResponders) && try < 4; try++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
 		}
-		var hb linkproto.Heartbeat
-		if err := linkproto.Decode(data, linkproto.MaxReportSize, &hb); err != nil {
-			fn(node, nil, err.Error())
-			return
-		}
-		fn(node, &hb, "")
-	})
+		err = read()
+	}
 	if err != nil {
 		return fmt.Errorf("read the heartbeats: %w", err)
 	}
