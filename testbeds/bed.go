@@ -114,6 +114,9 @@ type Bed struct {
 	// root and state, and the processes' logs.
 	Dir     string
 	Control *Control
+	// Cluster are the bed's NATS servers, when it runs on a cluster
+	// (NewOnCluster); none when meshctl serve embeds its broker.
+	Cluster []*NATSServer
 	hosts   []*Host
 }
 
@@ -134,8 +137,13 @@ func (b *Bed) cleanup() {
 		h.proc.kill()
 	}
 	b.Control.proc.kill()
+	procs := append([]*process{&b.Control.proc}, hostProcs(b.hosts)...)
+	for _, s := range b.Cluster {
+		s.proc.kill()
+		procs = append(procs, &s.proc)
+	}
 	if b.tb.Failed() {
-		for _, p := range append([]*process{&b.Control.proc}, hostProcs(b.hosts)...) {
+		for _, p := range procs {
 			if log, err := os.ReadFile(p.logPath); err == nil && len(log) > 0 {
 				b.tb.Logf("---- log of %s ----\n%s", p.name, tail(log, 8000))
 			}
@@ -238,14 +246,21 @@ type Control struct {
 	bed     *Bed
 	DataDir string
 	Listen  string
-	proc    process
+	// NATS are the brokers of a cluster it serves on (serve --nats);
+	// none: it embeds one, listening on Listen.
+	NATS []string
+	proc process
 }
 
 // Start starts `meshctl serve` and waits until it answers `meshctl nodes`.
 func (c *Control) Start(extra ...string) {
 	c.bed.tb.Helper()
 	// Releases on a port of their own: beds and other tests run at once.
-	args := append([]string{"--data", c.DataDir, "serve", "--listen", c.Listen, "--releases-listen", "127.0.0.1:0"}, extra...)
+	args := []string{"--data", c.DataDir, "serve", "--listen", c.Listen, "--releases-listen", "127.0.0.1:0"}
+	if len(c.NATS) > 0 {
+		args = []string{"--data", c.DataDir, "--nats", strings.Join(c.NATS, ","), "serve", "--releases-listen", "127.0.0.1:0"}
+	}
+	args = append(args, extra...)
 	c.proc.start(c.bed.tb, "meshctl", c.bed.bins.Meshctl, filepath.Join(c.bed.Dir, "meshctl.log"), args)
 	Eventually(c.bed.tb, 30*time.Second, "the control service answers", func() error {
 		if !c.proc.running() {

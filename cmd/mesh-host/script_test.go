@@ -31,6 +31,8 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/sc
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"mesh-host": func() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) },
+		// The beds' many-hosts runner: fleet_test.go.
+		"mesh-host-fleet": func() { os.Exit(fleetMain(os.Args[1:], os.Stdout, os.Stderr)) },
 	})
 }
 

@@ -59,14 +59,26 @@ func (c *initCmd) Run(e *env) error {
 }
 
 type enrolCmd struct {
-	Node string        `arg:"" name:"NODE" help:"The node's name."`
-	URL  []string      `name:"url" placeholder:"URL" help:"Broker address the node connects to (repeatable; default: those control.json records)."`
-	TTL  time.Duration `name:"ttl" default:"1h" help:"How long the token can be redeemed."`
+	Node  string        `arg:"" optional:"" name:"NODE" help:"The node's name (or --batch)."`
+	Batch string        `name:"batch" placeholder:"FILE" help:"Enrol many nodes: FILE (- for standard input) has one line per node, NODE [KEY=VALUE ...]; prints NODE TOKEN per line. Every line is checked before any token is issued."`
+	JSON  bool          `name:"json" help:"With --batch: print JSON lines, {\"node\", \"token\", \"expires\"} each."`
+	URL   []string      `name:"url" placeholder:"URL" help:"Broker address the node connects to (repeatable; default: those control.json records)."`
+	TTL   time.Duration `name:"ttl" default:"1h" help:"How long the token can be redeemed."`
 	// Label needs the control service; the token alone does not.
-	Label []string `name:"label" placeholder:"KEY=VALUE" help:"Label the node (repeatable): stored now, so the control service must be running."`
+	Label []string `name:"label" placeholder:"KEY=VALUE" help:"Label the node (repeatable; with --batch, every node, before its line's own): stored now, so the control service must be running."`
 }
 
 func (c *enrolCmd) Run(e *env) error {
+	switch {
+	case c.Batch != "" && c.Node != "":
+		return refused("give NODE or --batch, not both")
+	case c.Batch != "":
+		return c.runBatch(e)
+	case c.Node == "":
+		return refused("give the node to enrol: meshctl enrol NODE (or --batch FILE)")
+	case c.JSON:
+		return refused("--json goes with --batch")
+	}
 	a, err := e.authority()
 	if err != nil {
 		return err
@@ -221,11 +233,15 @@ func (c *declareCmd) Run(e *env) error {
 }
 
 type nodesCmd struct {
-	JSON   bool   `name:"json" help:"Print JSON lines, one node each."`
-	Select string `name:"select" placeholder:"SELECTOR" help:"Only the nodes whose labels match, as in role=web,dc in (fra,ams),!canary (=, !=, in, notin, a key alone: has it, !key: has it not)."`
+	JSON    bool   `name:"json" help:"Print JSON lines, one node each."`
+	Summary bool   `name:"summary" help:"Print only the summary line: how many nodes in each state and on each version."`
+	Select  string `name:"select" placeholder:"SELECTOR" help:"Only the nodes whose labels match, as in role=web,dc in (fra,ams),!canary (=, !=, in, notin, a key alone: has it, !key: has it not)."`
 }
 
 func (c *nodesCmd) Run(e *env) error {
+	if c.JSON && c.Summary {
+		return refused("--json or --summary, not both")
+	}
 	sel, err := labels.Parse(c.Select)
 	if err != nil {
 		return refused("--select: %v", err)
@@ -239,7 +255,12 @@ func (c *nodesCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	return control.PrintNodes(e.stdout, control.Select(nodes, sel), e.now(), c.JSON)
+	nodes = control.Select(nodes, sel)
+	if c.Summary {
+		fmt.Fprintln(e.stdout, control.Summary(nodes))
+		return nil
+	}
+	return control.PrintNodes(e.stdout, nodes, e.now(), c.JSON)
 }
 
 type labelCmd struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -109,4 +110,45 @@ func (c *Client) LabelNew(ctx context.Context, node, operator string, edits []st
 		return nil, fmt.Errorf("store the labels of %s: %w", node, err)
 	}
 	return next, nil
+}
+
+// NodeEdits are the label edits for one node.
+type NodeEdits struct {
+	Node  string
+	Edits []string
+}
+
+// labelParallel is how many nodes LabelNewMany labels at once: each is a
+// read and a conditional write, so the round trips, not the broker, bound
+// a batch done one by one.
+const labelParallel = 32
+
+// LabelNewMany is LabelNew for many nodes (an enrolment batch), several at
+// a time. It returns the first error in the order of batch, after the
+// nodes in flight are done; nodes labelled before it keep their labels.
+func (c *Client) LabelNewMany(ctx context.Context, operator string, batch []NodeEdits) error {
+	errs := make([]error, len(batch))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(labelParallel, len(batch)) {
+		wg.Go(func() {
+			for i := range next {
+				_, errs[i] = c.LabelNew(ctx, batch[i].Node, operator, batch[i].Edits)
+			}
+		})
+	}
+	for i := range batch {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
 }

@@ -1,0 +1,395 @@
+package testbeds_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/testbeds"
+)
+
+// The fleet figures of issue 12, over a real meshctl serve. Run them with
+//
+//	go test ./testbeds -run '^$' -bench Fleet -benchtime 1x
+//
+// (each measures one fleet; b.N is ignored).
+
+// BenchmarkEnrolBatch: `meshctl enrol --batch` for 5,000 nodes, with and
+// without a label a line (labels are stored through the running control
+// service): the nodes enrolled a second.
+func BenchmarkEnrolBatch(b *testing.B) {
+	const nodes = 5000
+	for _, labelled := range []bool{false, true} {
+		b.Run(fmt.Sprintf("labels=%v", labelled), func(b *testing.B) {
+			bed := testbeds.New(b, bins)
+			file := filepath.Join(b.TempDir(), "batch.txt")
+			var lines strings.Builder
+			for i := range nodes {
+				fmt.Fprintf(&lines, "node-%05d", i)
+				if labelled {
+					fmt.Fprintf(&lines, " role=fleet rack=r%d", i%40)
+				}
+				lines.WriteByte('\n')
+			}
+			if err := os.WriteFile(file, []byte(lines.String()), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			out := bed.MustMeshctl("enrol", "--batch", file)
+			took := time.Since(start)
+			b.StopTimer()
+			if got := strings.Count(out, "\n"); got != nodes {
+				b.Fatalf("enrol --batch printed %d lines, want %d", got, nodes)
+			}
+			b.ReportMetric(took.Seconds(), "s/batch")
+			b.ReportMetric(nodes/took.Seconds(), "nodes/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// fleetSizes are the fleets a benchmark runs: MESH_FLEET_NODES, as
+// "100,1000,10000", or def.
+func fleetSizes(b *testing.B, def ...int) []int {
+	s := os.Getenv("MESH_FLEET_NODES")
+	if s == "" {
+		return def
+	}
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("MESH_FLEET_NODES=%q: want sizes like 100,1000", s)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// envInt is the integer in env, or def.
+func envInt(env string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(env)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// startFleet starts n real hosts at the default heartbeat interval, at
+// most MESH_FLEET_PER_PROCESS (default 4,000) to a runner process, and
+// waits until every one is reported ok. It returns the fleet and how long
+// that took from the first start.
+func startFleet(b *testing.B, bed *testbeds.Bed, n int) (*testbeds.Fleet, time.Duration) {
+	b.Helper()
+	// The runners inherit it: a host holds four descriptors (its
+	// connection, journal, socket and root prefix), more while a watch on
+	// its versions is tried; meshctl serve one a host. Without
+	// CAP_SYS_RESOURCE the hard limit (20,000 here) bounds a runner to
+	// about 4,900 hosts.
+	raiseNoFile(b, uint64(4*n+4096))
+	start := time.Now()
+	f := bed.StartFleet(runner(b), n, testbeds.FleetOptions{PerProcess: envInt("MESH_FLEET_PER_PROCESS", 4000)})
+	waitSummary(b, bed, time.Duration(n)*50*time.Millisecond+2*time.Minute, fmt.Sprintf("%d nodes: %d ok; versions: %d bed", n, n, n))
+	return f, time.Since(start)
+}
+
+func raiseNoFile(b *testing.B, want uint64) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatal(err)
+	}
+	if lim.Cur >= want {
+		return
+	}
+	if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: max(lim.Max, want)}) == nil {
+		return
+	}
+	// Above the hard limit needs CAP_SYS_RESOURCE: as far as it goes.
+	lim.Cur = min(want, lim.Max)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatalf("raise RLIMIT_NOFILE to %d: %v", lim.Cur, err)
+	}
+	if lim.Cur < want {
+		b.Logf("RLIMIT_NOFILE %d, the hard limit, not %d", lim.Cur, want)
+	}
+}
+
+// usage is processes' CPU share and peak resident memory over a window.
+type usage struct {
+	cpuPercent float64
+	peakRSS    int64
+}
+
+// measurePIDs samples every pid's CPU time and resident memory over
+// window: the CPU share of one core each, and the largest RSS seen each.
+func measurePIDs(b *testing.B, window time.Duration, pids ...int) []usage {
+	b.Helper()
+	t0 := make([]time.Duration, len(pids))
+	for i, pid := range pids {
+		var err error
+		if t0[i], err = testbeds.CPUTime(pid); err != nil {
+			b.Fatal(err)
+		}
+	}
+	out := make([]usage, len(pids))
+	start := time.Now()
+	for time.Since(start) < window {
+		for i, pid := range pids {
+			if rss, err := testbeds.RSS(pid); err == nil && rss > out[i].peakRSS {
+				out[i].peakRSS = rss
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	for i, pid := range pids {
+		t1, err := testbeds.CPUTime(pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[i].cpuPercent = 100 * (t1 - t0[i]).Seconds() / time.Since(start).Seconds()
+	}
+	return out
+}
+
+// timeMeshctl runs meshctl args three times and returns the median wall
+// time, process start to exit, as an operator sees it.
+func timeMeshctl(b *testing.B, bed *testbeds.Bed, args ...string) time.Duration {
+	b.Helper()
+	var took []time.Duration
+	for range 3 {
+		start := time.Now()
+		bed.MustMeshctl(args...)
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	return took[1]
+}
+
+// BenchmarkFleet: N real hosts (MESH_FLEET_NODES, default 100 and 1,000),
+// linked and heartbeating at the default interval into one meshctl serve
+// with its embedded broker, measured over MESH_FLEET_WINDOW (default 65 s:
+// every node beats at least once): meshctl serve's CPU share and RSS (and
+// RSS per node, over its RSS before the fleet), the runners' RSS per host,
+// and the wall time of `meshctl nodes --summary` and `nodes --json`.
+func BenchmarkFleet(b *testing.B) {
+	for _, n := range fleetSizes(b, 100, 1000) {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			fleetFigures(b, testbeds.New(b, bins), n)
+		})
+	}
+}
+
+var natsServer = sync.OnceValues(func() (string, error) {
+	return testbeds.BuildNATSServer(filepath.Dir(bins.MeshHost))
+})
+
+// BenchmarkFleetOnCluster is BenchmarkFleet (default 1,000 nodes) with
+// meshctl serve on a cluster of three nats-server processes on this
+// machine, configured from meshctl nats-config, instead of its embedded
+// broker: the servers' CPU and RSS too.
+func BenchmarkFleetOnCluster(b *testing.B) {
+	server, err := natsServer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range fleetSizes(b, 1000) {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			fleetFigures(b, testbeds.NewOnCluster(b, bins, server, 3), n)
+		})
+	}
+}
+
+// fleetFigures starts n hosts on bed and reports BenchmarkFleet's figures,
+// and the cluster's servers' if it has them.
+func fleetFigures(b *testing.B, bed *testbeds.Bed, n int) {
+	window := 65 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("MESH_FLEET_WINDOW")); err == nil {
+		window = d
+	}
+	pids := []int{bed.Control.PID()}
+	for _, s := range bed.Cluster {
+		pids = append(pids, s.PID())
+	}
+	before := make([]int64, len(pids))
+	for i, pid := range pids {
+		var err error
+		if before[i], err = testbeds.RSS(pid); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f, up := startFleet(b, bed, n)
+	b.ResetTimer()
+	use := measurePIDs(b, window, append(pids, f.PIDs()...)...)
+	summary := timeMeshctl(b, bed, "nodes", "--summary")
+	asJSON := timeMeshctl(b, bed, "nodes", "--json")
+	b.StopTimer()
+	var runnerRSS int64
+	var runnerCPU float64
+	for _, u := range use[len(pids):] {
+		runnerRSS += u.peakRSS
+		runnerCPU += u.cpuPercent
+	}
+	b.ReportMetric(up.Seconds(), "s-to-all-ok")
+	b.ReportMetric(use[0].cpuPercent, "serve-cpu-%")
+	b.ReportMetric(float64(use[0].peakRSS)/1e6, "serve-rss-MB")
+	b.ReportMetric(float64(use[0].peakRSS-before[0])/1e3/float64(n), "serve-KB/node")
+	if len(bed.Cluster) > 0 {
+		var cpu float64
+		var rss, grown int64
+		for i, u := range use[1:len(pids)] {
+			cpu += u.cpuPercent
+			rss += u.peakRSS
+			grown += u.peakRSS - before[1+i]
+		}
+		b.ReportMetric(cpu, "servers-cpu-%")
+		b.ReportMetric(float64(rss)/1e6, "servers-rss-MB")
+		b.ReportMetric(float64(grown)/1e3/float64(n), "servers-KB/node")
+	}
+	b.ReportMetric(float64(runnerRSS)/1e3/float64(n), "runner-KB/host")
+	b.ReportMetric(runnerCPU, "runner-cpu-%")
+	b.ReportMetric(summary.Seconds(), "s-nodes-summary")
+	b.ReportMetric(asJSON.Seconds(), "s-nodes-json")
+	b.ReportMetric(0, "ns/op")
+	// Still every node ok after the window: none fell silent.
+	waitSummary(b, bed, 30*time.Second, fmt.Sprintf("%d nodes: %d ok; versions: %d bed", n, n, n))
+}
+
+// pushFunc declares revision rev of d for every node: how a fleet gets a
+// declaration (today one declare per node, concurrently; a rollout
+// later). It returns when every push is stored and sent.
+type pushFunc func(ctx context.Context, nodes []string, rev uint64, doc func(node string) *declaration.Declaration) error
+
+// declareEach is meshctl declare for every node, through control.Client
+// as the command runs it, 32 at a time.
+func declareEach(cl *control.Client) pushFunc {
+	return func(ctx context.Context, nodes []string, rev uint64, doc func(node string) *declaration.Declaration) error {
+		errs := make(chan error, len(nodes))
+		next := make(chan string)
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() {
+				for node := range next {
+					if err := cl.Declare(ctx, io.Discard, node, doc(node), control.DeclareOptions{}); err != nil {
+						errs <- fmt.Errorf("declare %s: %w", node, err)
+					}
+				}
+			})
+		}
+		for _, node := range nodes {
+			next <- node
+		}
+		close(next)
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
+}
+
+// BenchmarkDeclareToNodes: one small file declared to every node of a
+// fleet of real hosts (MESH_FLEET_NODES, default 100 and 1,000): for each
+// node, the time from the start of the push until its heartbeat says the
+// revision is applied; p50 and max over the nodes.
+func BenchmarkDeclareToNodes(b *testing.B) {
+	for _, n := range fleetSizes(b, 100, 1000) {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			bed := testbeds.New(b, bins)
+			f, _ := startFleet(b, bed, n)
+			a, err := control.Open(bed.Control.DataDir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			nc, err := control.Dial(a, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer nc.Close()
+			cl, err := control.NewClient(nc, a.Mesh)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cl.Key, cl.Operator = a.DeclarationKey(), "bench"
+			push := declareEach(cl)
+
+			var mu sync.Mutex
+			applied := map[string]time.Time{}
+			var rev uint64
+			sub, err := nc.Subscribe(linkproto.AllHeartbeats(a.Mesh), func(m *nats.Msg) {
+				var hb linkproto.Heartbeat
+				if linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb) != nil {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if _, ok := applied[hb.Node]; !ok && rev > 0 && hb.Applied >= rev {
+					applied[hb.Node] = time.Now()
+				}
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+
+			var p50, worst, pushed []time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				mu.Lock()
+				rev = uint64(i + 1)
+				clear(applied)
+				mu.Unlock()
+				docs := map[string]*declaration.Declaration{}
+				for _, node := range f.Nodes {
+					d, err := declaration.ParseYAML(node, []byte(testbeds.DeclarationYAML(a.Mesh, node, rev, testbeds.Files{"/etc/fleet.conf": fmt.Sprintf("revision %d\n", rev)})))
+					if err != nil {
+						b.Fatal(err)
+					}
+					docs[node] = d
+				}
+				start := time.Now()
+				if err := push(context.Background(), f.Nodes, rev, func(node string) *declaration.Declaration { return docs[node] }); err != nil {
+					b.Fatal(err)
+				}
+				pushed = append(pushed, time.Since(start))
+				testbeds.Eventually(b, time.Duration(n)*10*time.Millisecond+time.Minute, "every node reports it applied", func() error {
+					mu.Lock()
+					defer mu.Unlock()
+					if len(applied) < n {
+						return fmt.Errorf("%d of %d", len(applied), n)
+					}
+					return nil
+				})
+				took := make([]time.Duration, 0, n)
+				mu.Lock()
+				for _, at := range applied {
+					took = append(took, at.Sub(start))
+				}
+				mu.Unlock()
+				slices.Sort(took)
+				p50, worst = append(p50, took[len(took)/2]), append(worst, took[len(took)-1])
+			}
+			b.StopTimer()
+			slices.Sort(p50)
+			slices.Sort(worst)
+			b.ReportMetric(p50[len(p50)/2].Seconds(), "p50-s")
+			b.ReportMetric(worst[len(worst)-1].Seconds(), "max-s")
+			// Until every push is stored and acknowledged (journaled by
+			// its node): the rest is the nodes' applying and reporting.
+			slices.Sort(pushed)
+			b.ReportMetric(pushed[len(pushed)/2].Seconds(), "pushed-s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
