@@ -393,3 +393,89 @@ func BenchmarkDeclareToNodes(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRolloutToNodes: one profile changed, then `meshctl rollout`
+// (the command, as an operator runs it: one rollout, one wave) to every
+// node of a fleet of real hosts (MESH_FLEET_NODES, default 100 and
+// 1,000). For each node, the time from the command's start until its
+// heartbeat says it converged the new revision: p50 and max; and the
+// command's own wall time, which ends when the control service has seen
+// every node converge.
+func BenchmarkRolloutToNodes(b *testing.B) {
+	for _, n := range fleetSizes(b, 100, 1000) {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			bed := testbeds.New(b, bins)
+			startFleet(b, bed, n)
+			a, err := control.Open(bed.Control.DataDir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			nc, err := control.Dial(a, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer nc.Close()
+
+			var mu sync.Mutex
+			converged := map[string]time.Time{}
+			var rev uint64
+			sub, err := nc.Subscribe(linkproto.AllHeartbeats(a.Mesh), func(m *nats.Msg) {
+				var hb linkproto.Heartbeat
+				if linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb) != nil {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if _, ok := converged[hb.Node]; !ok && rev > 0 && hb.LastGood >= rev {
+					converged[hb.Node] = time.Now()
+				}
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			profile := filepath.Join(b.TempDir(), "fleet.yaml")
+
+			var p50, worst, wall []time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				src := fmt.Sprintf("resources:\n  - file: {path: /etc/fleet.conf, content: \"revision %d of ${node}\\n\"}\n", i+1)
+				if err := os.WriteFile(profile, []byte(src), 0o644); err != nil {
+					b.Fatal(err)
+				}
+				bed.MustMeshctl("profile", "set", "fleet", profile)
+				mu.Lock()
+				rev = uint64(i + 1) // every node starts with none: the rollout's is its revision i+1
+				clear(converged)
+				mu.Unlock()
+				b.StartTimer()
+				start := time.Now()
+				out := bed.MustMeshctl("rollout", "--select", "", "--wait-healthy", "5m")
+				wall = append(wall, time.Since(start))
+				if !strings.Contains(out, fmt.Sprintf("done: %d converged", n)) {
+					b.Fatalf("rollout:\n%s", out)
+				}
+				took := make([]time.Duration, 0, n)
+				mu.Lock()
+				for _, at := range converged {
+					took = append(took, at.Sub(start))
+				}
+				mu.Unlock()
+				if len(took) < n {
+					b.Fatalf("%d of %d nodes were heard converging", len(took), n)
+				}
+				slices.Sort(took)
+				p50, worst = append(p50, took[len(took)/2]), append(worst, took[len(took)-1])
+			}
+			b.StopTimer()
+			slices.Sort(p50)
+			slices.Sort(worst)
+			slices.Sort(wall)
+			b.ReportMetric(p50[len(p50)/2].Seconds(), "p50-s")
+			b.ReportMetric(worst[len(worst)-1].Seconds(), "max-s")
+			b.ReportMetric(wall[len(wall)/2].Seconds(), "command-s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -245,19 +246,33 @@ func (c *Client) StartRollout(ctx context.Context, opt RolloutOptions) (*Rollout
 		r.Kind = RolloutRelease
 	}
 	var nodes, problems []string
-	for _, n := range f.selected(sel) {
-		if r.Kind == RolloutRelease {
-			nodes = append(nodes, n)
-			continue
+	selected := f.selected(sel)
+	if r.Kind == RolloutRelease {
+		nodes = selected
+	} else {
+		// Each render reads the node's stored declaration: many at once.
+		errs := make([]error, len(selected))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, pushParallel)
+		for i, n := range selected {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				_, errs[i] = f.render(n)
+			}()
 		}
-		_, err := f.render(n)
-		switch {
-		case errors.Is(err, profile.ErrNoProfile):
-			r.Skipped = append(r.Skipped, n)
-		case err != nil:
-			problems = append(problems, fmt.Sprintf("%s:\n%s", n, indent(err.Error())))
-		default:
-			nodes = append(nodes, n)
+		wg.Wait()
+		for i, n := range selected {
+			switch err := errs[i]; {
+			case errors.Is(err, profile.ErrNoProfile):
+				r.Skipped = append(r.Skipped, n)
+			case err != nil:
+				problems = append(problems, fmt.Sprintf("%s:\n%s", n, indent(err.Error())))
+			default:
+				nodes = append(nodes, n)
+			}
 		}
 	}
 	if len(problems) > 0 {

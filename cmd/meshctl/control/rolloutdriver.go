@@ -107,8 +107,12 @@ func (s *Service) driveRollouts(ctx context.Context, holder string) error {
 				delete(active, id)
 				continue
 			}
+			if active[id] {
+				continue // its own steps' saves: the tick steps it
+			}
+			// A rollout just started or resumed is stepped at once, not
+			// at the next tick.
 			active[id] = true
-			continue
 		case <-t.C:
 		}
 		for id := range active {
