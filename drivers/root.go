@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,7 +28,16 @@ type Root struct {
 	// fd is the root directory, held open so that resolving a path costs
 	// one openat2 (or one openat a component), not a walk from "/" too.
 	fd int
+	// held counts the directories staged files hold open until they are
+	// committed (see maxHeldDirs).
+	held atomic.Int32
 }
+
+// maxHeldDirs bounds the directory descriptors staged files hold between
+// Stage and Commit. Past it a staged file lets its directory go and opens
+// it again, checked again, to commit: a batch of 100,000 files cannot run
+// the process out of descriptors.
+const maxHeldDirs = 256
 
 // NewRoot returns the Root at dir, which must be an existing directory.
 func NewRoot(dir string) (*Root, error) {
@@ -325,6 +335,8 @@ type WriteOptions struct {
 // not yet visible at its path.
 type Staged struct {
 	root *Root
+	// dir is the directory the file was staged in, nil when it was let go
+	// (maxHeldDirs) and is opened again to commit or abort.
 	dir  *os.File
 	tmp  string
 	name string
@@ -350,6 +362,7 @@ func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, err
 	}
 	f := os.NewFile(uintptr(fd), r.Host(path.Join(path.Dir(p), tmp)))
 	s := &Staged{root: r, dir: d, tmp: tmp, name: name, path: p, sync: opts.Sync}
+	r.held.Add(1) // d, until Commit or Abort, unless let go below
 	err = writeAll(f, data)
 	if err == nil {
 		err = f.Chown(opts.UID, opts.GID)
@@ -368,7 +381,28 @@ func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, err
 		s.Abort()
 		return nil, fmt.Errorf("write %s: %w", p, err)
 	}
+	if r.held.Load() > maxHeldDirs {
+		r.held.Add(-1)
+		d.Close()
+		s.dir = nil
+	}
 	return s, nil
+}
+
+// openDir is the staged file's directory, and a func to let it go: the
+// one held since staging, or the directory opened again by its path. A
+// directory replaced meanwhile does not hold the temporary file, so the
+// rename fails rather than land elsewhere.
+func (s *Staged) openDir() (*os.File, func(), error) {
+	if s.dir != nil {
+		d := s.dir
+		return d, func() { d.Close(); s.root.held.Add(-1) }, nil
+	}
+	d, _, err := s.root.parent(s.path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, func() { d.Close() }, nil
 }
 
 // tmpPrefix is as much of name as a temporary name can carry: a name is at
@@ -404,13 +438,17 @@ func modeBits(m Mode) os.FileMode {
 // Commit renames the staged file over its path (replacing a file, or a
 // symlink planted there, never following it).
 func (s *Staged) Commit() error {
-	defer s.dir.Close()
-	if err := unix.Renameat(int(s.dir.Fd()), s.tmp, int(s.dir.Fd()), s.name); err != nil {
-		_ = unix.Unlinkat(int(s.dir.Fd()), s.tmp, 0)
+	dir, done, err := s.openDir()
+	if err != nil {
+		return s.root.pathErr("rename into place", s.path, err)
+	}
+	defer done()
+	if err := unix.Renameat(int(dir.Fd()), s.tmp, int(dir.Fd()), s.name); err != nil {
+		_ = unix.Unlinkat(int(dir.Fd()), s.tmp, 0)
 		return s.root.pathErr("rename into place", s.path, err)
 	}
 	if s.sync {
-		if err := s.dir.Sync(); err != nil {
+		if err := dir.Sync(); err != nil {
 			return fmt.Errorf("sync directory of %s: %w", s.path, err)
 		}
 	}
@@ -419,8 +457,12 @@ func (s *Staged) Commit() error {
 
 // Abort removes the staged file.
 func (s *Staged) Abort() {
-	_ = unix.Unlinkat(int(s.dir.Fd()), s.tmp, 0)
-	s.dir.Close()
+	dir, done, err := s.openDir()
+	if err != nil {
+		return // the directory is gone or replaced: so is the file
+	}
+	defer done()
+	_ = unix.Unlinkat(int(dir.Fd()), s.tmp, 0)
 }
 
 // WriteFile writes p atomically: StageFile then Commit.

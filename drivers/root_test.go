@@ -2,6 +2,7 @@ package drivers_test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -298,5 +299,90 @@ func TestReadFileRefusesNonRegular(t *testing.T) {
 		if err := r.Chown(p, 0o600, 0, 0); p != "/d/dir" && !errors.Is(err, drivers.ErrUnsafePath) {
 			t.Errorf("Chown(%q): got %v, want an error wrapping ErrUnsafePath", p, err)
 		}
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot count descriptors: %v", err)
+	}
+	return len(ents)
+}
+
+// A batch of staged files holds at most MaxHeldDirs directories open,
+// however many directories it stages in: a first apply of 100,000 files
+// does not run out of descriptors. Every file still commits.
+func TestStagedFilesHoldFewDescriptors(t *testing.T) {
+	n := drivers.MaxHeldDirs + 200
+	var dirs []string
+	for i := range n {
+		dirs = append(dirs, fmt.Sprintf("d%04d", i))
+	}
+	r := newRoot(t, dirs...)
+	before := openFDs(t)
+	var staged []*drivers.Staged
+	for i, d := range dirs {
+		s, err := r.StageFile("/"+d+"/f", []byte(fmt.Sprint(i)), drivers.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		staged = append(staged, s)
+	}
+	if held := openFDs(t) - before; held > drivers.MaxHeldDirs+8 {
+		t.Errorf("%d files staged in %d directories hold %d descriptors; want at most %d", n, n, held, drivers.MaxHeldDirs)
+	}
+	for _, s := range staged {
+		if err := s.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := openFDs(t); after > before+4 {
+		t.Errorf("%d descriptors left open after every commit", after-before)
+	}
+	for i, d := range dirs {
+		got, err := os.ReadFile(r.Host("/" + d + "/f"))
+		if err != nil || string(got) != fmt.Sprint(i) {
+			t.Fatalf("/%s/f: %q, %v", d, got, err)
+		}
+	}
+}
+
+// A staged file whose directory was let go commits through its path
+// checked again: a directory swapped for a symlink meanwhile refuses the
+// commit, and nothing is written where the symlink points.
+func TestStagedFileRecheckedAtCommit(t *testing.T) {
+	n := drivers.MaxHeldDirs + 1
+	var dirs []string
+	for i := range n {
+		dirs = append(dirs, fmt.Sprintf("d%04d", i))
+	}
+	r := newRoot(t, dirs...)
+	var staged []*drivers.Staged
+	for _, d := range dirs {
+		s, err := r.StageFile("/"+d+"/f", []byte("x"), drivers.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		staged = append(staged, s)
+	}
+	// The last one staged let its directory go.
+	last := dirs[n-1]
+	outside := t.TempDir()
+	if err := os.Rename(r.Host("/"+last), r.Host("/"+last+".old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, r.Host("/"+last)); err != nil {
+		t.Fatal(err)
+	}
+	if err := staged[n-1].Commit(); err == nil {
+		t.Fatal("a commit through a directory swapped for a symlink succeeded")
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("the commit wrote %d entries outside the root", len(ents))
+	}
+	for _, s := range staged[:n-1] {
+		s.Abort()
 	}
 }

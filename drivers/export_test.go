@@ -1,0 +1,4 @@
+package drivers
+
+// MaxHeldDirs is maxHeldDirs, for the tests.
+const MaxHeldDirs = maxHeldDirs
