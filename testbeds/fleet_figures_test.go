@@ -274,13 +274,13 @@ func fleetFigures(b *testing.B, bed *testbeds.Bed, n int) {
 type pushFunc func(ctx context.Context, nodes []string, rev uint64, doc func(node string) *declaration.Declaration) error
 
 // declareEach is meshctl declare for every node, through control.Client
-// as the command runs it, 32 at a time.
+// as the command runs it, MESH_PUSH_PARALLEL (default 32) at a time.
 func declareEach(cl *control.Client) pushFunc {
 	return func(ctx context.Context, nodes []string, rev uint64, doc func(node string) *declaration.Declaration) error {
 		errs := make(chan error, len(nodes))
 		next := make(chan string)
 		var wg sync.WaitGroup
-		for range 32 {
+		for range envInt("MESH_PUSH_PARALLEL", 32) {
 			wg.Go(func() {
 				for node := range next {
 					if err := cl.Declare(ctx, io.Discard, node, doc(node), control.DeclareOptions{}); err != nil {
