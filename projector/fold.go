@@ -203,6 +203,10 @@ func (f *folder) fold(s *State, r event.Record) {
 		ok = ignore[event.VersionStoodAsidePayload](f, r.Payload)
 	case event.DeclarationRefused:
 		ok = ignore[event.DeclarationRefusedPayload](f, r.Payload)
+	case event.DeclarationReapplied:
+		// The declaration desired, accepted again: Desired stays as it is,
+		// and keeps naming the record that holds the document.
+		ok = ignore[event.DeclarationReappliedPayload](f, r.Payload)
 	case event.JournalCompacted:
 		ok = ignore[event.JournalCompactedPayload](f, r.Payload)
 	case event.JournalScrubbed:

@@ -134,7 +134,32 @@ func AppendRefusal(j *journal.Journal, source string, d *declaration.Declaration
 // the message it arrived in from the mesh, nil for a file: its document is
 // journaled as it arrived, with the operator and the signature, so that
 // the record alone proves where it came from.
+//
+// A declaration that is the one already desired (the same revision and
+// digest and, from the mesh, the same signature) is journaled as
+// declaration.reapplied instead: a small record whose cause is the
+// declaration.received holding the document, so applying an unchanged
+// declaration again does not store it again. It returns the seq of the
+// record appended.
 func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []drivers.Spec, source string, signed *linkproto.Declaration) (uint64, error) {
+	var cur *projector.Desired
+	err := j.Projection(func(v journal.View, _ uint64) error {
+		var err error
+		cur, err = projector.LoadDesired(v)
+		return err
+	})
+	if err != nil {
+		return 0, AsDamage(j, err)
+	}
+	if same(cur, d, signed) {
+		recs, err := j.Append(event.New(event.DeclarationReapplied, cur.Seq, "", event.DeclarationReappliedPayload{
+			Revision: d.Revision, Digest: cur.Digest, Source: source,
+		}))
+		if err != nil {
+			return 0, err
+		}
+		return recs[0].Seq, nil
+	}
 	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source}
 	if signed != nil {
 		p.Document = signed.Document
@@ -154,6 +179,20 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 		return 0, err
 	}
 	return recs[0].Seq, nil
+}
+
+// same reports whether d, with signed its message from the mesh (nil for
+// a file), is the declaration cur already desires: nothing about it is new
+// to journal. A push must carry the same signature too, so that the
+// record it refers to proves it.
+func same(cur *projector.Desired, d *declaration.Declaration, signed *linkproto.Declaration) bool {
+	switch {
+	case cur == nil || cur.Seq == 0 || cur.Revision != d.Revision || cur.Digest != d.Digest():
+		return false
+	case signed != nil:
+		return signed.Signature == cur.Signature && signed.Signer == cur.Signer && signed.Operator == cur.Operator
+	}
+	return true
 }
 
 // Comparison is the stored projection compared with a replay.
