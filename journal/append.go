@@ -25,6 +25,12 @@ import (
 // reports damage to the projection it reads by returning an error wrapping
 // ErrCorrupt; the append is then rolled back and refused in the same way.
 func (j *Journal) Append(recs ...event.Record) ([]event.Record, error) {
+	return j.append(nil, recs)
+}
+
+// append is Append, storing docs (see AppendDocuments) in the same
+// transaction.
+func (j *Journal) append(docs [][]byte, recs []event.Record) ([]event.Record, error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}
@@ -48,7 +54,12 @@ func (j *Journal) Append(recs ...event.Record) ([]event.Record, error) {
 		return nil, ErrClosed
 	}
 	err := guard(j.path, func() error {
-		return j.db.Update(func(tx *bolt.Tx) error { return j.appendTx(tx, out) })
+		return j.db.Update(func(tx *bolt.Tx) error {
+			if err := putDocuments(tx, docs); err != nil {
+				return err
+			}
+			return j.appendTx(tx, out)
+		})
 	})
 	if err != nil {
 		return nil, j.noteDamage(err)

@@ -102,6 +102,9 @@ func (j *Journal) Compact(o CompactOptions) (CompactResult, error) {
 	if res.Dropped, err = j.dropThrough(through); err != nil {
 		return res, err
 	}
+	if err := j.sweepDocuments(); err != nil {
+		return res, err
+	}
 	res.Through = through
 	if _, err := j.Append(event.New(event.JournalCompacted, 0, "", event.JournalCompactedPayload{
 		Through: through, Dropped: res.Dropped,

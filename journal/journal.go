@@ -105,6 +105,12 @@ type Options struct {
 	Fold FoldFunc
 	// Now stamps appended records; nil means time.Now.
 	Now func() time.Time
+	// Documents lists the documents (see AppendDocuments) a record refers
+	// to, and StoredDocuments those the Fold's stored projection or
+	// snapshot refers to. Compaction keeps these and drops the rest; with
+	// Documents nil it drops none.
+	Documents       func(r event.Record) []Sum
+	StoredDocuments func(v View) ([]Sum, error)
 }
 
 // Journal is an open journal file. Its methods are safe for concurrent use.
@@ -221,7 +227,7 @@ func create(path string, timeout time.Duration) error {
 		return fmt.Errorf("create journal %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range allBuckets {
+		for _, b := range append(allBuckets, laterBuckets...) {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -284,7 +290,7 @@ func (j *Journal) initAndCheck(db *bolt.DB) error {
 	// fsyncs) even when it changes nothing, and every command opens.
 	if fresh && !j.opts.ReadOnly {
 		err := db.Update(func(tx *bolt.Tx) error {
-			for _, b := range allBuckets {
+			for _, b := range append(allBuckets, laterBuckets...) {
 				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 					return err
 				}
@@ -295,7 +301,7 @@ func (j *Journal) initAndCheck(db *bolt.DB) error {
 			return j.corrupt(err)
 		}
 	}
-	return db.View(func(tx *bolt.Tx) error {
+	err := db.View(func(tx *bolt.Tx) error {
 		if fi, err := os.Stat(j.path); err == nil && tx.Size() > fi.Size() {
 			return j.corrupt(fmt.Errorf("file is %d bytes but its pages need %d (truncated?)", fi.Size(), tx.Size()))
 		}
@@ -326,6 +332,35 @@ func (j *Journal) initAndCheck(db *bolt.DB) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if !fresh && !j.opts.ReadOnly {
+		// A file from before a bucket was added gains it, empty: nothing
+		// in it can refer to what was not there. Written only then, as
+		// every command opens.
+		var missing bool
+		_ = db.View(func(tx *bolt.Tx) error {
+			for _, b := range laterBuckets {
+				missing = missing || tx.Bucket(b) == nil
+			}
+			return nil
+		})
+		if missing {
+			err := db.Update(func(tx *bolt.Tx) error {
+				for _, b := range laterBuckets {
+					if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return j.corrupt(err)
+			}
+		}
+	}
+	return nil
 }
 
 // Path is the file the journal lives in.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -355,5 +356,33 @@ func (j *Journal) Check() error {
 	if next != info.Head+1 {
 		return j.corrupt(fmt.Errorf("records end at %d but head says %d", next-1, info.Head))
 	}
-	return nil
+	return j.checkDocuments()
+}
+
+// checkDocuments reassembles every stored document from its chunks and
+// checks it against its digest, one read transaction per document.
+func (j *Journal) checkDocuments() error {
+	var sums []Sum
+	err := j.view(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketDocuments); b != nil {
+			return b.ForEach(func(k, _ []byte) error {
+				if len(k) != len(Sum{}) {
+					return j.corrupt(fmt.Errorf("a document's key is %d bytes, not a digest", len(k)))
+				}
+				sums = append(sums, Sum(k))
+				return nil
+			})
+		}
+		return nil
+	})
+	for _, s := range sums {
+		if err != nil {
+			break
+		}
+		_, err = j.Document(s)
+		if errors.Is(err, ErrNoDocument) {
+			err = nil // compacted meanwhile
+		}
+	}
+	return err
 }
