@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -39,6 +41,26 @@ var ErrNoDocument = errors.New("no such document")
 
 // Sum is a document's digest: the SHA-256 of its bytes.
 type Sum = [sha256.Size]byte
+
+// SumOf returns the digest of doc.
+func SumOf(doc []byte) Sum { return sha256.Sum256(doc) }
+
+// FormatSum writes sum as "sha256:" and its hex, as records name
+// documents.
+func FormatSum(sum Sum) string { return "sha256:" + hex.EncodeToString(sum[:]) }
+
+// ParseSum reads what FormatSum wrote; false for anything else.
+func ParseSum(s string) (Sum, bool) {
+	var sum Sum
+	h, ok := strings.CutPrefix(s, "sha256:")
+	if !ok || len(h) != hex.EncodedLen(len(sum)) {
+		return sum, false
+	}
+	if _, err := hex.Decode(sum[:], []byte(h)); err != nil {
+		return sum, false
+	}
+	return sum, true
+}
 
 // Chunk bounds, in bytes. A boundary falls where the rolling hash of the
 // last 64 bytes has its high bits clear, at least minChunk after the last

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
+	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/projector"
 )
@@ -96,11 +98,38 @@ func TestApplyUnchangedAddsOneSmallRecord(t *testing.T) {
 		t.Errorf("the desired declaration changed:\n%v", d)
 	}
 
-	// A changed declaration is journaled whole, as before.
+	// A changed declaration is journaled anew: its record, and of its
+	// document what the journal did not hold.
+	docsBefore := documentStats(t, path)
 	writeFilesDeclaration(t, decl, 999)
 	apply()
 	changed, _ := after(t, path, now.Head)
 	if changed[0].Kind != event.DeclarationReceived {
 		t.Errorf("a changed declaration was journaled as %s, want %s", changed[0].Kind, event.DeclarationReceived)
 	}
+	docsAfter := documentStats(t, path)
+	var p event.DeclarationReceivedPayload
+	if err := json.Unmarshal(changed[0].Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	stored := docsAfter.ChunkBytes - docsBefore.ChunkBytes + docsAfter.ListBytes - docsBefore.ListBytes
+	t.Logf("one file of 1,000 dropped: a %d-byte declaration.received (its resource list), and %d bytes of its %d-byte document (%d new chunks)",
+		len(event.Encode(changed[0])), stored, p.DocumentBytes, docsAfter.Chunks-docsBefore.Chunks)
+	if stored >= int64(p.DocumentBytes)/2 {
+		t.Errorf("one file of 1,000 dropped stored %d bytes of a %d-byte document, want the chunks around it only", stored, p.DocumentBytes)
+	}
+}
+
+func documentStats(t *testing.T, path string) journal.DocumentStats {
+	t.Helper()
+	j, err := hostjournal.OpenReadOnly(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	st, err := j.DocumentStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

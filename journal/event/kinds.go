@@ -88,16 +88,24 @@ type DeclaredResource struct {
 }
 
 // DeclarationReceivedPayload records a declaration the host accepted as its
-// desired state. Document is the declaration as received, so the host can
-// reconcile from its journal alone while offline.
+// desired state. Its document, the declaration as received, is kept so the
+// host can reconcile from its journal alone while offline: in Document, in
+// records written before documents were stored apart; since then in the
+// journal's documents, named by DocumentSHA256 ("sha256:" and the hex
+// digest of the exact bytes) with DocumentBytes its length, so that the
+// record stays small whatever the document's size and a document is stored
+// once. A record sent upward carries both (see linkproto.EventBody): the
+// control plane has no journal to look the document up in.
 type DeclarationReceivedPayload struct {
-	Revision  uint64             `json:"revision"`
-	Digest    string             `json:"digest"`
-	Source    string             `json:"source"` // "file:PATH" or "push"
-	Resources []DeclaredResource `json:"resources"`
-	Document  []byte             `json:"document,omitempty"`
+	Revision       uint64             `json:"revision"`
+	Digest         string             `json:"digest"`
+	Source         string             `json:"source"` // "file:PATH" or "push"
+	Resources      []DeclaredResource `json:"resources"`
+	Document       []byte             `json:"document,omitempty"`
+	DocumentSHA256 string             `json:"document_sha256,omitempty"`
+	DocumentBytes  int                `json:"document_bytes,omitempty"`
 	// Operator names who made the declaration; Signer and Signature are
-	// the mesh's signature over it as it arrived (Document holds the
+	// the mesh's signature over it as it arrived (the document holds the
 	// signed bytes), so `mesh-host journal --verify` can prove, at any
 	// later time, that the mesh sent it. A declaration applied from a file
 	// on the machine has none of them.

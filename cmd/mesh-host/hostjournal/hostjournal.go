@@ -10,6 +10,7 @@
 package hostjournal
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,7 +33,65 @@ const LockWait = 3 * time.Second
 // Open opens the journal for writing, with the projection folded in
 // every append, waiting up to LockWait for another process to let go.
 func Open(path string) (*journal.Journal, error) {
-	return journal.Open(path, journal.Options{Fold: storedFold, Timeout: LockWait})
+	return journal.Open(path, journal.Options{
+		Fold: storedFold, Timeout: LockWait,
+		Documents: recordDocuments, StoredDocuments: storedDocuments,
+	})
+}
+
+// recordDocuments lists the document a declaration.received stored apart
+// refers to, for compaction to keep.
+func recordDocuments(r event.Record) []journal.Sum {
+	if r.Kind != event.DeclarationReceived {
+		return nil
+	}
+	var p struct {
+		DocumentSHA256 string `json:"document_sha256"`
+	}
+	if json.Unmarshal(r.Payload, &p) != nil {
+		return nil
+	}
+	if sum, ok := journal.ParseSum(p.DocumentSHA256); ok {
+		return []journal.Sum{sum}
+	}
+	return nil
+}
+
+// storedDocuments lists the document the desired declaration of a stored
+// projection or snapshot refers to. A snapshot keeps the desired
+// declaration after its record is compacted away: its document stays.
+func storedDocuments(v journal.View) ([]journal.Sum, error) {
+	d, err := projector.LoadDesired(v)
+	if err != nil || d == nil {
+		return nil, err
+	}
+	if sum, ok := journal.ParseSum(d.DocumentSHA256); ok {
+		return []journal.Sum{sum}, nil
+	}
+	return nil, nil
+}
+
+// Document returns a declaration's document: inline, as records journaled
+// before documents were stored apart hold it, or else the one named by
+// sha (a record's or a Desired's DocumentSHA256) in j's documents.
+func Document(j *journal.Journal, inline []byte, sha string) ([]byte, error) {
+	if len(inline) > 0 || sha == "" {
+		return inline, nil
+	}
+	sum, ok := journal.ParseSum(sha)
+	if !ok {
+		return nil, fmt.Errorf("the document's digest %q is not sha256:<hex>", sha)
+	}
+	doc, err := j.Document(sum)
+	if errors.Is(err, journal.ErrNoDocument) {
+		// Stored with its record and kept while anything names it: gone,
+		// it was lost.
+		return nil, j.Damaged(fmt.Errorf("the document %s is missing: %w", ShortDigest(sha), err))
+	}
+	if err != nil {
+		return nil, AsDamage(j, err)
+	}
+	return doc, nil
 }
 
 // OpenReadOnly opens the journal to read it, beside other readers.
@@ -130,7 +189,8 @@ func AppendRefusal(j *journal.Journal, source string, d *declaration.Declaration
 }
 
 // AppendDeclaration journals an accepted declaration, document and all, so
-// the host can reconcile from its journal alone while offline. signed is
+// the host can reconcile from its journal alone while offline: the
+// document in the journal's documents, the record naming it by digest. signed is
 // the message it arrived in from the mesh, nil for a file: its document is
 // journaled as it arrived, with the operator and the signature, so that
 // the record alone proves where it came from.
@@ -161,20 +221,22 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 		return recs[0].Seq, nil
 	}
 	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source}
+	var doc []byte
 	if signed != nil {
-		p.Document = signed.Document
+		doc = signed.Document
 		p.Operator, p.Signer, p.Signature = signed.Operator, signed.Signer, signed.Signature
 	} else {
-		doc, err := d.MarshalJSON()
-		if err != nil {
+		if doc, err = d.MarshalJSON(); err != nil {
 			return 0, err
 		}
-		p.Document = doc
 	}
+	// The document is stored apart, once, by digest: the record stays
+	// small and a declaration that changed little adds little.
+	p.DocumentSHA256, p.DocumentBytes = journal.FormatSum(journal.SumOf(doc)), len(doc)
 	for _, spec := range specs {
 		p.Resources = append(p.Resources, event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)})
 	}
-	recs, err := j.Append(event.New(event.DeclarationReceived, 0, "", p))
+	recs, err := j.AppendDocuments([][]byte{doc}, event.New(event.DeclarationReceived, 0, "", p))
 	if err != nil {
 		return 0, err
 	}
