@@ -105,7 +105,18 @@ func (j *Journal) appendTx(tx *bolt.Tx, out []event.Record) error {
 	if j.opts.Fold == nil {
 		return nil
 	}
-	if err := j.opts.Fold(tx.Bucket(bucketProjection), out); errors.Is(err, ErrCorrupt) {
+	fold := out
+	if j.opts.Expand != nil {
+		// The fold sees records as readers do, documents put back.
+		fold = make([]event.Record, len(out))
+		for i := range out {
+			var err error
+			if fold[i], err = j.expand(tx, out[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if err := j.opts.Fold(tx.Bucket(bucketProjection), fold); errors.Is(err, ErrCorrupt) {
 		return j.corrupt(fmt.Errorf("fold projection: %w", err))
 	} else if err != nil {
 		return fmt.Errorf("fold projection: %w", err)

@@ -162,7 +162,7 @@ func (j *Journal) snapshotThrough(seq uint64) error {
 			for k, v := c.Seek(event.Key(from)); ; k, v = c.Next() {
 				done := k == nil || binary.BigEndian.Uint64(k) > seq
 				if !done {
-					r, err := j.decode(k, v)
+					r, err := j.decode(tx, k, v)
 					if err != nil {
 						return err
 					}
@@ -201,7 +201,7 @@ func (j *Journal) dropThrough(seq uint64) (uint64, error) {
 				if s > seq {
 					break
 				}
-				r, err := j.decode(k, v)
+				r, err := j.decodeStored(k, v)
 				if err != nil {
 					return err
 				}

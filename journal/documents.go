@@ -242,7 +242,7 @@ func (j *Journal) sweepDocuments() error {
 		live := make(map[Sum]bool)
 		c := tx.Bucket(bucketRecords).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			r, err := j.decode(k, v)
+			r, err := j.decodeStored(k, v)
 			if err != nil {
 				return err
 			}

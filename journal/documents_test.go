@@ -314,3 +314,47 @@ func TestDocumentDamage(t *testing.T) {
 		t.Errorf("check: got %v, want ErrCorrupt", err)
 	}
 }
+
+// expandRef is the tests' Options.Expand: a test.document record is read
+// with the document it names in its payload.
+func expandRef(r event.Record, document func(journal.Sum) ([]byte, error)) (event.Record, error) {
+	sums := documentsOf(r)
+	if len(sums) == 0 {
+		return r, nil
+	}
+	doc, err := document(sums[0])
+	if err != nil {
+		return r, err
+	}
+	r.Payload, _ = json.Marshal(map[string]any{"doc": hex.EncodeToString(sums[0][:]), "body": string(doc)})
+	return r, nil
+}
+
+// Records are read, and folded, with what Options.Expand puts back from
+// their documents, and stored without it.
+func TestExpand(t *testing.T) {
+	var folded []event.Record
+	fold := func(st journal.Store, recs []event.Record) error {
+		folded = append(folded, recs...)
+		return nil
+	}
+	j, path := newJournal(t, journal.Options{Fold: fold, Expand: expandRef, Documents: documentsOf})
+	doc := []byte("the body")
+	out := mustAppendDocs(t, j, doc)
+	sum := journal.SumOf(doc)
+	want := `{"body":"the body","doc":"` + hex.EncodeToString(sum[:]) + `"}`
+	if len(folded) != 1 || string(folded[0].Payload) != want {
+		t.Errorf("folded %v, want the record expanded: %s", folded, want)
+	}
+	if got := scanAll(t, j, 1, 0); len(got) != 1 || string(got[0].Payload) != want {
+		t.Errorf("scanned %v, want the record expanded: %s", got, want)
+	}
+	if r, _, err := j.Get(1); err != nil || string(r.Payload) != want {
+		t.Errorf("got %v (%v), want the record expanded: %s", r, err, want)
+	}
+	j.Close()
+	raw := openAt(t, path, journal.Options{ReadOnly: true})
+	if got := scanAll(t, raw, 1, 0); len(got) != 1 || !bytes.Equal(got[0].Payload, out[0].Payload) {
+		t.Errorf("stored %v, want the record as appended: %s", got, out[0].Payload)
+	}
+}

@@ -111,6 +111,13 @@ type Options struct {
 	// Documents nil it drops none.
 	Documents       func(r event.Record) []Sum
 	StoredDocuments func(v View) ([]Sum, error)
+	// Expand, when set, turns a record as stored into the record its
+	// readers see, given its documents: a caller that stores part of a
+	// payload apart (AppendDocuments, Documents) puts it back here. Every
+	// read (Get, Scan, Follow and the rest) and every Fold sees records
+	// expanded; Append returns them as stored. A document it asks for that
+	// is not there is damage.
+	Expand func(r event.Record, document func(Sum) ([]byte, error)) (event.Record, error)
 }
 
 // Journal is an open journal file. Its methods are safe for concurrent use.

@@ -92,19 +92,46 @@ func (j *Journal) Get(seq uint64) (r event.Record, ok bool, err error) {
 		if v == nil {
 			return nil
 		}
-		r, err = j.decode(event.Key(seq), v)
+		r, err = j.decode(tx, event.Key(seq), v)
 		ok = err == nil
 		return err
 	})
 	return r, ok, err
 }
 
-func (j *Journal) decode(k, v []byte) (event.Record, error) {
+// decode returns the record stored as k, v in tx, as its readers see it
+// (expanded: see Options.Expand).
+func (j *Journal) decode(tx *bolt.Tx, k, v []byte) (event.Record, error) {
+	r, err := j.decodeStored(k, v)
+	if err != nil {
+		return r, err
+	}
+	return j.expand(tx, r)
+}
+
+// decodeStored returns the record stored as k, v, as it is stored.
+func (j *Journal) decodeStored(k, v []byte) (event.Record, error) {
 	r, err := event.Decode(k, v)
 	if err != nil {
 		return r, j.corrupt(fmt.Errorf("record %d: %w", binary.BigEndian.Uint64(k), err))
 	}
 	return r, nil
+}
+
+// expand returns r as Options.Expand makes it, reading documents in tx. A
+// record that refers to a document that is not there is damage.
+func (j *Journal) expand(tx *bolt.Tx, r event.Record) (event.Record, error) {
+	if j.opts.Expand == nil {
+		return r, nil
+	}
+	out, err := j.opts.Expand(r, func(sum Sum) ([]byte, error) { return j.readDocument(tx, sum) })
+	if errors.Is(err, ErrNoDocument) {
+		return r, j.corrupt(fmt.Errorf("record %d: %w", r.Seq, err))
+	}
+	if err != nil {
+		return r, fmt.Errorf("record %d: %w", r.Seq, err)
+	}
+	return out, nil
 }
 
 // Scan calls fn for each record with from ≤ seq ≤ to, in order (to = 0 means
@@ -137,7 +164,7 @@ func (j *Journal) ScanBatches(from, to uint64, fn func([]event.Record) error) er
 				if to != 0 && binary.BigEndian.Uint64(k) > to {
 					break
 				}
-				r, err := j.decode(k, v)
+				r, err := j.decode(tx, k, v)
 				if err != nil {
 					return err
 				}
@@ -204,7 +231,7 @@ func (j *Journal) LatestFor(resource string) (r event.Record, ok bool, err error
 		if len(k) != 8 || v == nil {
 			return j.corrupt(fmt.Errorf("the latest record of %q is missing", resource))
 		}
-		r, err = j.decode(k, v)
+		r, err = j.decode(tx, k, v)
 		ok = err == nil
 		return err
 	})
@@ -261,7 +288,7 @@ func (j *Journal) collect(tx *bolt.Tx, bucket, prefix []byte, from uint64, batch
 			// transaction: a dangling entry is damage.
 			return batch, false, j.corrupt(fmt.Errorf("index %s names record %d, which is missing", bucket, binary.BigEndian.Uint64(sk)))
 		}
-		r, err := j.decode(sk, v)
+		r, err := j.decode(tx, sk, v)
 		if err != nil {
 			return batch, false, err
 		}

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"encoding/json"
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,11 +13,11 @@ import (
 	"github.com/mesh-host/mesh-host/projector"
 )
 
-// after returns the records after seq from in the journal at path, and the
-// stored state.
+// after returns the records after seq from in the journal at path, as
+// stored (nothing stored apart put back), and the stored state.
 func after(t *testing.T, path string, from uint64) ([]event.Record, projector.State) {
 	t.Helper()
-	j, err := hostjournal.OpenReadOnly(path)
+	j, err := journal.Open(path, journal.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +61,12 @@ func TestApplyUnchangedAddsOneSmallRecord(t *testing.T) {
 		}
 	}
 	apply()
-	first, before := after(t, path, 0)
-	if first[0].Kind != event.DeclarationReceived {
-		t.Fatalf("first record is %s, want %s", first[0].Kind, event.DeclarationReceived)
+	recs, before := after(t, path, 0)
+	if recs[0].Kind != event.DeclarationReceived {
+		t.Fatalf("first record is %s, want %s", recs[0].Kind, event.DeclarationReceived)
 	}
-	received := first[0]
+	received := recs[0]
+	firstDocs := documentStats(t, path)
 
 	const applies = 20
 	head := before.Head
@@ -89,18 +90,23 @@ func TestApplyUnchangedAddsOneSmallRecord(t *testing.T) {
 		t.Fatalf("%d applies journaled %d declaration.reapplied, want one each", applies, len(reapplied))
 	}
 	perApply := encodedSize(added) / applies
-	t.Logf("an unchanged apply of 1,000 files adds %d record bytes (%d records); the first declaration.received is %d bytes",
-		perApply, len(added)/applies, len(event.Encode(received)))
-	if limit := len(event.Encode(received)) / 100; perApply > limit {
-		t.Errorf("an unchanged apply adds %d bytes, over 1%% of the document's record (%d)", perApply, limit)
+	docs := documentStats(t, path)
+	first := int64(len(event.Encode(received))) + docs.ChunkBytes + docs.ListBytes
+	t.Logf("an unchanged apply of 1,000 files adds %d record bytes (%d records); the first apply stored %d bytes (a %d-byte record, %d of documents)",
+		perApply, len(added)/applies, first, len(event.Encode(received)), first-int64(len(event.Encode(received))))
+	if limit := first / 100; int64(perApply) > limit {
+		t.Errorf("an unchanged apply adds %d bytes, over 1%% of what the first stored (%d)", perApply, limit)
+	}
+	if docs != firstDocs {
+		t.Errorf("unchanged applies stored documents: got %+v, want %+v as after the first", docs, firstDocs)
 	}
 	if d := projector.Diff(projector.State{Desired: before.Desired}, projector.State{Desired: now.Desired}); len(d) > 0 {
 		t.Errorf("the desired declaration changed:\n%v", d)
 	}
 
 	// A changed declaration is journaled anew: its record, and of its
-	// document what the journal did not hold.
-	docsBefore := documentStats(t, path)
+	// document and resource list what the journal did not hold.
+	docsBefore := docs
 	writeFilesDeclaration(t, decl, 999)
 	apply()
 	changed, _ := after(t, path, now.Head)
@@ -108,15 +114,15 @@ func TestApplyUnchangedAddsOneSmallRecord(t *testing.T) {
 		t.Errorf("a changed declaration was journaled as %s, want %s", changed[0].Kind, event.DeclarationReceived)
 	}
 	docsAfter := documentStats(t, path)
-	var p event.DeclarationReceivedPayload
-	if err := json.Unmarshal(changed[0].Payload, &p); err != nil {
-		t.Fatal(err)
-	}
 	stored := docsAfter.ChunkBytes - docsBefore.ChunkBytes + docsAfter.ListBytes - docsBefore.ListBytes
-	t.Logf("one file of 1,000 dropped: a %d-byte declaration.received (its resource list), and %d bytes of its %d-byte document (%d new chunks)",
-		len(event.Encode(changed[0])), stored, p.DocumentBytes, docsAfter.Chunks-docsBefore.Chunks)
-	if stored >= int64(p.DocumentBytes)/2 {
-		t.Errorf("one file of 1,000 dropped stored %d bytes of a %d-byte document, want the chunks around it only", stored, p.DocumentBytes)
+	whole := firstDocs.ChunkBytes // the first declaration's document and resource list
+	t.Logf("one file of 1,000 dropped: a %d-byte declaration.received, and %d bytes of documents (%d new chunks) of the %d-byte document and its resource list",
+		len(event.Encode(changed[0])), stored, docsAfter.Chunks-docsBefore.Chunks, whole)
+	if n := len(event.Encode(changed[0])); n > 1024 {
+		t.Errorf("the declaration.received is %d bytes, want it small: what it names is stored apart", n)
+	}
+	if stored >= whole/2 {
+		t.Errorf("one file of 1,000 dropped stored %d bytes of %d, want the chunks around it only", stored, whole)
 	}
 }
 
@@ -132,4 +138,67 @@ func documentStats(t *testing.T, path string) journal.DocumentStats {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// A declaration of 10,000 files that changes one of them stores about one
+// chunk of its document and one of its resource list, and a small record:
+// not the megabyte and more the whole would be.
+func TestDeclarationChangedInOneResourceAddsAboutAChunk(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "journal.db")
+	j, err := hostjournal.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	declare := func(content string) {
+		t.Helper()
+		file := filepath.Join(dir, "decl.yaml")
+		writeFilesDeclaration(t, file, 9_999) // and a directory: 10,000 resources
+		if content != "" {
+			b, _ := os.ReadFile(file)
+			was := b
+			b = bytes.Replace(b, []byte(`f05000.conf, content: "setting-5000 = 35000\n"`), []byte(`f05000.conf, content: "`+content+`"`), 1)
+			if bytes.Equal(b, was) {
+				t.Fatal("the test's declaration has no file 5000 to change")
+			}
+			if err := os.WriteFile(file, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := readDeclaration(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hostjournal.AppendDeclaration(j, d, d.Expanded(), "file:"+file, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	declare("")
+	first, err := j.DocumentStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	declare("changed")
+	then, err := j.DocumentStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if then.Documents != first.Documents+2 {
+		t.Fatalf("got %d documents, want %d: the changed declaration's document and resource list", then.Documents, first.Documents+2)
+	}
+	added := then.ChunkBytes - first.ChunkBytes + then.ListBytes - first.ListBytes
+	j.Close()
+	recs, _ := after(t, path, 1)
+	t.Logf("10,000 files, %d bytes stored apart: one changed adds a %d-byte record and %d bytes (%d chunks)",
+		first.ChunkBytes, len(event.Encode(recs[0])), added, then.Chunks-first.Chunks)
+	if n := then.Chunks - first.Chunks; n < 2 || n > 4 {
+		t.Errorf("one file changed added %d chunks, want one or two of the document and of the list", n)
+	}
+	if added > first.ChunkBytes/8 {
+		t.Errorf("one file changed added %d bytes, over an eighth of the %d the declaration stores", added, first.ChunkBytes)
+	}
+	if n := len(event.Encode(recs[0])); n > 1024 {
+		t.Errorf("the declaration.received is %d bytes, want it small", n)
+	}
 }

@@ -104,6 +104,10 @@ type DeclarationReceivedPayload struct {
 	Document       []byte             `json:"document,omitempty"`
 	DocumentSHA256 string             `json:"document_sha256,omitempty"`
 	DocumentBytes  int                `json:"document_bytes,omitempty"`
+	// ResourcesSHA256, when set, names the JSON of Resources, stored apart
+	// like the document: the record as stored has null resources, and the
+	// journal's readers see them put back (journal.Options.Expand).
+	ResourcesSHA256 string `json:"resources_sha256,omitempty"`
 	// Operator names who made the declaration; Signer and Signature are
 	// the mesh's signature over it as it arrived (the document holds the
 	// signed bytes), so `mesh-host journal --verify` can prove, at any

@@ -10,6 +10,7 @@
 package hostjournal
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,8 +36,38 @@ const LockWait = 3 * time.Second
 func Open(path string) (*journal.Journal, error) {
 	return journal.Open(path, journal.Options{
 		Fold: storedFold, Timeout: LockWait,
-		Documents: recordDocuments, StoredDocuments: storedDocuments,
+		Documents: recordDocuments, StoredDocuments: storedDocuments, Expand: expand,
 	})
+}
+
+// nullResources is the resources of a declaration.received as stored when
+// they are stored apart.
+var nullResources = []byte(`"resources":null`)
+
+// expand puts back the resources of a declaration.received that stores
+// them apart, as its readers (the fold, replay, the link, the CLI) expect
+// them: the bytes stored apart are the JSON of the list, spliced in
+// where the record holds null.
+func expand(r event.Record, document func(journal.Sum) ([]byte, error)) (event.Record, error) {
+	if r.Kind != event.DeclarationReceived || !bytes.Contains(r.Payload, []byte(`"resources_sha256"`)) {
+		return r, nil
+	}
+	var p struct {
+		ResourcesSHA256 string `json:"resources_sha256"`
+	}
+	if json.Unmarshal(r.Payload, &p) != nil || p.ResourcesSHA256 == "" {
+		return r, nil // the fold counts what does not decode
+	}
+	sum, ok := journal.ParseSum(p.ResourcesSHA256)
+	if !ok || bytes.Count(r.Payload, nullResources) != 1 {
+		return r, fmt.Errorf("%w: a declaration.received naming its resources %q does not hold them as null", event.ErrCorrupt, p.ResourcesSHA256)
+	}
+	list, err := document(sum)
+	if err != nil {
+		return r, fmt.Errorf("the resources of declaration.received #%d: %w", r.Seq, err)
+	}
+	r.Payload = bytes.Replace(r.Payload, nullResources, append([]byte(`"resources":`), list...), 1)
+	return r, nil
 }
 
 // recordDocuments lists the document a declaration.received stored apart
@@ -46,15 +77,19 @@ func recordDocuments(r event.Record) []journal.Sum {
 		return nil
 	}
 	var p struct {
-		DocumentSHA256 string `json:"document_sha256"`
+		DocumentSHA256  string `json:"document_sha256"`
+		ResourcesSHA256 string `json:"resources_sha256"`
 	}
 	if json.Unmarshal(r.Payload, &p) != nil {
 		return nil
 	}
-	if sum, ok := journal.ParseSum(p.DocumentSHA256); ok {
-		return []journal.Sum{sum}
+	var sums []journal.Sum
+	for _, s := range []string{p.DocumentSHA256, p.ResourcesSHA256} {
+		if sum, ok := journal.ParseSum(s); ok {
+			sums = append(sums, sum)
+		}
 	}
-	return nil
+	return sums
 }
 
 // storedDocuments lists the document the desired declaration of a stored
@@ -96,7 +131,7 @@ func Document(j *journal.Journal, inline []byte, sha string) ([]byte, error) {
 
 // OpenReadOnly opens the journal to read it, beside other readers.
 func OpenReadOnly(path string) (*journal.Journal, error) {
-	return journal.Open(path, journal.Options{ReadOnly: true, Timeout: LockWait})
+	return journal.Open(path, journal.Options{ReadOnly: true, Timeout: LockWait, Expand: expand})
 }
 
 // StoredState loads the journal's stored projection and the head it folds
@@ -233,10 +268,19 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 	// The document is stored apart, once, by digest: the record stays
 	// small and a declaration that changed little adds little.
 	p.DocumentSHA256, p.DocumentBytes = journal.FormatSum(journal.SumOf(doc)), len(doc)
+	// So is the list of its resources (an id and a digest each: a
+	// megabyte for 10,000 files), which the journal's readers see put
+	// back (expand).
+	resources := make([]event.DeclaredResource, 0, len(specs))
 	for _, spec := range specs {
-		p.Resources = append(p.Resources, event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)})
+		resources = append(resources, event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)})
 	}
-	recs, err := j.AppendDocuments([][]byte{doc}, event.New(event.DeclarationReceived, 0, "", p))
+	list, err := json.Marshal(resources)
+	if err != nil {
+		return 0, err
+	}
+	p.ResourcesSHA256 = journal.FormatSum(journal.SumOf(list))
+	recs, err := j.AppendDocuments([][]byte{doc, list}, event.New(event.DeclarationReceived, 0, "", p))
 	if err != nil {
 		return 0, err
 	}
