@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -356,5 +357,30 @@ func TestExpand(t *testing.T) {
 	raw := openAt(t, path, journal.Options{ReadOnly: true})
 	if got := scanAll(t, raw, 1, 0); len(got) != 1 || !bytes.Equal(got[0].Payload, out[0].Payload) {
 		t.Errorf("stored %v, want the record as appended: %s", got, out[0].Payload)
+	}
+}
+
+// A record naming a document that is not there is damage that Check finds.
+func TestCheckFindsMissingDocument(t *testing.T) {
+	opts := journal.Options{Fold: testFold, Documents: documentsOf}
+	j, path := newJournal(t, opts)
+	doc := resources(10, setting)
+	mustAppendDocs(t, j, doc)
+	j.Close()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := journal.SumOf(doc)
+	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("documents")).Delete(sum[:]) })
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = openAt(t, path, opts)
+	if err := j.Check(); !errors.Is(err, journal.ErrCorrupt) || !strings.Contains(err.Error(), "names document") {
+		t.Errorf("check: got %v, want ErrCorrupt naming the missing document", err)
 	}
 }

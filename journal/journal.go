@@ -1,12 +1,14 @@
 // Package journal is the host's append-only store: one bbolt file holding every
 // record the host appends, an index from resource and from kind to the
 // sequences that name them, the projection folded in the same transaction as
-// the records, and a snapshot that lets old records be compacted away.
+// the records, a snapshot that lets old records be compacted away, and the
+// documents records refer to, stored once by digest in shared chunks.
 //
 // It knows the record envelope (package event) but not what records mean: the
 // caller passes a Fold hook (in practice projector.Stored) that turns records
-// into the stored projection. It is not a general key-value store, and nothing
-// outside this package touches bbolt.
+// into the stored projection, and says which documents a record refers to
+// and what of them to put back as it is read. It is not a general key-value
+// store, and nothing outside this package touches bbolt.
 package journal
 
 import (

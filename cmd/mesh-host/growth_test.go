@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
@@ -200,5 +201,53 @@ func TestDeclarationChangedInOneResourceAddsAboutAChunk(t *testing.T) {
 	}
 	if n := len(event.Encode(recs[0])); n > 1024 {
 		t.Errorf("the declaration.received is %d bytes, want it small", n)
+	}
+}
+
+// The reconcile of an unchanged declaration applied again is traced, cause
+// by cause, through the declaration.reapplied to the declaration.received
+// that holds the declaration: what `journal --why` follows.
+func TestReappliedIsTracedToTheDeclaration(t *testing.T) {
+	dir := t.TempDir()
+	root, state := filepath.Join(dir, "root"), filepath.Join(dir, "state")
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	decl := filepath.Join(dir, "decl.yaml")
+	writeFilesDeclaration(t, decl, 5)
+	apply := func() {
+		t.Helper()
+		var out bytes.Buffer
+		if code := runCLI(t.Context(), []string{"--root", root, "--state-dir", state, "apply", decl}, &out, &out, nil); code != 0 {
+			t.Fatalf("apply: exit %d\n%s", code, out.String())
+		}
+	}
+	apply()
+	// A file changed by hand: the reapply repairs it, so it journals a
+	// whole reconcile, not a quiet one.
+	if err := os.WriteFile(filepath.Join(root, "etc/app/f00003.conf"), []byte("changed by hand\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	apply()
+	j, err := hostjournal.OpenReadOnly(filepath.Join(state, "journal.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	var started uint64
+	if err := j.ScanKind(event.ReconcileStarted, 1, func(r event.Record) error { started = r.Seq; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	chain, err := j.Chain(started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []event.Kind
+	for _, r := range chain {
+		kinds = append(kinds, r.Kind)
+	}
+	want := []event.Kind{event.ReconcileStarted, event.DeclarationReapplied, event.DeclarationReceived}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("the reapply's reconcile is traced through %v, want %v", kinds, want)
 	}
 }
