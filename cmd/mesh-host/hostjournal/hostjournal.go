@@ -40,6 +40,11 @@ func Open(path string) (*journal.Journal, error) {
 	})
 }
 
+// OpenReadOnly opens the journal to read it, beside other readers.
+func OpenReadOnly(path string) (*journal.Journal, error) {
+	return journal.Open(path, journal.Options{ReadOnly: true, Timeout: LockWait, Documents: recordDocuments, Expand: expand})
+}
+
 // nullResources is the resources of a declaration.received as stored when
 // they are stored apart.
 var nullResources = []byte(`"resources":null`)
@@ -70,8 +75,9 @@ func expand(r event.Record, document func(journal.Sum) ([]byte, error)) (event.R
 	return r, nil
 }
 
-// recordDocuments lists the document a declaration.received stored apart
-// refers to, for compaction to keep.
+// recordDocuments lists the documents a declaration.received stored apart
+// names (its document and its resource list), for compaction to keep and
+// Check to find.
 func recordDocuments(r event.Record) []journal.Sum {
 	if r.Kind != event.DeclarationReceived {
 		return nil
@@ -127,11 +133,6 @@ func Document(j *journal.Journal, inline []byte, sha string) ([]byte, error) {
 		return nil, AsDamage(j, err)
 	}
 	return doc, nil
-}
-
-// OpenReadOnly opens the journal to read it, beside other readers.
-func OpenReadOnly(path string) (*journal.Journal, error) {
-	return journal.Open(path, journal.Options{ReadOnly: true, Timeout: LockWait, Expand: expand})
 }
 
 // StoredState loads the journal's stored projection and the head it folds
