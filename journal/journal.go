@@ -108,9 +108,11 @@ type Options struct {
 	// Now stamps appended records; nil means time.Now.
 	Now func() time.Time
 	// Documents lists the documents (see AppendDocuments) a record refers
-	// to, and StoredDocuments those the Fold's stored projection or
-	// snapshot refers to. Compaction keeps these and drops the rest; with
-	// Documents nil it drops none.
+	// to, given the record as stored or as expanded, and StoredDocuments
+	// those the Fold's stored projection or snapshot refers to.
+	// Compaction keeps these and drops the rest, in one transaction that
+	// reads every record; with Documents nil it drops none. Check finds a
+	// record naming a document that is not there.
 	Documents       func(r event.Record) []Sum
 	StoredDocuments func(v View) ([]Sum, error)
 	// Expand, when set, turns a record as stored into the record its
