@@ -25,6 +25,12 @@ import (
 // reports damage to the projection it reads by returning an error wrapping
 // ErrCorrupt; the append is then rolled back and refused in the same way.
 func (j *Journal) Append(recs ...event.Record) ([]event.Record, error) {
+	return j.append(nil, recs)
+}
+
+// append is Append, storing docs (see AppendDocuments) in the same
+// transaction.
+func (j *Journal) append(docs [][]byte, recs []event.Record) ([]event.Record, error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}
@@ -48,7 +54,12 @@ func (j *Journal) Append(recs ...event.Record) ([]event.Record, error) {
 		return nil, ErrClosed
 	}
 	err := guard(j.path, func() error {
-		return j.db.Update(func(tx *bolt.Tx) error { return j.appendTx(tx, out) })
+		return j.db.Update(func(tx *bolt.Tx) error {
+			if err := putDocuments(tx, docs); err != nil {
+				return err
+			}
+			return j.appendTx(tx, out)
+		})
 	})
 	if err != nil {
 		return nil, j.noteDamage(err)
@@ -94,7 +105,18 @@ func (j *Journal) appendTx(tx *bolt.Tx, out []event.Record) error {
 	if j.opts.Fold == nil {
 		return nil
 	}
-	if err := j.opts.Fold(tx.Bucket(bucketProjection), out); errors.Is(err, ErrCorrupt) {
+	fold := out
+	if j.opts.Expand != nil {
+		// The fold sees records as readers do, documents put back.
+		fold = make([]event.Record, len(out))
+		for i := range out {
+			var err error
+			if fold[i], err = j.expand(tx, out[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if err := j.opts.Fold(tx.Bucket(bucketProjection), fold); errors.Is(err, ErrCorrupt) {
 		return j.corrupt(fmt.Errorf("fold projection: %w", err))
 	} else if err != nil {
 		return fmt.Errorf("fold projection: %w", err)

@@ -102,6 +102,9 @@ func (j *Journal) Compact(o CompactOptions) (CompactResult, error) {
 	if res.Dropped, err = j.dropThrough(through); err != nil {
 		return res, err
 	}
+	if err := j.sweepDocuments(); err != nil {
+		return res, err
+	}
 	res.Through = through
 	if _, err := j.Append(event.New(event.JournalCompacted, 0, "", event.JournalCompactedPayload{
 		Through: through, Dropped: res.Dropped,
@@ -159,7 +162,7 @@ func (j *Journal) snapshotThrough(seq uint64) error {
 			for k, v := c.Seek(event.Key(from)); ; k, v = c.Next() {
 				done := k == nil || binary.BigEndian.Uint64(k) > seq
 				if !done {
-					r, err := j.decode(k, v)
+					r, err := j.decode(tx, k, v)
 					if err != nil {
 						return err
 					}
@@ -198,7 +201,7 @@ func (j *Journal) dropThrough(seq uint64) (uint64, error) {
 				if s > seq {
 					break
 				}
-				r, err := j.decode(k, v)
+				r, err := j.decodeStored(k, v)
 				if err != nil {
 					return err
 				}

@@ -1,12 +1,14 @@
 // Package journal is the host's append-only store: one bbolt file holding every
 // record the host appends, an index from resource and from kind to the
 // sequences that name them, the projection folded in the same transaction as
-// the records, and a snapshot that lets old records be compacted away.
+// the records, a snapshot that lets old records be compacted away, and the
+// documents records refer to, stored once by digest in shared chunks.
 //
 // It knows the record envelope (package event) but not what records mean: the
 // caller passes a Fold hook (in practice projector.Stored) that turns records
-// into the stored projection. It is not a general key-value store, and nothing
-// outside this package touches bbolt.
+// into the stored projection, and says which documents a record refers to
+// and what of them to put back as it is read. It is not a general key-value
+// store, and nothing outside this package touches bbolt.
 package journal
 
 import (
@@ -105,6 +107,21 @@ type Options struct {
 	Fold FoldFunc
 	// Now stamps appended records; nil means time.Now.
 	Now func() time.Time
+	// Documents lists the documents (see AppendDocuments) a record refers
+	// to, given the record as stored or as expanded, and StoredDocuments
+	// those the Fold's stored projection or snapshot refers to.
+	// Compaction keeps these and drops the rest, in one transaction that
+	// reads every record; with Documents nil it drops none. Check finds a
+	// record naming a document that is not there.
+	Documents       func(r event.Record) []Sum
+	StoredDocuments func(v View) ([]Sum, error)
+	// Expand, when set, turns a record as stored into the record its
+	// readers see, given its documents: a caller that stores part of a
+	// payload apart (AppendDocuments, Documents) puts it back here. Every
+	// read (Get, Scan, Follow and the rest) and every Fold sees records
+	// expanded; Append returns them as stored. A document it asks for that
+	// is not there is damage.
+	Expand func(r event.Record, document func(Sum) ([]byte, error)) (event.Record, error)
 }
 
 // Journal is an open journal file. Its methods are safe for concurrent use.
@@ -221,7 +238,7 @@ func create(path string, timeout time.Duration) error {
 		return fmt.Errorf("create journal %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range allBuckets {
+		for _, b := range append(allBuckets, laterBuckets...) {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -284,7 +301,7 @@ func (j *Journal) initAndCheck(db *bolt.DB) error {
 	// fsyncs) even when it changes nothing, and every command opens.
 	if fresh && !j.opts.ReadOnly {
 		err := db.Update(func(tx *bolt.Tx) error {
-			for _, b := range allBuckets {
+			for _, b := range append(allBuckets, laterBuckets...) {
 				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 					return err
 				}
@@ -295,7 +312,7 @@ func (j *Journal) initAndCheck(db *bolt.DB) error {
 			return j.corrupt(err)
 		}
 	}
-	return db.View(func(tx *bolt.Tx) error {
+	err := db.View(func(tx *bolt.Tx) error {
 		if fi, err := os.Stat(j.path); err == nil && tx.Size() > fi.Size() {
 			return j.corrupt(fmt.Errorf("file is %d bytes but its pages need %d (truncated?)", fi.Size(), tx.Size()))
 		}
@@ -326,6 +343,35 @@ func (j *Journal) initAndCheck(db *bolt.DB) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if !fresh && !j.opts.ReadOnly {
+		// A file from before a bucket was added gains it, empty: nothing
+		// in it can refer to what was not there. Written only then, as
+		// every command opens.
+		var missing bool
+		_ = db.View(func(tx *bolt.Tx) error {
+			for _, b := range laterBuckets {
+				missing = missing || tx.Bucket(b) == nil
+			}
+			return nil
+		})
+		if missing {
+			err := db.Update(func(tx *bolt.Tx) error {
+				for _, b := range laterBuckets {
+					if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return j.corrupt(err)
+			}
+		}
+	}
+	return nil
 }
 
 // Path is the file the journal lives in.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -91,19 +92,46 @@ func (j *Journal) Get(seq uint64) (r event.Record, ok bool, err error) {
 		if v == nil {
 			return nil
 		}
-		r, err = j.decode(event.Key(seq), v)
+		r, err = j.decode(tx, event.Key(seq), v)
 		ok = err == nil
 		return err
 	})
 	return r, ok, err
 }
 
-func (j *Journal) decode(k, v []byte) (event.Record, error) {
+// decode returns the record stored as k, v in tx, as its readers see it
+// (expanded: see Options.Expand).
+func (j *Journal) decode(tx *bolt.Tx, k, v []byte) (event.Record, error) {
+	r, err := j.decodeStored(k, v)
+	if err != nil {
+		return r, err
+	}
+	return j.expand(tx, r)
+}
+
+// decodeStored returns the record stored as k, v, as it is stored.
+func (j *Journal) decodeStored(k, v []byte) (event.Record, error) {
 	r, err := event.Decode(k, v)
 	if err != nil {
 		return r, j.corrupt(fmt.Errorf("record %d: %w", binary.BigEndian.Uint64(k), err))
 	}
 	return r, nil
+}
+
+// expand returns r as Options.Expand makes it, reading documents in tx. A
+// record that refers to a document that is not there is damage.
+func (j *Journal) expand(tx *bolt.Tx, r event.Record) (event.Record, error) {
+	if j.opts.Expand == nil {
+		return r, nil
+	}
+	out, err := j.opts.Expand(r, func(sum Sum) ([]byte, error) { return j.readDocument(tx, sum) })
+	if errors.Is(err, ErrNoDocument) {
+		return r, j.corrupt(fmt.Errorf("record %d: %w", r.Seq, err))
+	}
+	if err != nil {
+		return r, fmt.Errorf("record %d: %w", r.Seq, err)
+	}
+	return out, nil
 }
 
 // Scan calls fn for each record with from ≤ seq ≤ to, in order (to = 0 means
@@ -136,7 +164,7 @@ func (j *Journal) ScanBatches(from, to uint64, fn func([]event.Record) error) er
 				if to != 0 && binary.BigEndian.Uint64(k) > to {
 					break
 				}
-				r, err := j.decode(k, v)
+				r, err := j.decode(tx, k, v)
 				if err != nil {
 					return err
 				}
@@ -203,7 +231,7 @@ func (j *Journal) LatestFor(resource string) (r event.Record, ok bool, err error
 		if len(k) != 8 || v == nil {
 			return j.corrupt(fmt.Errorf("the latest record of %q is missing", resource))
 		}
-		r, err = j.decode(k, v)
+		r, err = j.decode(tx, k, v)
 		ok = err == nil
 		return err
 	})
@@ -260,7 +288,7 @@ func (j *Journal) collect(tx *bolt.Tx, bucket, prefix []byte, from uint64, batch
 			// transaction: a dangling entry is damage.
 			return batch, false, j.corrupt(fmt.Errorf("index %s names record %d, which is missing", bucket, binary.BigEndian.Uint64(sk)))
 		}
-		r, err := j.decode(sk, v)
+		r, err := j.decode(tx, sk, v)
 		if err != nil {
 			return batch, false, err
 		}
@@ -340,12 +368,18 @@ func (j *Journal) Check() error {
 		return j.corrupt(fmt.Errorf("no record is stored but head says %d", info.Head))
 	}
 	next := info.First
+	named := make(map[Sum]uint64) // documents records name → a record naming it
 	err = j.ScanBatches(info.First, info.Head, func(batch []event.Record) error {
 		for _, r := range batch {
 			if r.Seq != next {
 				return j.corrupt(fmt.Errorf("record %d is missing (found %d)", next, r.Seq))
 			}
 			next++
+			if j.opts.Documents != nil {
+				for _, sum := range j.opts.Documents(r) {
+					named[sum] = r.Seq
+				}
+			}
 		}
 		return nil
 	})
@@ -355,5 +389,61 @@ func (j *Journal) Check() error {
 	if next != info.Head+1 {
 		return j.corrupt(fmt.Errorf("records end at %d but head says %d", next-1, info.Head))
 	}
-	return nil
+	return j.checkDocuments(named)
+}
+
+// checkDocuments checks every chunk against its digest, once however many
+// documents share it, and every document's chunk list: well formed, every
+// chunk there, their lengths adding up to the document's. Reassembling
+// each document instead would hash shared chunks once per document, and
+// every command checks the file. named are documents records name, with
+// one such record each: each must be there.
+func (j *Journal) checkDocuments(named map[Sum]uint64) error {
+	return j.view(func(tx *bolt.Tx) error {
+		documents, chunkB := tx.Bucket(bucketDocuments), tx.Bucket(bucketChunks)
+		if documents == nil || chunkB == nil {
+			// An older file opened read-only: no document is there.
+			for sum, seq := range named {
+				return j.corrupt(fmt.Errorf("record %d names document %s, which is missing", seq, FormatSum(sum)))
+			}
+			return nil
+		}
+		sizes := make(map[Sum]int)
+		err := chunkB.ForEach(func(k, v []byte) error {
+			if len(k) != len(Sum{}) || SumOf(v) != Sum(k) {
+				return j.corrupt(fmt.Errorf("chunk sha256:%x does not match its digest", k))
+			}
+			sizes[Sum(k)] = len(v)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = documents.ForEach(func(k, list []byte) error {
+			if len(k) != len(Sum{}) || len(list) < 8 || (len(list)-8)%len(Sum{}) != 0 {
+				return j.corrupt(fmt.Errorf("document sha256:%x: its key or chunk list is malformed", k))
+			}
+			var total uint64
+			for at := 8; at < len(list); at += len(Sum{}) {
+				n, ok := sizes[Sum(list[at:at+len(Sum{})])]
+				if !ok {
+					return j.corrupt(fmt.Errorf("document sha256:%x: chunk sha256:%x is missing", k, list[at:at+len(Sum{})]))
+				}
+				total += uint64(n)
+			}
+			if size := binary.BigEndian.Uint64(list); total != size {
+				return j.corrupt(fmt.Errorf("document sha256:%x: its chunks make %d bytes, not %d", k, total, size))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for sum, seq := range named {
+			if documents.Get(sum[:]) == nil {
+				return j.corrupt(fmt.Errorf("record %d names document %s, which is missing", seq, FormatSum(sum)))
+			}
+		}
+		return nil
+	})
 }

@@ -151,6 +151,8 @@ func (d *differ) desired(a, b *Desired) {
 	same(d, p+".operator", a.Operator, b.Operator)
 	same(d, p+".signer", a.Signer, b.Signer)
 	same(d, p+".signature", a.Signature, b.Signature)
+	same(d, p+".document_sha256", a.DocumentSHA256, b.DocumentSHA256)
+	same(d, p+".document_bytes", a.DocumentBytes, b.DocumentBytes)
 	if !bytes.Equal(a.Document, b.Document) {
 		at := 0
 		for at < len(a.Document) && at < len(b.Document) && a.Document[at] == b.Document[at] {

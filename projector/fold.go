@@ -157,10 +157,13 @@ func (f *folder) fold(s *State, r event.Record) {
 				Resources: nilIfEmpty(p.Resources),
 				Seq:       r.Seq,
 				Document:  nilIfEmpty(p.Document),
-				Source:    p.Source,
-				Operator:  p.Operator,
-				Signer:    p.Signer,
-				Signature: p.Signature,
+
+				DocumentSHA256: p.DocumentSHA256,
+				DocumentBytes:  p.DocumentBytes,
+				Source:         p.Source,
+				Operator:       p.Operator,
+				Signer:         p.Signer,
+				Signature:      p.Signature,
 			}
 			// What the declaration no longer names is no longer failing:
 			// nothing of it was applied, and nothing will be.
@@ -203,6 +206,10 @@ func (f *folder) fold(s *State, r event.Record) {
 		ok = ignore[event.VersionStoodAsidePayload](f, r.Payload)
 	case event.DeclarationRefused:
 		ok = ignore[event.DeclarationRefusedPayload](f, r.Payload)
+	case event.DeclarationReapplied:
+		// The declaration desired, accepted again: Desired stays as it is,
+		// and keeps naming the record that holds the document.
+		ok = ignore[event.DeclarationReappliedPayload](f, r.Payload)
 	case event.JournalCompacted:
 		ok = ignore[event.JournalCompactedPayload](f, r.Payload)
 	case event.JournalScrubbed:

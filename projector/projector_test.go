@@ -256,6 +256,14 @@ func TestFold(t *testing.T) {
 			want: State{Head: 2, Desired: desired},
 		},
 		{
+			name: "declaration.reapplied keeps the desired declaration and the record that holds it",
+			recs: numbered(
+				rec(event.DeclarationReceived, "", declared),
+				event.New(event.DeclarationReapplied, 1, "", event.DeclarationReappliedPayload{Revision: 7, Digest: "sha256:decl", Source: "file:/d.yaml"}),
+			),
+			want: State{Head: 2, Desired: desired},
+		},
+		{
 			name: "host.started is running",
 			recs: numbered(
 				rec(event.HostStarted, "", event.HostStartedPayload{Version: "v1", PID: 10, Build: "b1"}),

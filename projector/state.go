@@ -87,8 +87,14 @@ type Desired struct {
 	Digest    string                   `json:"digest,omitempty"`
 	Resources []event.DeclaredResource `json:"resources,omitempty"`
 	// Seq is the seq of the declaration.received record.
-	Seq      uint64 `json:"seq"`
-	Document []byte `json:"document,omitempty"`
+	Seq uint64 `json:"seq"`
+	// Document is the document, from a record that carried it; otherwise
+	// DocumentSHA256 and DocumentBytes name it in the journal's documents
+	// (see event.DeclarationReceivedPayload). A fold of records sent
+	// upward has both.
+	Document       []byte `json:"document,omitempty"`
+	DocumentSHA256 string `json:"document_sha256,omitempty"`
+	DocumentBytes  int    `json:"document_bytes,omitempty"`
 	// Source, Operator, Signer and Signature are the record's: where the
 	// declaration came from and, from the mesh, who made it and the
 	// signature that proves it (a compacted journal keeps them here).

@@ -63,7 +63,14 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 		}
 		return rc.Reconcile(e.ctx, agent.Request{Trigger: trigger, Repair: repair})
 	}
-	decl, err := declaration.DecodeStored(s.Desired.Document)
+	doc, err := hostjournal.Document(j, s.Desired.Document, s.Desired.DocumentSHA256)
+	if hostjournal.IsDamage(err) {
+		return nil, err
+	}
+	var decl *declaration.Declaration
+	if err == nil {
+		decl, err = declaration.DecodeStored(doc)
+	}
 	if err == nil && decl.Revision != s.Desired.Revision {
 		err = fmt.Errorf("it says revision %d where its record says %d", decl.Revision, s.Desired.Revision)
 	}

@@ -45,8 +45,12 @@ func verifyDeclarations(e *env, j *journal.Journal, key string) error {
 		return failed("%v", err)
 	}
 	if d := snap.Desired; d != nil && snapSeq > 0 {
-		tally.check(w, fmt.Sprintf("snapshot through #%d: revision %d", snapSeq, d.Revision), key, mesh, node,
-			d.Revision, d.Source, d.Operator, d.Document, d.Signer, d.Signature)
+		what := fmt.Sprintf("snapshot through #%d: revision %d", snapSeq, d.Revision)
+		doc, err := hostjournal.Document(j, d.Document, d.DocumentSHA256)
+		if err != nil {
+			return failed("%s: %v", what, err)
+		}
+		tally.check(w, what, key, mesh, node, d.Revision, d.Source, d.Operator, doc, d.Signer, d.Signature)
 	}
 	err = j.ScanKind(event.DeclarationReceived, 1, func(r event.Record) error {
 		var p event.DeclarationReceivedPayload
@@ -55,8 +59,14 @@ func verifyDeclarations(e *env, j *journal.Journal, key string) error {
 			fmt.Fprintf(w, "#%d: FAILED: the record does not decode: %v\n", r.Seq, err)
 			return nil
 		}
-		tally.check(w, fmt.Sprintf("#%d: revision %d", r.Seq, p.Revision), key, mesh, node,
-			p.Revision, p.Source, p.Operator, p.Document, p.Signer, p.Signature)
+		what := fmt.Sprintf("#%d: revision %d", r.Seq, p.Revision)
+		// A document stored apart is checked against its digest as it is
+		// read: what is verified is the exact bytes the record names.
+		doc, err := hostjournal.Document(j, p.Document, p.DocumentSHA256)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		tally.check(w, what, key, mesh, node, p.Revision, p.Source, p.Operator, doc, p.Signer, p.Signature)
 		return nil
 	})
 	if err != nil {

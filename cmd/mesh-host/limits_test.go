@@ -49,7 +49,8 @@ func TestAcceptRefusesOverTheLimits(t *testing.T) {
 	}
 }
 
-// A push at the limits is accepted and journaled whole.
+// A push at the limits is accepted and journaled whole: its document
+// stored apart, byte for byte, the record naming it.
 func TestAcceptAtTheLimits(t *testing.T) {
 	for name, d := range map[string]*declaration.Declaration{
 		"maximal":       declarationtest.Maximal("lab", "web-1", 1),
@@ -63,8 +64,12 @@ func TestAcceptAtTheLimits(t *testing.T) {
 			continue
 		}
 		var p event.DeclarationReceivedPayload
-		if r := lastRecord(t, j); r.Kind != event.DeclarationReceived || json.Unmarshal(r.Payload, &p) != nil || !bytes.Equal(p.Document, doc) || len(p.Resources) != len(d.Resources) {
+		r := lastRecord(t, j)
+		if r.Kind != event.DeclarationReceived || json.Unmarshal(r.Payload, &p) != nil || len(p.Resources) != len(d.Resources) {
 			t.Errorf("%s: journaled %s, %d resources", name, r.Kind, len(p.Resources))
+		}
+		if stored, err := hostjournal.Document(j, p.Document, p.DocumentSHA256); err != nil || !bytes.Equal(stored, doc) {
+			t.Errorf("%s: the document journaled is %d bytes (%v), want the %d pushed", name, len(stored), err, len(doc))
 		}
 	}
 }

@@ -8,58 +8,60 @@ type Kind string
 
 // The whole vocabulary. Each kind has exactly one payload struct below.
 const (
-	DeclarationReceived Kind = "declaration.received"
-	DeclarationRefused  Kind = "declaration.refused"
-	ReconcileStarted    Kind = "reconcile.started"
-	ReconcileCompleted  Kind = "reconcile.completed"
-	ResourceApplied     Kind = "resource.applied"
-	DriftObserved       Kind = "drift.observed"
-	HostStarted         Kind = "host.started"
-	VersionDelivered    Kind = "version.delivered"
-	VersionConfirmed    Kind = "version.confirmed"
-	VersionStoodAside   Kind = "version.stood-aside"
-	VersionRetired      Kind = "version.retired"
-	VersionRolledBack   Kind = "version.rolled-back"
-	LinkUp              Kind = "link.up"
-	LinkDown            Kind = "link.down"
-	JournalCompacted    Kind = "journal.compacted"
-	LinkRefused         Kind = "link.refused"
-	VersionHalted       Kind = "version.halted"
-	LinkPlaintext       Kind = "link.plaintext"
-	LinkRenewed         Kind = "link.renewed"
-	LinkDenied          Kind = "link.denied"
-	DirTightened        Kind = "dir.tightened"
-	JournalScrubbed     Kind = "journal.scrubbed"
-	HostFacts           Kind = "host.facts"
-	PlanAnswered        Kind = "plan.answered"
+	DeclarationReceived  Kind = "declaration.received"
+	DeclarationRefused   Kind = "declaration.refused"
+	ReconcileStarted     Kind = "reconcile.started"
+	ReconcileCompleted   Kind = "reconcile.completed"
+	ResourceApplied      Kind = "resource.applied"
+	DriftObserved        Kind = "drift.observed"
+	HostStarted          Kind = "host.started"
+	VersionDelivered     Kind = "version.delivered"
+	VersionConfirmed     Kind = "version.confirmed"
+	VersionStoodAside    Kind = "version.stood-aside"
+	VersionRetired       Kind = "version.retired"
+	VersionRolledBack    Kind = "version.rolled-back"
+	LinkUp               Kind = "link.up"
+	LinkDown             Kind = "link.down"
+	JournalCompacted     Kind = "journal.compacted"
+	LinkRefused          Kind = "link.refused"
+	VersionHalted        Kind = "version.halted"
+	LinkPlaintext        Kind = "link.plaintext"
+	LinkRenewed          Kind = "link.renewed"
+	LinkDenied           Kind = "link.denied"
+	DirTightened         Kind = "dir.tightened"
+	JournalScrubbed      Kind = "journal.scrubbed"
+	HostFacts            Kind = "host.facts"
+	PlanAnswered         Kind = "plan.answered"
+	DeclarationReapplied Kind = "declaration.reapplied"
 )
 
 // payloads maps each known kind to a constructor of its payload.
 var payloads = map[Kind]func() any{
-	DeclarationReceived: func() any { return new(DeclarationReceivedPayload) },
-	DeclarationRefused:  func() any { return new(DeclarationRefusedPayload) },
-	ReconcileStarted:    func() any { return new(ReconcileStartedPayload) },
-	ReconcileCompleted:  func() any { return new(ReconcileCompletedPayload) },
-	ResourceApplied:     func() any { return new(ResourceAppliedPayload) },
-	DriftObserved:       func() any { return new(DriftObservedPayload) },
-	HostStarted:         func() any { return new(HostStartedPayload) },
-	VersionDelivered:    func() any { return new(VersionPayload) },
-	VersionConfirmed:    func() any { return new(VersionPayload) },
-	VersionStoodAside:   func() any { return new(VersionStoodAsidePayload) },
-	VersionRetired:      func() any { return new(VersionPayload) },
-	VersionRolledBack:   func() any { return new(VersionRolledBackPayload) },
-	LinkUp:              func() any { return new(LinkPayload) },
-	LinkDown:            func() any { return new(LinkPayload) },
-	JournalCompacted:    func() any { return new(JournalCompactedPayload) },
-	LinkRefused:         func() any { return new(LinkRefusedPayload) },
-	VersionHalted:       func() any { return new(VersionHaltedPayload) },
-	LinkPlaintext:       func() any { return new(LinkPlaintextPayload) },
-	LinkRenewed:         func() any { return new(LinkRenewedPayload) },
-	LinkDenied:          func() any { return new(LinkPayload) },
-	DirTightened:        func() any { return new(DirTightenedPayload) },
-	JournalScrubbed:     func() any { return new(JournalScrubbedPayload) },
-	HostFacts:           func() any { return new(HostFactsPayload) },
-	PlanAnswered:        func() any { return new(PlanAnsweredPayload) },
+	DeclarationReceived:  func() any { return new(DeclarationReceivedPayload) },
+	DeclarationRefused:   func() any { return new(DeclarationRefusedPayload) },
+	ReconcileStarted:     func() any { return new(ReconcileStartedPayload) },
+	ReconcileCompleted:   func() any { return new(ReconcileCompletedPayload) },
+	ResourceApplied:      func() any { return new(ResourceAppliedPayload) },
+	DriftObserved:        func() any { return new(DriftObservedPayload) },
+	HostStarted:          func() any { return new(HostStartedPayload) },
+	VersionDelivered:     func() any { return new(VersionPayload) },
+	VersionConfirmed:     func() any { return new(VersionPayload) },
+	VersionStoodAside:    func() any { return new(VersionStoodAsidePayload) },
+	VersionRetired:       func() any { return new(VersionPayload) },
+	VersionRolledBack:    func() any { return new(VersionRolledBackPayload) },
+	LinkUp:               func() any { return new(LinkPayload) },
+	LinkDown:             func() any { return new(LinkPayload) },
+	JournalCompacted:     func() any { return new(JournalCompactedPayload) },
+	LinkRefused:          func() any { return new(LinkRefusedPayload) },
+	VersionHalted:        func() any { return new(VersionHaltedPayload) },
+	LinkPlaintext:        func() any { return new(LinkPlaintextPayload) },
+	LinkRenewed:          func() any { return new(LinkRenewedPayload) },
+	LinkDenied:           func() any { return new(LinkPayload) },
+	DirTightened:         func() any { return new(DirTightenedPayload) },
+	JournalScrubbed:      func() any { return new(JournalScrubbedPayload) },
+	HostFacts:            func() any { return new(HostFactsPayload) },
+	PlanAnswered:         func() any { return new(PlanAnsweredPayload) },
+	DeclarationReapplied: func() any { return new(DeclarationReappliedPayload) },
 }
 
 // Known reports whether this binary knows kind k.
@@ -73,7 +75,7 @@ func Kinds() []Kind {
 		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
 		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
 		LinkRefused, VersionHalted, LinkPlaintext, LinkRenewed, LinkDenied, DirTightened,
-		JournalScrubbed, HostFacts, PlanAnswered,
+		JournalScrubbed, HostFacts, PlanAnswered, DeclarationReapplied,
 	}
 }
 
@@ -86,22 +88,47 @@ type DeclaredResource struct {
 }
 
 // DeclarationReceivedPayload records a declaration the host accepted as its
-// desired state. Document is the declaration as received, so the host can
-// reconcile from its journal alone while offline.
+// desired state. Its document, the declaration as received, is kept so the
+// host can reconcile from its journal alone while offline: in Document, in
+// records written before documents were stored apart; since then in the
+// journal's documents, named by DocumentSHA256 ("sha256:" and the hex
+// digest of the exact bytes) with DocumentBytes its length, so that the
+// record stays small whatever the document's size and a document is stored
+// once. A record sent upward carries both (see linkproto.EventBody): the
+// control plane has no journal to look the document up in.
 type DeclarationReceivedPayload struct {
-	Revision  uint64             `json:"revision"`
-	Digest    string             `json:"digest"`
-	Source    string             `json:"source"` // "file:PATH" or "push"
-	Resources []DeclaredResource `json:"resources"`
-	Document  []byte             `json:"document,omitempty"`
+	Revision       uint64             `json:"revision"`
+	Digest         string             `json:"digest"`
+	Source         string             `json:"source"` // "file:PATH" or "push"
+	Resources      []DeclaredResource `json:"resources"`
+	Document       []byte             `json:"document,omitempty"`
+	DocumentSHA256 string             `json:"document_sha256,omitempty"`
+	DocumentBytes  int                `json:"document_bytes,omitempty"`
+	// ResourcesSHA256, when set, names the JSON of Resources, stored apart
+	// like the document: the record as stored has null resources, and the
+	// journal's readers see them put back (journal.Options.Expand).
+	ResourcesSHA256 string `json:"resources_sha256,omitempty"`
 	// Operator names who made the declaration; Signer and Signature are
-	// the mesh's signature over it as it arrived (Document holds the
+	// the mesh's signature over it as it arrived (the document holds the
 	// signed bytes), so `mesh-host journal --verify` can prove, at any
 	// later time, that the mesh sent it. A declaration applied from a file
 	// on the machine has none of them.
 	Operator  string `json:"operator,omitempty"`
 	Signer    string `json:"signer,omitempty"`
 	Signature string `json:"signature,omitempty"`
+}
+
+// DeclarationReappliedPayload records a declaration accepted again that
+// is the one already desired: the same revision and the same digest. It
+// carries no document and no resources: the record's Cause is the
+// declaration.received that holds them, so the journal grows by a small
+// record, not by the document, each time an unchanged declaration is
+// applied, and `journal --why` follows the cause to the document. It
+// changes nothing in the projection.
+type DeclarationReappliedPayload struct {
+	Revision uint64 `json:"revision"`
+	Digest   string `json:"digest"`
+	Source   string `json:"source"`
 }
 
 // DeclarationRefusedPayload records a declaration the host would not take,

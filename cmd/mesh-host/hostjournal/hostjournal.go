@@ -10,6 +10,8 @@
 package hostjournal
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,12 +34,105 @@ const LockWait = 3 * time.Second
 // Open opens the journal for writing, with the projection folded in
 // every append, waiting up to LockWait for another process to let go.
 func Open(path string) (*journal.Journal, error) {
-	return journal.Open(path, journal.Options{Fold: storedFold, Timeout: LockWait})
+	return journal.Open(path, journal.Options{
+		Fold: storedFold, Timeout: LockWait,
+		Documents: recordDocuments, StoredDocuments: storedDocuments, Expand: expand,
+	})
 }
 
 // OpenReadOnly opens the journal to read it, beside other readers.
 func OpenReadOnly(path string) (*journal.Journal, error) {
-	return journal.Open(path, journal.Options{ReadOnly: true, Timeout: LockWait})
+	return journal.Open(path, journal.Options{ReadOnly: true, Timeout: LockWait, Documents: recordDocuments, Expand: expand})
+}
+
+// nullResources is the resources of a declaration.received as stored when
+// they are stored apart.
+var nullResources = []byte(`"resources":null`)
+
+// expand puts back the resources of a declaration.received that stores
+// them apart, as its readers (the fold, replay, the link, the CLI) expect
+// them: the bytes stored apart are the JSON of the list, spliced in
+// where the record holds null.
+func expand(r event.Record, document func(journal.Sum) ([]byte, error)) (event.Record, error) {
+	if r.Kind != event.DeclarationReceived || !bytes.Contains(r.Payload, []byte(`"resources_sha256"`)) {
+		return r, nil
+	}
+	var p struct {
+		ResourcesSHA256 string `json:"resources_sha256"`
+	}
+	if json.Unmarshal(r.Payload, &p) != nil || p.ResourcesSHA256 == "" {
+		return r, nil // the fold counts what does not decode
+	}
+	sum, ok := journal.ParseSum(p.ResourcesSHA256)
+	if !ok || bytes.Count(r.Payload, nullResources) != 1 {
+		return r, fmt.Errorf("%w: a declaration.received naming its resources %q does not hold them as null", event.ErrCorrupt, p.ResourcesSHA256)
+	}
+	list, err := document(sum)
+	if err != nil {
+		return r, fmt.Errorf("the resources of declaration.received #%d: %w", r.Seq, err)
+	}
+	r.Payload = bytes.Replace(r.Payload, nullResources, append([]byte(`"resources":`), list...), 1)
+	return r, nil
+}
+
+// recordDocuments lists the documents a declaration.received stored apart
+// names (its document and its resource list), for compaction to keep and
+// Check to find.
+func recordDocuments(r event.Record) []journal.Sum {
+	if r.Kind != event.DeclarationReceived {
+		return nil
+	}
+	var p struct {
+		DocumentSHA256  string `json:"document_sha256"`
+		ResourcesSHA256 string `json:"resources_sha256"`
+	}
+	if json.Unmarshal(r.Payload, &p) != nil {
+		return nil
+	}
+	var sums []journal.Sum
+	for _, s := range []string{p.DocumentSHA256, p.ResourcesSHA256} {
+		if sum, ok := journal.ParseSum(s); ok {
+			sums = append(sums, sum)
+		}
+	}
+	return sums
+}
+
+// storedDocuments lists the document the desired declaration of a stored
+// projection or snapshot refers to. A snapshot keeps the desired
+// declaration after its record is compacted away: its document stays.
+func storedDocuments(v journal.View) ([]journal.Sum, error) {
+	d, err := projector.LoadDesired(v)
+	if err != nil || d == nil {
+		return nil, err
+	}
+	if sum, ok := journal.ParseSum(d.DocumentSHA256); ok {
+		return []journal.Sum{sum}, nil
+	}
+	return nil, nil
+}
+
+// Document returns a declaration's document: inline, as records journaled
+// before documents were stored apart hold it, or else the one named by
+// sha (a record's or a Desired's DocumentSHA256) in j's documents.
+func Document(j *journal.Journal, inline []byte, sha string) ([]byte, error) {
+	if len(inline) > 0 || sha == "" {
+		return inline, nil
+	}
+	sum, ok := journal.ParseSum(sha)
+	if !ok {
+		return nil, fmt.Errorf("the document's digest %q is not sha256:<hex>", sha)
+	}
+	doc, err := j.Document(sum)
+	if errors.Is(err, journal.ErrNoDocument) {
+		// Stored with its record and kept while anything names it: gone,
+		// it was lost.
+		return nil, j.Damaged(fmt.Errorf("the document %s is missing: %w", ShortDigest(sha), err))
+	}
+	if err != nil {
+		return nil, AsDamage(j, err)
+	}
+	return doc, nil
 }
 
 // StoredState loads the journal's stored projection and the head it folds
@@ -130,30 +225,81 @@ func AppendRefusal(j *journal.Journal, source string, d *declaration.Declaration
 }
 
 // AppendDeclaration journals an accepted declaration, document and all, so
-// the host can reconcile from its journal alone while offline. signed is
+// the host can reconcile from its journal alone while offline: the
+// document in the journal's documents, the record naming it by digest. signed is
 // the message it arrived in from the mesh, nil for a file: its document is
 // journaled as it arrived, with the operator and the signature, so that
 // the record alone proves where it came from.
+//
+// A declaration that is the one already desired (the same revision and
+// digest and, from the mesh, the same signature) is journaled as
+// declaration.reapplied instead: a small record whose cause is the
+// declaration.received holding the document, so applying an unchanged
+// declaration again does not store it again. It returns the seq of the
+// record appended.
 func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []drivers.Spec, source string, signed *linkproto.Declaration) (uint64, error) {
-	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source}
-	if signed != nil {
-		p.Document = signed.Document
-		p.Operator, p.Signer, p.Signature = signed.Operator, signed.Signer, signed.Signature
-	} else {
-		doc, err := d.MarshalJSON()
+	var cur *projector.Desired
+	err := j.Projection(func(v journal.View, _ uint64) error {
+		var err error
+		cur, err = projector.LoadDesired(v)
+		return err
+	})
+	if err != nil {
+		return 0, AsDamage(j, err)
+	}
+	if same(cur, d, signed) {
+		recs, err := j.Append(event.New(event.DeclarationReapplied, cur.Seq, "", event.DeclarationReappliedPayload{
+			Revision: d.Revision, Digest: cur.Digest, Source: source,
+		}))
 		if err != nil {
 			return 0, err
 		}
-		p.Document = doc
+		return recs[0].Seq, nil
 	}
+	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source}
+	var doc []byte
+	if signed != nil {
+		doc = signed.Document
+		p.Operator, p.Signer, p.Signature = signed.Operator, signed.Signer, signed.Signature
+	} else {
+		if doc, err = d.MarshalJSON(); err != nil {
+			return 0, err
+		}
+	}
+	// The document is stored apart, once, by digest: the record stays
+	// small and a declaration that changed little adds little.
+	p.DocumentSHA256, p.DocumentBytes = journal.FormatSum(journal.SumOf(doc)), len(doc)
+	// So is the list of its resources (an id and a digest each: a
+	// megabyte for 10,000 files), which the journal's readers see put
+	// back (expand).
+	resources := make([]event.DeclaredResource, 0, len(specs))
 	for _, spec := range specs {
-		p.Resources = append(p.Resources, event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)})
+		resources = append(resources, event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)})
 	}
-	recs, err := j.Append(event.New(event.DeclarationReceived, 0, "", p))
+	list, err := json.Marshal(resources)
+	if err != nil {
+		return 0, err
+	}
+	p.ResourcesSHA256 = journal.FormatSum(journal.SumOf(list))
+	recs, err := j.AppendDocuments([][]byte{doc, list}, event.New(event.DeclarationReceived, 0, "", p))
 	if err != nil {
 		return 0, err
 	}
 	return recs[0].Seq, nil
+}
+
+// same reports whether d, with signed its message from the mesh (nil for
+// a file), is the declaration cur already desires: nothing about it is new
+// to journal. A push must carry the same signature too, so that the
+// record it refers to proves it.
+func same(cur *projector.Desired, d *declaration.Declaration, signed *linkproto.Declaration) bool {
+	switch {
+	case cur == nil || cur.Seq == 0 || cur.Revision != d.Revision || cur.Digest != d.Digest():
+		return false
+	case signed != nil:
+		return signed.Signature == cur.Signature && signed.Signer == cur.Signer && signed.Operator == cur.Operator
+	}
+	return true
 }
 
 // Comparison is the stored projection compared with a replay.

@@ -133,7 +133,7 @@ func (l *Link) publishFrom(ctx context.Context, nc *nats.Conn, from uint64) erro
 		}
 		// The subject names the record; the stream refuses a second
 		// message on it.
-		if err := nc.Publish(linkproto.EventSubject(l.cfg.Mesh, l.cfg.Node, r.Seq), eventBody(r)); err != nil {
+		if err := nc.Publish(linkproto.EventSubject(l.cfg.Mesh, l.cfg.Node, r.Seq), eventBody(l.withDocument(r))); err != nil {
 			return fmt.Errorf("publish record %d: %w", r.Seq, err)
 		}
 		sent.Store(r.Seq)
@@ -250,6 +250,38 @@ func (l *Link) mark() {
 	}
 	l.marked.Store(a)
 	l.markedAt = time.Now()
+}
+
+// withDocument returns r as it goes upward: a declaration.received whose
+// document the journal stores apart carries it again, as records did
+// before documents were (linkproto.EventBody drops it again from a record
+// too large to send). The control plane has no journal to look it up in,
+// and `meshctl replay` needs it. A document the journal cannot give is
+// left out: the record still goes, naming it.
+func (l *Link) withDocument(r event.Record) event.Record {
+	if r.Kind != event.DeclarationReceived {
+		return r
+	}
+	var p event.DeclarationReceivedPayload
+	if json.Unmarshal(r.Payload, &p) != nil || len(p.Document) > 0 {
+		return r
+	}
+	sum, ok := journal.ParseSum(p.DocumentSHA256)
+	if !ok {
+		return r
+	}
+	doc, err := l.j.Document(sum)
+	if err != nil {
+		l.log.Error("read the document of a declaration to send upward", "seq", r.Seq, "err", err)
+		return r
+	}
+	p.Document = doc
+	b, err := json.Marshal(p)
+	if err != nil {
+		return r
+	}
+	r.Payload = b
+	return r
 }
 
 // eventBody encodes r for the events stream. A record whose stored payload

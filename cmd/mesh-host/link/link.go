@@ -140,6 +140,8 @@ type Journal interface {
 	Info() (journal.Info, error)
 	Follow(ctx context.Context, from uint64, fn func(event.Record) error) error
 	MarkAcked(seq uint64) error
+	// Document returns a document a record names (see withDocument).
+	Document(sum journal.Sum) ([]byte, error)
 }
 
 var _ Journal = (*journal.Journal)(nil)

@@ -58,13 +58,14 @@ func TestAccept(t *testing.T) {
 	r := lastRecord(t, j)
 	var p event.DeclarationReceivedPayload
 	json.Unmarshal(r.Payload, &p)
-	if r.Kind != event.DeclarationReceived || r.Seq != ack.Seq || p.Revision != 2 || p.Source != "link:pushed" || len(p.Document) == 0 {
-		t.Errorf("journaled %s %+v", r.Kind, p)
+	doc, err := hostjournal.Document(j, p.Document, p.DocumentSHA256)
+	if r.Kind != event.DeclarationReceived || r.Seq != ack.Seq || p.Revision != 2 || p.Source != "link:pushed" || len(doc) == 0 || err != nil {
+		t.Errorf("journaled %s %+v (document: %v)", r.Kind, p, err)
 	}
 	// The record keeps the signature over the document as it arrived: it
-	// alone proves the mesh sent it.
+	// alone, with the document it names, proves the mesh sent it.
 	if p.Operator != "tester" || p.Signer != linkprototest.SigningKeyPub ||
-		linkproto.VerifyStored(linkprototest.SigningKeyPub, "lab", "web-1", p.Revision, p.Operator, p.Document, p.Signer, p.Signature) != nil {
+		linkproto.VerifyStored(linkprototest.SigningKeyPub, "lab", "web-1", p.Revision, p.Operator, doc, p.Signer, p.Signature) != nil {
 		t.Errorf("journaled without a signature that verifies: %+v", p)
 	}
 	unsigned := linkprototest.Push(3, linkprototest.Doc(3, "forged\n"))
