@@ -585,6 +585,12 @@ func TestKilledUpgradeLeavesARunnableNewest(t *testing.T) {
 		b.eventually(10*time.Second, "the journal to say so", func() bool {
 			return slices.Equal(versionsOf(t, b.records(event.VersionConfirmed)), []string{"run"})
 		})
+		// When the kill came after the upgrade was done, all of the above
+		// holds at once: wait until this serve answers, so SIGTERM finds
+		// it serving, not before it handles signals.
+		b.eventually(30*time.Second, "serve to say it serves", func() bool {
+			return strings.Contains(serve.stderr.String(), "mesh-host serving")
+		})
 		serve.cmd.Process.Signal(syscall.SIGTERM)
 		if code := serve.wait(t, 30*time.Second); code != 0 {
 			t.Fatalf("round %d: serve exited %d", round, code)
