@@ -335,32 +335,13 @@ func BenchmarkDeclareToNodes(b *testing.B) {
 			cl.Key, cl.Operator = a.DeclarationKey(), "bench"
 			push := declareEach(cl)
 
-			var mu sync.Mutex
-			applied := map[string]time.Time{}
-			var rev uint64
-			sub, err := nc.Subscribe(linkproto.AllHeartbeats(a.Mesh), func(m *nats.Msg) {
-				var hb linkproto.Heartbeat
-				if linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb) != nil {
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if _, ok := applied[hb.Node]; !ok && rev > 0 && hb.Applied >= rev {
-					applied[hb.Node] = time.Now()
-				}
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sub.Unsubscribe()
+			applied := hearFirst(b, nc, a.Mesh, func(hb *linkproto.Heartbeat, rev uint64) bool { return hb.Applied >= rev })
 
 			var p50, worst, pushed []time.Duration
 			b.ResetTimer()
 			for i := range b.N {
-				mu.Lock()
-				rev = uint64(i + 1)
-				clear(applied)
-				mu.Unlock()
+				rev := uint64(i + 1)
+				applied.await(rev)
 				docs := map[string]*declaration.Declaration{}
 				for _, node := range f.Nodes {
 					d, err := declaration.ParseYAML(node, []byte(testbeds.DeclarationYAML(a.Mesh, node, rev, testbeds.Files{"/etc/fleet.conf": fmt.Sprintf("revision %d\n", rev)})))
@@ -375,20 +356,12 @@ func BenchmarkDeclareToNodes(b *testing.B) {
 				}
 				pushed = append(pushed, time.Since(start))
 				testbeds.Eventually(b, time.Duration(n)*10*time.Millisecond+time.Minute, "every node reports it applied", func() error {
-					mu.Lock()
-					defer mu.Unlock()
-					if len(applied) < n {
-						return fmt.Errorf("%d of %d", len(applied), n)
+					if heard := len(applied.since(start)); heard < n {
+						return fmt.Errorf("%d of %d", heard, n)
 					}
 					return nil
 				})
-				took := make([]time.Duration, 0, n)
-				mu.Lock()
-				for _, at := range applied {
-					took = append(took, at.Sub(start))
-				}
-				mu.Unlock()
-				slices.Sort(took)
+				took := applied.since(start)
 				p50, worst = append(p50, took[len(took)/2]), append(worst, took[len(took)-1])
 			}
 			b.StopTimer()
@@ -427,24 +400,7 @@ func BenchmarkRolloutToNodes(b *testing.B) {
 			}
 			defer nc.Close()
 
-			var mu sync.Mutex
-			converged := map[string]time.Time{}
-			var rev uint64
-			sub, err := nc.Subscribe(linkproto.AllHeartbeats(a.Mesh), func(m *nats.Msg) {
-				var hb linkproto.Heartbeat
-				if linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb) != nil {
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if _, ok := converged[hb.Node]; !ok && rev > 0 && hb.LastGood >= rev {
-					converged[hb.Node] = time.Now()
-				}
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sub.Unsubscribe()
+			converged := hearFirst(b, nc, a.Mesh, func(hb *linkproto.Heartbeat, rev uint64) bool { return hb.LastGood >= rev })
 			profile := filepath.Join(b.TempDir(), "fleet.yaml")
 
 			var p50, worst, wall []time.Duration
@@ -456,10 +412,7 @@ func BenchmarkRolloutToNodes(b *testing.B) {
 					b.Fatal(err)
 				}
 				bed.MustMeshctl("profile", "set", "fleet", profile)
-				mu.Lock()
-				rev = uint64(i + 1) // every node starts with none: the rollout's is its revision i+1
-				clear(converged)
-				mu.Unlock()
+				converged.await(uint64(i + 1)) // every node starts with none: the rollout's is its revision i+1
 				b.StartTimer()
 				start := time.Now()
 				out := bed.MustMeshctl("rollout", "--select", "", "--wait-healthy", "5m")
@@ -467,16 +420,10 @@ func BenchmarkRolloutToNodes(b *testing.B) {
 				if !strings.Contains(out, fmt.Sprintf("done: %d converged", n)) {
 					b.Fatalf("rollout:\n%s", out)
 				}
-				took := make([]time.Duration, 0, n)
-				mu.Lock()
-				for _, at := range converged {
-					took = append(took, at.Sub(start))
-				}
-				mu.Unlock()
+				took := converged.since(start)
 				if len(took) < n {
 					b.Fatalf("%d of %d nodes were heard converging", len(took), n)
 				}
-				slices.Sort(took)
 				p50, worst = append(p50, took[len(took)/2]), append(worst, took[len(took)-1])
 			}
 			b.StopTimer()
@@ -489,4 +436,53 @@ func BenchmarkRolloutToNodes(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// firstHeard records when each node's heartbeat first met a condition on
+// the revision awaited: applied, or converged.
+type firstHeard struct {
+	mu  sync.Mutex
+	rev uint64
+	at  map[string]time.Time
+}
+
+// hearFirst listens to every heartbeat of mesh until the benchmark ends.
+func hearFirst(b *testing.B, nc *nats.Conn, mesh string, met func(hb *linkproto.Heartbeat, rev uint64) bool) *firstHeard {
+	f := &firstHeard{at: map[string]time.Time{}}
+	sub, err := nc.Subscribe(linkproto.AllHeartbeats(mesh), func(m *nats.Msg) {
+		var hb linkproto.Heartbeat
+		if linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb) != nil {
+			return
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if _, ok := f.at[hb.Node]; !ok && f.rev > 0 && met(&hb, f.rev) {
+			f.at[hb.Node] = time.Now()
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { sub.Unsubscribe() })
+	return f
+}
+
+// await forgets what was heard and waits for revision rev.
+func (f *firstHeard) await(rev uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rev = rev
+	clear(f.at)
+}
+
+// since is how long after start each node heard from was heard, sorted.
+func (f *firstHeard) since(start time.Time) []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]time.Duration, 0, len(f.at))
+	for _, at := range f.at {
+		out = append(out, at.Sub(start))
+	}
+	slices.Sort(out)
+	return out
 }

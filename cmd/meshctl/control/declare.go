@@ -84,11 +84,7 @@ func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *dec
 // desired state, returning the push to send: what the node gets with its
 // next hello, whether or not it answers a push now.
 func (c *Client) prepare(ctx context.Context, node string, d *declaration.Declaration) (*linkproto.Declaration, error) {
-	d, err := c.seal(ctx, node, d)
-	if err != nil {
-		return nil, err
-	}
-	push, err := Push(d, c.Mesh, node)
+	push, d, err := c.sealedPush(ctx, node, d)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +92,20 @@ func (c *Client) prepare(ctx context.Context, node string, d *declaration.Declar
 		return nil, err
 	}
 	return c.store(ctx, node, d, push)
+}
+
+// sealedPush is d with its secrets sealed to node, and as a push, not yet
+// signed: checked as Push checks it.
+func (c *Client) sealedPush(ctx context.Context, node string, d *declaration.Declaration) (*linkproto.Declaration, *declaration.Declaration, error) {
+	d, err := c.seal(ctx, node, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	push, err := Push(d, c.Mesh, node)
+	if err != nil {
+		return nil, nil, err
+	}
+	return push, d, nil
 }
 
 // pushStored pushes a stored declaration to its node and checks the ack.

@@ -149,11 +149,7 @@ func (c *Client) planOne(ctx context.Context, node string, doc Document, deadlin
 // signed for planning with the mesh's declaration key. It is checked as
 // a declaration is (Push), and stored nowhere.
 func (c *Client) planRequest(ctx context.Context, node string, d *declaration.Declaration) (*linkproto.PlanRequest, error) {
-	d, err := c.seal(ctx, node, d)
-	if err != nil {
-		return nil, err
-	}
-	push, err := Push(d, c.Mesh, node)
+	push, _, err := c.sealedPush(ctx, node, d)
 	if err != nil {
 		return nil, err
 	}
@@ -188,8 +184,7 @@ func (c *Client) NextStored(ctx context.Context, node string) (*declaration.Decl
 }
 
 // RenderedDocument is the Document of what the profiles render for each
-// node, at the revision after the one stored for it, its secrets sealed
-// to it as a rollout would push it. A node no profile selects plans its
+// node, at the revision after the one stored for it. A node no profile selects plans its
 // stored declaration (NextStored): what the plan shows then is its drift.
 // The profiles and labels are read once, now.
 func (c *Client) RenderedDocument(ctx context.Context) (Document, error) {
@@ -209,7 +204,7 @@ func (c *Client) RenderedDocument(ctx context.Context) (Document, error) {
 		if r.Stored != nil {
 			d.Revision = r.Stored.Revision + 1
 		}
-		return c.seal(ctx, node, &d)
+		return &d, nil // its secrets are sealed as it is asked for
 	}, nil
 }
 
