@@ -46,21 +46,28 @@ func (l *Link) onPlan(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	l.plans.Go(func() {
-		defer func() { <-l.planning }()
-		defer func() {
-			if r := recover(); r != nil {
-				reason := fmt.Sprintf("internal error making the plan: %v", r)
-				l.log.Error("plan handler panicked", "panic", r, "stack", string(debug.Stack()))
-				l.replyPlan(m, l.refusedPlan(p.Revision, reason, false))
-			}
-		}()
-		a := l.host.Plan(ctx, p)
-		a.Protocol, a.Node, a.Revision = linkproto.ProtocolVersion, l.cfg.Node, p.Revision
-		a.Refused = clip(a.Refused, maxReason)
-		a.Fit()
-		l.log.Info("plan asked", "revision", p.Revision, "steps", len(a.Steps), "omitted", a.Omitted, "seq", a.Seq, "refused", a.Refused)
-		l.replyPlan(m, a)
+		// Answered once the slot is free again: an asker who asks again
+		// on the answer finds it free.
+		l.replyPlan(m, l.makePlan(ctx, p))
 	})
+}
+
+// makePlan plans p, holding the planning slot until it returns.
+func (l *Link) makePlan(ctx context.Context, p *linkproto.PlanRequest) (a linkproto.PlanAnswer) {
+	defer func() { <-l.planning }()
+	defer func() {
+		if r := recover(); r != nil {
+			reason := fmt.Sprintf("internal error making the plan: %v", r)
+			l.log.Error("plan handler panicked", "panic", r, "stack", string(debug.Stack()))
+			a = l.refusedPlan(p.Revision, reason, false)
+		}
+	}()
+	a = l.host.Plan(ctx, p)
+	a.Protocol, a.Node, a.Revision = linkproto.ProtocolVersion, l.cfg.Node, p.Revision
+	a.Refused = clip(a.Refused, maxReason)
+	a.Fit()
+	l.log.Info("plan asked", "revision", p.Revision, "steps", len(a.Steps), "omitted", a.Omitted, "seq", a.Seq, "refused", a.Refused)
+	return a
 }
 
 // planLimiter admits plansPerMinute plan requests a minute.

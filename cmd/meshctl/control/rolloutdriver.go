@@ -46,8 +46,26 @@ type driver struct {
 	heartbeats map[string]*linkproto.Heartbeat // latest by node
 }
 
-// driveRollouts runs the driver until ctx ends.
+// driveRollouts runs the driver until ctx ends. A driver that fails (the
+// broker gone a while, a watch ended) starts again: the rollouts' state is
+// in the bucket, and a control service that stopped driving would leave
+// them to the lease of another that may not exist.
 func (s *Service) driveRollouts(ctx context.Context, holder string) error {
+	for {
+		err := s.drive(ctx, holder)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.Log.Warn("driving rollouts; starting again", "err", err, "in", 2*time.Second)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func (s *Service) drive(ctx context.Context, holder string) error {
 	c, err := NewClient(s.Conn, s.Mesh)
 	if err != nil {
 		return err
