@@ -215,7 +215,10 @@ Stop both services with: go run ./testbeds/demo --dir %[9]s down
 // sent after since, and returns the revision the control plane stores for
 // it (0 for none).
 func (d *demo) waitLinked(since time.Time) (stored uint64, err error) {
-	err = wait(30*time.Second, func() error {
+	// Past one heartbeat interval (60 s): a host that is up has sent one
+	// since, even when its link-up heartbeat came while the broker was
+	// still restoring its streams on a loaded machine, and was lost.
+	err = wait(75*time.Second, func() error {
 		out, err := d.meshctl("nodes", "--json")
 		if err != nil {
 			return err
