@@ -63,6 +63,8 @@ type Parsed struct {
 	selector  labels.Selector
 	vars      map[string]string
 	resources *yaml.Node
+	// usesFacts says some ${fact.KEY} is in the resources.
+	usesFacts bool
 }
 
 // nameRE is a profile's name: a DNS label, as a node's.
@@ -204,6 +206,9 @@ func (p *Parsed) checkReferences(n *yaml.Node, list *Errors) {
 		for _, ref := range references(s.Value) {
 			if ref.name == "version" {
 				continue
+			}
+			if strings.HasPrefix(ref.name, "fact.") {
+				p.usesFacts = true
 			}
 			if msg := p.refProblem(ref.name); msg != "" {
 				line, col := refPosition(s, ref.offset)

@@ -46,6 +46,10 @@ resources:
 resources:
   - package: {name: postgresql}
 `)
+	// Only then does the control plane read the node's facts.
+	if !base.UsesFacts() || !web.UsesFacts() || db.UsesFacts() {
+		t.Errorf("UsesFacts: base %v, web %v, db %v; want true, true, false", base.UsesFacts(), web.UsesFacts(), db.UsesFacts())
+	}
 	d, names, err := profile.Render(web1, []*profile.Parsed{web, db, base}, 7)
 	if err != nil {
 		t.Fatal(err)

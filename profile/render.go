@@ -67,7 +67,7 @@ func Facts(f event.HostFactsPayload) map[string]string {
 
 // UsesFacts says the profile names a fact of the node it is rendered
 // for, so rendering needs the node's facts.
-func (p *Parsed) UsesFacts() bool { return strings.Contains(p.Source, "${fact.") }
+func (p *Parsed) UsesFacts() bool { return p.usesFacts }
 
 // Selects reports whether p's selector matches a node with these labels.
 func (p *Parsed) Selects(l labels.Set) bool { return p.selector.Matches(l) }

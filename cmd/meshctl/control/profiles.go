@@ -144,8 +144,12 @@ func (c *Client) SetProfile(ctx context.Context, p profile.Profile, operator str
 		return nil, err
 	}
 	fleet.replace(parsed)
+	nodes, err := fleet.nodes()
+	if err != nil {
+		return nil, err
+	}
 	var problems []string
-	for _, node := range fleet.nodes() {
+	for _, node := range nodes {
 		if !parsed.Selects(fleet.labels[node]) {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -27,7 +28,7 @@ type fleet struct {
 	profiles  []*profile.Parsed
 	revisions map[string]uint64 // profile name → its record's revision
 	labels    map[string]labels.Set
-	known     map[string]bool
+	known     []string // nil until nodes reads it
 	// needFacts says some profile names a fact: only then are the
 	// nodes' reports read. mu guards facts, which rendering fills in
 	// from several goroutines.
@@ -36,7 +37,9 @@ type fleet struct {
 	facts     map[string]map[string]string
 }
 
-// loadFleet reads the profiles and the nodes' labels.
+// loadFleet reads the profiles and the nodes' labels. Which nodes the
+// mesh knows is read only when asked for (nodes): rendering a given node
+// does not need it.
 func (c *Client) loadFleet(ctx context.Context) (*fleet, error) {
 	recs, err := c.Profiles(ctx)
 	if err != nil {
@@ -57,17 +60,6 @@ func (c *Client) loadFleet(ctx context.Context) (*fleet, error) {
 	if f.labels, err = c.Labels(ctx); err != nil {
 		return nil, err
 	}
-	nodes, err := c.Nodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	f.known = map[string]bool{}
-	for _, n := range nodes {
-		f.known[n.Node] = true
-	}
-	for n := range f.labels {
-		f.known[n] = true
-	}
 	return f, nil
 }
 
@@ -78,25 +70,39 @@ func (f *fleet) replace(p *profile.Parsed) {
 	f.needFacts = f.needFacts || p.UsesFacts()
 }
 
-// nodes are the known nodes, sorted.
-func (f *fleet) nodes() []string {
-	out := make([]string, 0, len(f.known))
-	for n := range f.known {
-		out = append(out, n)
+// nodes are the known nodes, sorted: those with labels and those
+// `meshctl nodes` lists, read once.
+func (f *fleet) nodes() ([]string, error) {
+	if f.known == nil {
+		all, err := f.c.Nodes(f.ctx)
+		if err != nil {
+			return nil, err
+		}
+		known := map[string]bool{}
+		for _, n := range all {
+			known[n.Node] = true
+		}
+		for n := range f.labels {
+			known[n] = true
+		}
+		f.known = slices.Sorted(maps.Keys(known))
 	}
-	slices.Sort(out)
-	return out
+	return f.known, nil
 }
 
 // selected are the known nodes sel selects, sorted.
-func (f *fleet) selected(sel labels.Selector) []string {
+func (f *fleet) selected(sel labels.Selector) ([]string, error) {
+	all, err := f.nodes()
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for _, n := range f.nodes() {
+	for _, n := range all {
 		if sel.Matches(f.labels[n]) {
 			out = append(out, n)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // node is what rendering knows of a node. Its facts are read from its
@@ -212,8 +218,12 @@ func (c *Client) Diff(ctx context.Context, sel labels.Selector) ([]NodeDiff, err
 	if err != nil {
 		return nil, err
 	}
+	selected, err := f.selected(sel)
+	if err != nil {
+		return nil, err
+	}
 	var out []NodeDiff
-	for _, n := range f.selected(sel) {
+	for _, n := range selected {
 		r, err := f.render(n)
 		out = append(out, NodeDiff{Node: n, Rendered: r, Err: err})
 	}

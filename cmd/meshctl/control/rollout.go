@@ -138,8 +138,12 @@ func (r *Rollout) Counts() map[NodeStep]int {
 }
 
 // operatorFor is who the rollout's declarations say made them.
-func (r *Rollout) operatorFor() string {
-	op := r.Operator + " via rollout " + r.ID
+func (r *Rollout) operatorFor() string { return operatorAs(r.Operator, " via rollout "+r.ID) }
+
+// operatorAs is operator with what it acts through, within the length
+// a declaration's operator may have.
+func operatorAs(operator, through string) string {
+	op := operator + through
 	if len(op) > linkproto.MaxOperatorLen {
 		op = op[:linkproto.MaxOperatorLen]
 	}
@@ -246,7 +250,10 @@ func (c *Client) StartRollout(ctx context.Context, opt RolloutOptions) (*Rollout
 		r.Kind = RolloutRelease
 	}
 	var nodes, problems []string
-	selected := f.selected(sel)
+	selected, err := f.selected(sel)
+	if err != nil {
+		return nil, err
+	}
 	if r.Kind == RolloutRelease {
 		nodes = selected
 	} else {
@@ -319,7 +326,7 @@ func (c *Client) StartRollout(ctx context.Context, opt RolloutOptions) (*Rollout
 	if r.revision, err = kv.Create(ctx, nodeKey(c.Mesh, r.ID), value); err != nil {
 		return nil, fmt.Errorf("store rollout %s: %w", r.ID, err)
 	}
-	c.rolloutEvent(ctx, r, "started", "", fmt.Sprintf("%s rollout of %d nodes in %d waves by %s", r.Kind, len(r.Nodes), r.Waves(), r.Operator))
+	c.rolloutEvent(ctx, r, "started", "", 0, fmt.Sprintf("%s rollout of %d nodes in %d waves by %s", r.Kind, len(r.Nodes), r.Waves(), r.Operator))
 	return r, nil
 }
 
@@ -432,7 +439,7 @@ func (c *Client) SetRolloutState(ctx context.Context, id string, to RolloutState
 		if err != nil {
 			return nil, err
 		}
-		c.rolloutEvent(ctx, r, string(to), "", why)
+		c.rolloutEvent(ctx, r, string(to), "", 0, why)
 		return r, nil
 	}
 	return nil, fmt.Errorf("rollout %s: the record kept changing; try again", id)
@@ -453,11 +460,7 @@ type RolloutEvent struct {
 // rolloutEvent records a step in the rollout events stream. A step that
 // cannot be recorded is logged by the caller's state, not lost: the
 // rollout's record holds every node's step too.
-func (c *Client) rolloutEvent(ctx context.Context, r *Rollout, step, node, detail string) {
-	c.rolloutEventRev(ctx, r, step, node, 0, detail)
-}
-
-func (c *Client) rolloutEventRev(ctx context.Context, r *Rollout, step, node string, revision uint64, detail string) {
+func (c *Client) rolloutEvent(ctx context.Context, r *Rollout, step, node string, revision uint64, detail string) {
 	ev := RolloutEvent{Rollout: r.ID, At: c.Now().UTC(), Step: step, Node: node, Revision: revision, Detail: detail, Operator: c.Operator}
 	_, _ = c.js.Publish(ctx, linkproto.RolloutEventSubject(c.Mesh, r.ID), mustJSON(ev))
 }
@@ -498,9 +501,9 @@ func (c *Client) RolloutEvents(ctx context.Context, id string) ([]RolloutEvent, 
 	return out, nil
 }
 
-// withReleaseOrRender is what a rollout pushes node: its profiles'
+// rolloutDeclaration is what a rollout pushes node: its profiles'
 // declaration, or its stored one with the release; nil when that is what
-// is stored already.
+// is stored already. The stored declaration comes beside it.
 func (c *Client) rolloutDeclaration(ctx context.Context, f *fleet, r *Rollout, node string) (*declaration.Declaration, *declaration.Declaration, error) {
 	if r.Kind == RolloutRelease {
 		stored, err := c.storedFor(ctx, node)
@@ -514,15 +517,11 @@ func (c *Client) rolloutDeclaration(ctx context.Context, f *fleet, r *Rollout, n
 		return d, stored, nil
 	}
 	rd, err := f.render(node)
-	if err != nil || !rd.Changed {
-		return nil, rd.storedOrNil(), err
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case !rd.Changed:
+		return nil, rd.Stored, nil
 	}
 	return rd.Declaration, rd.Stored, nil
-}
-
-func (r *Rendered) storedOrNil() *declaration.Declaration {
-	if r == nil {
-		return nil
-	}
-	return r.Stored
 }

@@ -83,12 +83,8 @@ func (c *Client) AbortRollout(ctx context.Context, out io.Writer, id string, rev
 	if !revert {
 		return r, nil
 	}
-	base := c.Operator
 	c2 := *c
-	c2.Operator = base + " reverting rollout " + r.ID
-	if len(c2.Operator) > linkproto.MaxOperatorLen {
-		c2.Operator = c2.Operator[:linkproto.MaxOperatorLen]
-	}
+	c2.Operator = operatorAs(c.Operator, " reverting rollout "+r.ID)
 	var problems []string
 	for i := range r.Nodes {
 		n := &r.Nodes[i]
@@ -99,11 +95,11 @@ func (c *Client) AbortRollout(ctx context.Context, out io.Writer, id string, rev
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", n.Node, err))
 			fmt.Fprintf(out, "%s: not reverted: %v\n", n.Node, err)
-			c.rolloutEventRev(ctx, r, "revert-failed", n.Node, n.Revision, err.Error())
+			c.rolloutEvent(ctx, r, "revert-failed", n.Node, n.Revision, err.Error())
 			continue
 		}
 		fmt.Fprintf(out, "%s: revision %d declares again revision %d, its last known good\n", n.Node, rev, n.LastGood)
-		c.rolloutEventRev(ctx, r, "reverted", n.Node, rev, fmt.Sprintf("to revision %d", n.LastGood))
+		c.rolloutEvent(ctx, r, "reverted", n.Node, rev, fmt.Sprintf("to revision %d", n.LastGood))
 		n.Step, n.Revision, n.Done = StepReverted, rev, c.Now().UTC()
 	}
 	// The record says which nodes were reverted; a lost race here loses

@@ -201,7 +201,7 @@ func (d *driver) step(ctx context.Context, r *Rollout) error {
 			return err
 		}
 		counts := r.Counts()
-		c.rolloutEvent(ctx, r, "done", "", fmt.Sprintf("%d converged, %d unchanged, %d failed", counts[StepConverged], counts[StepUnchanged], counts[StepFailed]))
+		c.rolloutEvent(ctx, r, "done", "", 0, fmt.Sprintf("%d converged, %d unchanged, %d failed", counts[StepConverged], counts[StepUnchanged], counts[StepFailed]))
 		return nil
 	}
 
@@ -233,7 +233,7 @@ func (d *driver) step(ctx context.Context, r *Rollout) error {
 		return err
 	}
 	for _, ev := range events {
-		c.rolloutEventRev(ctx, r, ev.Step, ev.Node, ev.Revision, ev.Detail)
+		c.rolloutEvent(ctx, r, ev.Step, ev.Node, ev.Revision, ev.Detail)
 	}
 	return nil
 }
