@@ -386,3 +386,72 @@ func TestStagedFileRecheckedAtCommit(t *testing.T) {
 		s.Abort()
 	}
 }
+
+// Flush and FlushRename work on a staged file whose directory is held and
+// on one whose directory was let go, keep what is held for the Commit
+// between them, and leave no descriptor open; a temporary file replaced by
+// a symlink is not followed.
+func TestStagedFileFlushesItself(t *testing.T) {
+	n := drivers.MaxHeldDirs + 2
+	var dirs []string
+	for i := range n {
+		dirs = append(dirs, fmt.Sprintf("d%04d", i))
+	}
+	r := newRoot(t, dirs...)
+	before := openFDs(t)
+	var staged []*drivers.Staged
+	for i, d := range dirs {
+		s, err := r.StageFile("/"+d+"/f", []byte(fmt.Sprint(i)), drivers.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		staged = append(staged, s)
+	}
+	for i, s := range staged {
+		if err := s.Flush(); err != nil {
+			t.Fatalf("Flush %s: %v", dirs[i], err)
+		}
+		if err := s.Commit(); err != nil {
+			t.Fatalf("Commit %s after Flush: %v", dirs[i], err)
+		}
+		if err := s.FlushRename(); err != nil {
+			t.Fatalf("FlushRename %s: %v", dirs[i], err)
+		}
+	}
+	if after := openFDs(t); after > before+4 {
+		t.Errorf("%d descriptors left open after flushing and committing each", after-before)
+	}
+	for i, d := range dirs {
+		got, err := os.ReadFile(r.Host("/" + d + "/f"))
+		if err != nil || string(got) != fmt.Sprint(i) {
+			t.Fatalf("/%s/f: %q, %v", d, got, err)
+		}
+	}
+
+	// A temporary file swapped for a symlink to a file outside.
+	s, err := r.StageFile("/"+dirs[0]+"/g", []byte("x"), drivers.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Abort()
+	ents, err := os.ReadDir(r.Host("/" + dirs[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "target")
+	writeHostFile(t, outside, "outside")
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".mesh-host-") {
+			tmp := r.Host("/" + dirs[0] + "/" + e.Name())
+			if err := os.Remove(tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, tmp); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Flush(); err == nil {
+		t.Error("Flush followed a symlink planted as the temporary file")
+	}
+}

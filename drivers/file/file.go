@@ -361,6 +361,31 @@ func (p *pending) commit() (drivers.Action, error) {
 	return p.action, nil
 }
 
+var _ drivers.Flusher = (*pending)(nil)
+
+// FlushStaged makes the staged content durable; a change of mode or owner
+// alone has nothing staged.
+func (p *pending) FlushStaged() error {
+	if p.staged == nil {
+		return nil
+	}
+	if err := p.staged.Flush(); err != nil {
+		return fmt.Errorf("file %s: %w", p.w.path, err)
+	}
+	return nil
+}
+
+// FlushCommitted makes the rename durable, or the change of mode and owner.
+func (p *pending) FlushCommitted() error {
+	if p.staged == nil {
+		return syncFile(p.d.root, p.w.path)
+	}
+	if err := p.staged.FlushRename(); err != nil {
+		return fmt.Errorf("file %s: %w", p.w.path, err)
+	}
+	return nil
+}
+
 // Abort removes the staged file; after Commit it does nothing.
 func (p *pending) Abort() {
 	p.once.Do(func() {

@@ -357,6 +357,10 @@ func (rc *Reconciler) apply(ctx context.Context, steps []*Step) {
 	if len(staged) == 0 {
 		return
 	}
+	if flushEach(staged, pendings) {
+		commitFlushingEach(staged, pendings)
+		return
+	}
 	// What must be on disk before a rename: the new file's bytes. One
 	// flush for all of them, then the renames, then one flush for those.
 	if err := rc.Root.SyncFS(); err != nil {
@@ -380,6 +384,54 @@ func (rc *Reconciler) apply(ctx context.Context, steps []*Step) {
 				s.fail(fmt.Errorf("renamed into place but not flushed: %w", err))
 			}
 		}
+	}
+}
+
+// flushEachMax is how many staged changes are made durable each by
+// itself (an fsync of each file before its rename and of its directory
+// after) rather than by two flushes of the whole filesystem. A push
+// changes a few files: SyncFS would also wait for every other write the
+// machine has pending (its workload's, or, on a bed of many hosts, every
+// other host's), and made a rollout to 1,000 hosts on one disk take 10 s.
+// A first apply of thousands of files is still cheaper with two SyncFS.
+const flushEachMax = 32
+
+// flushEach says whether staged are few enough to make durable each by
+// itself, and each can.
+func flushEach(staged []*Step, pendings map[*Step]drivers.Pending) bool {
+	if len(staged) > flushEachMax {
+		return false
+	}
+	for _, s := range staged {
+		if _, ok := pendings[s].(drivers.Flusher); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// commitFlushingEach makes each staged change durable, commits it, and
+// makes the commit durable. A change whose bytes cannot be flushed is
+// not committed.
+func commitFlushingEach(staged []*Step, pendings map[*Step]drivers.Pending) {
+	for _, s := range staged {
+		p := pendings[s]
+		f := p.(drivers.Flusher)
+		if err := f.FlushStaged(); err != nil {
+			p.Abort()
+			s.fail(err)
+			continue
+		}
+		a, err := p.Commit()
+		if err != nil {
+			s.fail(err)
+			continue
+		}
+		if err := f.FlushCommitted(); err != nil {
+			s.fail(fmt.Errorf("committed but not flushed: %w", err))
+			continue
+		}
+		s.Outcome = outcome(a)
 	}
 }
 

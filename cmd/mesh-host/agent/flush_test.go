@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// stagingDriver is memDriver staging its applies, each staged change able
+// to flush itself; it records every call of the staged changes.
+type stagingDriver struct {
+	*memDriver
+	failFlush map[string]error
+}
+
+func (d *stagingDriver) Stage(_ context.Context, s drivers.Spec) (drivers.Pending, error) {
+	return &flushingPending{d: d, spec: s}, nil
+}
+
+type flushingPending struct {
+	d    *stagingDriver
+	spec drivers.Spec
+}
+
+func (p *flushingPending) note(what string) {
+	p.d.mu.Lock()
+	defer p.d.mu.Unlock()
+	*p.d.calls = append(*p.d.calls, what+" "+drivers.ID(p.spec))
+}
+
+func (p *flushingPending) FlushStaged() error {
+	p.note("flush-staged")
+	return p.d.failFlush[p.spec.Key()]
+}
+
+func (p *flushingPending) Commit() (drivers.Action, error) {
+	p.note("commit")
+	p.d.mu.Lock()
+	defer p.d.mu.Unlock()
+	p.d.state[p.spec.Key()] = drivers.SpecDigest(p.spec)
+	return drivers.Created, nil
+}
+
+func (p *flushingPending) FlushCommitted() error { p.note("flush-committed"); return nil }
+func (p *flushingPending) Abort()                { p.note("abort") }
+
+// newStagingBed is a bed whose files stage, over a real root for SyncFS.
+func newStagingBed(t *testing.T) (*bed, *stagingDriver) {
+	b := newBed(t)
+	sd := &stagingDriver{memDriver: b.drv[drivers.KindFile], failFlush: map[string]error{}}
+	b.rc.Drivers[drivers.KindFile] = sd
+	root, err := drivers.NewRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.rc.Root = root
+	return b, sd
+}
+
+func files(n int) []drivers.Spec {
+	var specs []drivers.Spec
+	for i := range n {
+		specs = append(specs, file(fmt.Sprintf("/etc/f%03d", i), "x"))
+	}
+	return specs
+}
+
+func callsOf(calls []string, prefix string) int {
+	n := 0
+	for _, c := range calls {
+		if strings.HasPrefix(c, prefix+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+// A few staged files are each flushed before their commit and after it;
+// more than flushEachMax are not (the filesystem is flushed instead).
+func TestFewStagedFilesFlushEach(t *testing.T) {
+	b, _ := newStagingBed(t)
+	b.reconcile(event.TriggerManual, files(3)...)
+	for i := range 3 {
+		id := fmt.Sprintf("file:/etc/f%03d", i)
+		order := []int{slices.Index(b.calls, "flush-staged "+id), slices.Index(b.calls, "commit "+id), slices.Index(b.calls, "flush-committed "+id)}
+		if order[0] < 0 || !slices.IsSorted(order) {
+			t.Errorf("%s: flush, commit, flush at %v of %q; want all, in that order", id, order, b.calls)
+		}
+	}
+
+	b, _ = newStagingBed(t)
+	b.reconcile(event.TriggerManual, files(flushEachMax+1)...)
+	if commits, flushes := callsOf(b.calls, "commit"), callsOf(b.calls, "flush-staged")+callsOf(b.calls, "flush-committed"); commits != flushEachMax+1 || flushes != 0 {
+		t.Errorf("%d staged files: %d commits, %d flushes of one file; want %d, 0", flushEachMax+1, commits, flushes, flushEachMax+1)
+	}
+}
+
+// A staged file whose bytes cannot be flushed is aborted, not committed,
+// and fails; the others are committed.
+func TestUnflushedFileIsNotCommitted(t *testing.T) {
+	b, sd := newStagingBed(t)
+	specs := files(2)
+	sd.failFlush[specs[0].Key()] = errors.New("disk on fire")
+	res := b.reconcile(event.TriggerManual, specs...)
+	id := drivers.ID(specs[0])
+	if slices.Contains(b.calls, "commit "+id) || !slices.Contains(b.calls, "abort "+id) {
+		t.Errorf("calls %q: want %s aborted, never committed", b.calls, id)
+	}
+	for _, s := range res.Steps {
+		switch want := event.ActionCreate; {
+		case s.ID == id && (s.Outcome != event.ActionFailed || s.Err == nil || !strings.Contains(s.Err.Error(), "disk on fire")):
+			t.Errorf("%s: outcome %s, err %v; want failed with the flush's error", s.ID, s.Outcome, s.Err)
+		case s.ID != id && s.Outcome != want:
+			t.Errorf("%s: outcome %s; want %s", s.ID, s.Outcome, want)
+		}
+	}
+}
