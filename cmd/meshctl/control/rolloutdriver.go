@@ -268,6 +268,12 @@ func (d *driver) push(ctx context.Context, c *Client, r *Rollout, wave int, note
 		err      error
 	}
 	outcomes := make([]outcome, len(pending))
+	// How long a wave's pushes take, for an operator asking why a
+	// rollout is slow: the rest is the nodes applying.
+	started := time.Now()
+	defer func() {
+		d.log.Info("rollout wave pushed", "rollout", r.ID, "wave", wave, "nodes", len(pending), "took", time.Since(started).Round(time.Millisecond))
+	}()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, pushParallel)
 	for k, i := range pending {
