@@ -121,3 +121,36 @@ func TestUnflushedFileIsNotCommitted(t *testing.T) {
 		}
 	}
 }
+
+// countingJournal notes each Append among the drivers' calls.
+type countingJournal struct {
+	Appender
+	b *bed
+}
+
+func (c countingJournal) Append(recs ...event.Record) ([]event.Record, error) {
+	kinds := make([]string, len(recs))
+	for i, r := range recs {
+		kinds[i] = string(r.Kind)
+	}
+	c.b.calls = append(c.b.calls, "append "+strings.Join(kinds, ","))
+	return c.Appender.Append(recs...)
+}
+
+// A level's outcomes are journaled before the next level acts; the last
+// level's go with the completion, in one transaction.
+func TestLastOutcomesCommitWithTheCompletion(t *testing.T) {
+	b := newBed(t)
+	b.rc.Journal = countingJournal{Appender: b.rc.Journal, b: b}
+	b.reconcile(event.TriggerManual, dir("/etc"), file("/etc/a", "x"))
+	want := []string{
+		"append reconcile.started",
+		"apply directory:/etc",
+		"append resource.applied",
+		"apply file:/etc/a",
+		"append resource.applied,reconcile.completed",
+	}
+	if !slices.Equal(b.calls, want) {
+		t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(b.calls, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -150,7 +150,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 		// so a quiet machine's journal stays small. (Drift left unrepaired
 		// was journaled above and is not quiet.)
 		quiet := !slices.ContainsFunc(steps, func(s *Step) bool { return s.Drift })
-		return res, rc.complete(res, req, started, req.Cause, quiet)
+		return res, rc.complete(res, req, started, req.Cause, quiet, nil)
 	}
 
 	var plan []event.Step
@@ -167,10 +167,11 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 	}
 	res.Started = recs[0].Seq
 
+	// A level's outcomes are journaled before the next level acts, and
+	// the last level's with the completion, in one commit: a push that
+	// changes one file commits its outcome and its end together.
+	var held outcomes
 	for _, level := range levels(steps) {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
 		var todo []*Step
 		for _, s := range level {
 			switch {
@@ -182,20 +183,32 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 				todo = append(todo, s)
 			}
 		}
-		rc.apply(ctx, todo)
-		if err := rc.journalOutcomes(level, req, res.Started); err != nil {
-			// The journal took the intent but not these outcomes (a record
-			// it refused, a full disk): the reconcile ends here, failed,
-			// rather than stay in progress for every later start to meet
-			// the same refusal. If the journal takes nothing more, it
-			// stays in progress.
-			if cerr := rc.completeEarly(res, req, started, err); cerr != nil {
-				return res, errors.Join(err, cerr)
-			}
+		err := ctx.Err()
+		if err == nil && len(todo) == 0 {
+			held.add(outcomesOf(level, req, res.Started))
+			continue
+		}
+		if _, jerr := rc.journalOutcomes(&held); jerr != nil {
+			return res, rc.endEarly(res, req, started, jerr)
+		}
+		if err != nil {
 			return res, err
 		}
+		rc.apply(ctx, todo)
+		held.add(outcomesOf(level, req, res.Started))
 	}
-	return res, rc.complete(res, req, started, res.Started, false)
+	return res, rc.complete(res, req, started, res.Started, false, &held)
+}
+
+// endEarly ends a reconcile whose outcomes the journal did not take (a
+// record it refused, a full disk) as failed, rather than leave it in
+// progress for every later start to meet the same refusal. If the journal
+// takes nothing more, it stays in progress.
+func (rc *Reconciler) endEarly(res *Result, req Request, started time.Time, err error) error {
+	if cerr := rc.completeEarly(res, req, started, err); cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	return err
 }
 
 // completeEarly journals the end of a reconcile that failed after its start
@@ -530,12 +543,22 @@ func (rc *Reconciler) journalDrift(steps []*Step, req Request) error {
 	return nil
 }
 
-// journalOutcomes appends one level's outcomes in one transaction. A
-// repair's cause is the drift it repairs; every other outcome's is the
-// reconcile.
-func (rc *Reconciler) journalOutcomes(level []*Step, req Request, startSeq uint64) error {
-	var recs []event.Record
-	var recorded []*Step
+// outcomes are outcome records not yet journaled, and the steps they are
+// of.
+type outcomes struct {
+	recs  []event.Record
+	steps []*Step
+}
+
+func (o *outcomes) add(more outcomes) {
+	o.recs = append(o.recs, more.recs...)
+	o.steps = append(o.steps, more.steps...)
+}
+
+// outcomesOf are one level's outcomes to journal. A repair's cause is the
+// drift it repairs; every other outcome's is the reconcile.
+func outcomesOf(level []*Step, req Request, startSeq uint64) outcomes {
+	var o outcomes
 	for _, s := range level {
 		if s.Outcome == "" || (s.Outcome == event.ActionUnchanged && !needsRecord(s, req.Owned)) {
 			continue
@@ -551,23 +574,33 @@ func (rc *Reconciler) journalOutcomes(level []*Step, req Request, startSeq uint6
 		if s.Err != nil {
 			p.Error = s.Err.Error()
 		}
-		recs = append(recs, event.New(event.ResourceApplied, cause, s.ID, p))
-		recorded = append(recorded, s)
+		o.recs = append(o.recs, event.New(event.ResourceApplied, cause, s.ID, p))
+		o.steps = append(o.steps, s)
 	}
-	if len(recs) == 0 {
-		return nil
-	}
-	out, err := rc.Journal.Append(recs...)
-	if err != nil {
-		return fmt.Errorf("journal outcomes: %w", err)
-	}
-	for i, s := range recorded {
-		s.Seq = out[i].Seq
-	}
-	return nil
+	return o
 }
 
-func (rc *Reconciler) complete(res *Result, req Request, started time.Time, cause uint64, quiet bool) error {
+// journalOutcomes appends held, with more records after them, in one
+// transaction, and empties it.
+func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]event.Record, error) {
+	if len(held.recs)+len(more) == 0 {
+		return nil, nil
+	}
+	out, err := rc.Journal.Append(append(held.recs, more...)...)
+	if err != nil {
+		return nil, fmt.Errorf("journal outcomes: %w", err)
+	}
+	for i, s := range held.steps {
+		s.Seq = out[i].Seq
+	}
+	rest := out[len(held.recs):]
+	*held = outcomes{}
+	return rest, nil
+}
+
+// complete journals the reconcile's end, after the outcomes held (nil for
+// none), in one transaction.
+func (rc *Reconciler) complete(res *Result, req Request, started time.Time, cause uint64, quiet bool, held *outcomes) error {
 	for _, s := range res.Steps {
 		switch {
 		case s.Outcome == event.ActionFailed:
@@ -582,11 +615,19 @@ func (rc *Reconciler) complete(res *Result, req Request, started time.Time, caus
 	if res.Failed > 0 || slices.ContainsFunc(res.Steps, func(s *Step) bool { return s.Drift && !req.Repair }) {
 		result = event.ResultFailed
 	}
-	recs, err := rc.Journal.Append(event.New(event.ReconcileCompleted, cause, "", event.ReconcileCompletedPayload{
+	end := event.New(event.ReconcileCompleted, cause, "", event.ReconcileCompletedPayload{
 		Trigger: req.Trigger, Revision: req.Revision, Result: result, Started: started,
 		Changed: res.Changed, Unchanged: res.Unchanged, Failed: res.Failed, Quiet: quiet,
-	}))
-	if err != nil {
+	})
+	if held == nil {
+		held = &outcomes{}
+	}
+	hadOutcomes := len(held.recs) > 0
+	recs, err := rc.journalOutcomes(held, end)
+	switch {
+	case err != nil && hadOutcomes:
+		return rc.endEarly(res, req, started, err)
+	case err != nil:
 		return fmt.Errorf("journal reconcile completion: %w", err)
 	}
 	res.Completed = recs[0].Seq

@@ -159,18 +159,36 @@ func (l *Link) publishFrom(ctx context.Context, nc *nats.Conn, from uint64) erro
 // the stream or on the way, and a new connection starts over anyway.
 func (l *Link) syncAcks(ctx context.Context, nc *nats.Conn, sent *atomic.Uint64, wake <-chan struct{}, moved chan<- struct{}) error {
 	defer l.mark()
+	// The mark is persisted markEvery after it first moved past what is
+	// persisted, not as it moves: a push's few records are acknowledged
+	// in two or three steps, and a commit each, fsync'd, on the path of
+	// the apply cost as much as the apply's own. A mark lost to a crash
+	// sends those records again, which the stream keeps once.
+	persist := time.NewTimer(markEvery)
+	persist.Stop()
+	defer persist.Stop()
+	armed := false
+	arm := func() {
+		if !armed && l.acked.Load() > l.marked.Load() {
+			persist.Reset(markEvery)
+			armed = true
+		}
+	}
 	lastMove := time.Now()
 	idle := 0
 	for {
 		if sent.Load() <= l.acked.Load() {
-			l.mark() // caught up: persist, then wait for more
+			arm() // caught up: persist soon, then wait for more
 			lastMove = time.Now()
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-wake:
-				continue
+			case <-persist.C:
+				armed = false
+				l.mark()
 			}
+			continue
 		}
 		wait := syncEvery
 		if idle > 0 {
@@ -181,6 +199,11 @@ func (l *Link) syncAcks(ctx context.Context, nc *nats.Conn, sent *atomic.Uint64,
 		case <-ctx.Done():
 			t.Stop()
 			return nil
+		case <-persist.C:
+			t.Stop()
+			armed = false
+			l.mark()
+			continue
 		case <-t.C:
 		}
 		through, err := l.sync(ctx, nc, sent.Load())
@@ -203,9 +226,10 @@ func (l *Link) syncAcks(ctx context.Context, nc *nats.Conn, sent *atomic.Uint64,
 			case moved <- struct{}{}:
 			default:
 			}
-			if l.acked.Load()-l.marked.Load() >= markAfter || time.Since(l.markedAt) >= markEvery {
+			if l.acked.Load()-l.marked.Load() >= markAfter {
 				l.mark()
 			}
+			arm()
 			continue
 		}
 		if time.Since(lastMove) > stallAfter {
@@ -249,7 +273,6 @@ func (l *Link) mark() {
 		return
 	}
 	l.marked.Store(a)
-	l.markedAt = time.Now()
 }
 
 // withDocument returns r as it goes upward: a declaration.received whose

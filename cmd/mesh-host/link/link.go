@@ -58,9 +58,10 @@ const (
 	// maxInFlight bounds the events published beyond what the stream is
 	// known to hold.
 	maxInFlight = 4096
-	// markEvery and markAfter batch MarkAcked, an fsync'd write: at most
-	// every markEvery, or at once after markAfter acknowledgements.
-	markEvery = 100 * time.Millisecond
+	// markEvery and markAfter batch MarkAcked, an fsync'd write: markEvery
+	// after the mark first moves, or at once after markAfter
+	// acknowledgements.
+	markEvery = time.Second
 	markAfter = 1000
 	// refusalsPerMinute bounds the link.refused records journaled; the rest
 	// are counted in the next one's Suppressed.
@@ -160,9 +161,6 @@ type Link struct {
 	// a contiguous run of the journal; marked is how much of it is
 	// persisted with MarkAcked.
 	acked, marked atomic.Uint64
-	// markedAt is when marked last moved; only the publisher's sync loop
-	// reads and writes it.
-	markedAt time.Time
 
 	refusals refusalLimiter
 	// planning holds the plan request being answered (one slot); plans
