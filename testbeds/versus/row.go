@@ -21,6 +21,9 @@ type result struct {
 	failure string
 }
 
+// notRun begins the cell of a tool left out of a row.
+const notRun = "not run: "
+
 // runner is one measured run of a tool, with the checks that make it count.
 type runner func(t contender, n int) (sample, error)
 
@@ -32,10 +35,15 @@ func (e errWrong) Error() string { return e.err.Error() }
 // measure runs every tool runs times, interleaved (one run of each, then
 // again). A tool that fails is not run again for the row, and its failure
 // is the row's cell; a run that wrote the wrong thing stops everything.
-func measure(label string, tools []contender, n, runs int, run runner) (row, error) {
+// A tool that failed the row this one builds on (after, when not nil) is
+// not run at all: it has nothing to check.
+func measure(label string, tools []contender, n, runs int, run runner, after *row) (row, error) {
 	r := row{label: label, results: make([]result, len(tools))}
-	for _, t := range tools {
+	for i, t := range tools {
 		r.tools = append(r.tools, t.name())
+		if after != nil && after.results[i].failure != "" {
+			r.results[i].failure = notRun + "its first apply failed"
+		}
 	}
 	for range runs {
 		for i, t := range tools {
@@ -160,6 +168,8 @@ func timeCell(r *result) string {
 	switch {
 	case r == nil:
 		return "missing"
+	case strings.HasPrefix(r.failure, notRun):
+		return r.failure
 	case r.failure != "":
 		return "fails: " + strings.ReplaceAll(r.failure, "|", `\|`)
 	}
