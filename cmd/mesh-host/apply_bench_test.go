@@ -106,7 +106,7 @@ var (
 // binary builds mesh-host once, for whole-process figures and crash tests.
 func binary(b testing.TB) string {
 	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mesh-host-bin-")
+		dir, err := onceDirs.make("mesh-host-bin-")
 		if err != nil {
 			binErr = err
 			return
