@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -39,7 +40,7 @@ func timed(name string, args ...string) (sample, string, error) {
 	err := cmd.Run()
 	elapsed := time.Since(start)
 	if err != nil {
-		return sample{}, out.String(), fmt.Errorf("%s: %v: %s", name, err, lastLines(out.String(), 3))
+		return sample{}, out.String(), fmt.Errorf("%s: %v: %s", filepath.Base(name), err, lastLines(out.String(), 3))
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	// Linux reports ru_maxrss in KiB.
