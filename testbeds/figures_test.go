@@ -124,6 +124,64 @@ func push(b *testing.B, nc *nats.Conn, kv jetstream.KeyValue, key nkeys.KeyPair,
 	}
 }
 
+// BenchmarkDeclareCommand: the real command line, `meshctl declare --wait
+// 30s NODE FILE`, as an operator runs it, for a 1-file and a 100-file
+// declaration whose every file changes: from the command's start until the
+// node's heartbeat says the revision is applied (applied-ms), and until the
+// command exits (command-ms), which it does once it has seen that
+// heartbeat itself. Unlike BenchmarkPushToApplied, this counts meshctl's
+// start, its reading and checking of the file and its connection.
+func BenchmarkDeclareCommand(b *testing.B) {
+	for _, files := range []int{1, 100} {
+		b.Run(fmt.Sprintf("files=%d", files), func(b *testing.B) {
+			bed := testbeds.New(b, bins)
+			h := bed.AddHost("web-1")
+			h.Start()
+			nc, _ := controlConn(b, bed)
+			applied := hearFirst(b, nc, testbeds.Mesh, func(hb *linkproto.Heartbeat, rev uint64) bool {
+				return hb.Applied >= rev && hb.Failed == 0
+			})
+			var heard, wall []time.Duration
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				rev := uint64(i + 1)
+				decl := bed.Declare("web-1", rev, revisionFiles(rev, files))
+				applied.await(rev)
+				b.StartTimer()
+				start := time.Now()
+				bed.MustMeshctl("declare", "--wait", "30s", "web-1", decl)
+				wall = append(wall, time.Since(start))
+				// The command returns after the node's heartbeat; this
+				// listener may hear the same heartbeat a moment later.
+				testbeds.Eventually(b, 10*time.Second, "the heartbeat saying it is applied", func() error {
+					if len(applied.since(start)) == 0 {
+						return fmt.Errorf("revision %d not heard applied", rev)
+					}
+					return nil
+				})
+				heard = append(heard, applied.since(start)[0])
+			}
+			b.ReportMetric(median(heard).Seconds()*1000, "applied-ms")
+			b.ReportMetric(median(wall).Seconds()*1000, "command-ms")
+		})
+	}
+}
+
+// revisionFiles is n files under /etc/app whose contents change with rev.
+func revisionFiles(rev uint64, n int) testbeds.Files {
+	files := testbeds.Files{}
+	for i := range n {
+		files[fmt.Sprintf("/etc/app/f%03d.conf", i)] = fmt.Sprintf("revision %d file %d\n", rev, i)
+	}
+	return files
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
 func controlConn(b *testing.B, bed *testbeds.Bed) (*nats.Conn, jetstream.KeyValue) {
 	b.Helper()
 	nc, err := nats.Connect(bed.URL(), nats.UserCredentials(bed.CredsFile()), nats.RootCAs(bed.CAFile()))

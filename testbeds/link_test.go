@@ -21,22 +21,28 @@ import (
 	"github.com/mesh-host/mesh-host/testbeds"
 )
 
-var bins testbeds.Binaries
+var (
+	bins testbeds.Binaries
+	// binDir holds every binary the tests build, once per test binary;
+	// TestMain removes it when they have run.
+	binDir string
+)
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "mesh-beds-bin-")
+	var err error
+	binDir, err = os.MkdirTemp("", "mesh-beds-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bins, err = testbeds.Build(dir, "bed")
+	bins, err = testbeds.Build(binDir, "bed")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
+		os.RemoveAll(binDir)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	os.RemoveAll(binDir)
 	os.Exit(code)
 }
 

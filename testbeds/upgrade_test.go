@@ -28,14 +28,14 @@ var (
 )
 
 // hostBuilds builds mesh-host as versions v2 and v3 (bins is "bed"), once
-// per test binary.
+// per test binary, into binDir, which TestMain removes.
 func hostBuilds(t testing.TB) map[string]string {
 	t.Helper()
 	buildsOnce.Do(func() {
 		builds = map[string]string{"bed": bins.MeshHost}
 		for _, v := range []string{"v2", "v3"} {
-			dir, err := os.MkdirTemp("", "mesh-beds-"+v+"-")
-			if err != nil {
+			dir := filepath.Join(binDir, v)
+			if err := os.Mkdir(dir, 0o755); err != nil {
 				buildsErr = err
 				return
 			}

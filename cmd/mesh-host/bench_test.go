@@ -35,7 +35,7 @@ var (
 func millionJournal(b *testing.B) string {
 	b.Helper()
 	millionOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mesh-host-bench-")
+		dir, err := onceDirs.make("mesh-host-bench-")
 		if err != nil {
 			millionErr = err
 			return

@@ -29,7 +29,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/script")
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(removingAfter{m}, map[string]func(){
 		"mesh-host": func() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) },
 		// The beds' many-hosts runner: fleet_test.go.
 		"mesh-host-fleet": func() { os.Exit(fleetMain(os.Args[1:], os.Stdout, os.Stderr)) },

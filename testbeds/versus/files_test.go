@@ -1,0 +1,116 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
+)
+
+// TestDeclarationIsTheFiles: the declaration mesh-host is given declares
+// exactly the files verify expects, so a figure is for the same work.
+func TestDeclarationIsTheFiles(t *testing.T) {
+	const n = 25
+	path := filepath.Join(t.TempDir(), "decl.yaml")
+	if err := writeDeclaration(path, n); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := declaration.ParseYAML(path, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Resources) != n {
+		t.Fatalf("got %d resources, want %d", len(d.Resources), n)
+	}
+	for i, r := range d.Resources {
+		f, ok := r.(*drivers.FileSpec)
+		if !ok {
+			t.Fatalf("resource %d is %T, want a file", i, r)
+		}
+		want := "/" + filepath.Join(appDir, fileName(i))
+		if f.Path != want || f.Content != fileContent(i) || f.Mode == nil || *f.Mode != fileMode {
+			t.Errorf("resource %d: got %s %q %v, want %s %q %04o", i, f.Path, f.Content, f.Mode, want, fileContent(i), fileMode)
+		}
+	}
+}
+
+// TestVerifyCatches: a run that left a wrong content, a wrong mode, a
+// stray file or a rewritten file is caught, not measured.
+func TestVerifyCatches(t *testing.T) {
+	const n = 3
+	for _, tc := range []struct {
+		name  string
+		spoil func(dir string) error
+	}{
+		{"content", func(dir string) error { return os.WriteFile(filepath.Join(dir, fileName(1)), []byte("other\n"), 0o640) }},
+		{"mode", func(dir string) error { return os.Chmod(filepath.Join(dir, fileName(2)), 0o644) }},
+		{"stray file", func(dir string) error { return os.WriteFile(filepath.Join(dir, "x.cf-before-edit"), nil, 0o640) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := converged(t, n)
+			if err := tc.spoil(filepath.Join(root, appDir)); err != nil {
+				t.Fatal(err)
+			}
+			if err := verify(root, n); err == nil {
+				t.Error("verify passed a broken root")
+			}
+		})
+	}
+}
+
+// TestUnchangedCatchesARewrite: the same content written again, in place
+// or by rename, is a rewrite.
+func TestUnchangedCatchesARewrite(t *testing.T) {
+	root := converged(t, 2)
+	before, err := snapshot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, err := snapshot(root); err != nil || unchanged(before, after) != nil {
+		t.Fatalf("an untouched root: %v, %v", err, unchanged(before, after))
+	}
+	p := filepath.Join(root, appDir, fileName(0))
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(fileContent(0)), fileMode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+	after, err := snapshot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unchanged(before, after) == nil {
+		t.Error("a file replaced by rename passed as unchanged")
+	}
+}
+
+// converged makes a root holding the n files as both tools would leave it.
+func converged(t *testing.T, n int) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := resetRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		p := filepath.Join(root, appDir, fileName(i))
+		if err := os.WriteFile(p, []byte(fileContent(i)), fileMode); err != nil {
+			t.Fatal(err)
+		}
+		// WriteFile's mode passes through the umask.
+		if err := os.Chmod(p, fileMode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := verify(root, n); err != nil {
+		t.Fatalf("the converged root fails verify: %v", err)
+	}
+	return root
+}
