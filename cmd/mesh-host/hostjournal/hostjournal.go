@@ -49,11 +49,15 @@ func OpenReadOnly(path string) (*journal.Journal, error) {
 // they are stored apart.
 var nullResources = []byte(`"resources":null`)
 
-// expand puts back the resources of a declaration.received that stores
-// them apart, as its readers (the fold, replay, the link, the CLI) expect
-// them: the bytes stored apart are the JSON of the list, spliced in
-// where the record holds null.
+// expand puts back the resources of a declaration.received, and the plan
+// of a reconcile.started, that store them apart, as their readers (the
+// fold, replay, the link, the CLI) expect them: the bytes stored apart are
+// the JSON of the list, spliced in where the record holds null (the
+// resources) or nothing (the plan, which is omitted when empty).
 func expand(r event.Record, document func(journal.Sum) ([]byte, error)) (event.Record, error) {
+	if r.Kind == event.ReconcileStarted {
+		return expandPlan(r, document)
+	}
 	if r.Kind != event.DeclarationReceived || !bytes.Contains(r.Payload, []byte(`"resources_sha256"`)) {
 		return r, nil
 	}
@@ -75,22 +79,51 @@ func expand(r event.Record, document func(journal.Sum) ([]byte, error)) (event.R
 	return r, nil
 }
 
-// recordDocuments lists the documents a declaration.received stored apart
-// names (its document and its resource list), for compaction to keep and
-// Check to find.
+// expandPlan puts back the plan of a reconcile.started that stores it
+// apart (agent.MaxInlinePlan): the record as stored has no "plan" key, so
+// the list goes in first.
+func expandPlan(r event.Record, document func(journal.Sum) ([]byte, error)) (event.Record, error) {
+	if !bytes.Contains(r.Payload, []byte(`"plan_sha256"`)) {
+		return r, nil
+	}
+	var p struct {
+		Plan       json.RawMessage `json:"plan"`
+		PlanSHA256 string          `json:"plan_sha256"`
+	}
+	if json.Unmarshal(r.Payload, &p) != nil || p.PlanSHA256 == "" {
+		return r, nil // the fold counts what does not decode
+	}
+	sum, ok := journal.ParseSum(p.PlanSHA256)
+	if !ok || p.Plan != nil || !bytes.HasPrefix(r.Payload, []byte("{")) {
+		return r, fmt.Errorf("%w: a reconcile.started naming its plan %q holds one too, or is not an object", event.ErrCorrupt, p.PlanSHA256)
+	}
+	list, err := document(sum)
+	if err != nil {
+		return r, fmt.Errorf("the plan of reconcile.started #%d: %w", r.Seq, err)
+	}
+	payload := make([]byte, 0, len(r.Payload)+len(list)+len(`"plan":,`))
+	payload = append(append(append(payload, `{"plan":`...), list...), ',')
+	r.Payload = append(payload, r.Payload[1:]...)
+	return r, nil
+}
+
+// recordDocuments lists the documents a record names that are stored apart
+// (a declaration.received's document and resource list, a
+// reconcile.started's plan), for compaction to keep and Check to find.
 func recordDocuments(r event.Record) []journal.Sum {
-	if r.Kind != event.DeclarationReceived {
+	if r.Kind != event.DeclarationReceived && r.Kind != event.ReconcileStarted {
 		return nil
 	}
 	var p struct {
 		DocumentSHA256  string `json:"document_sha256"`
 		ResourcesSHA256 string `json:"resources_sha256"`
+		PlanSHA256      string `json:"plan_sha256"`
 	}
 	if json.Unmarshal(r.Payload, &p) != nil {
 		return nil
 	}
 	var sums []journal.Sum
-	for _, s := range []string{p.DocumentSHA256, p.ResourcesSHA256} {
+	for _, s := range []string{p.DocumentSHA256, p.ResourcesSHA256, p.PlanSHA256} {
 		if sum, ok := journal.ParseSum(s); ok {
 			sums = append(sums, sum)
 		}
@@ -247,7 +280,14 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 	if err != nil {
 		return 0, AsDamage(j, err)
 	}
-	if same(cur, d, signed) {
+	// The document as JSON, made once: a declaration's digest is its
+	// digest, and at 100,000 resources each marshal is tens of megabytes.
+	mine, err := d.MarshalJSON()
+	if err != nil {
+		return 0, err
+	}
+	digest := journal.FormatSum(journal.SumOf(mine))
+	if same(cur, d.Revision, digest, signed) {
 		recs, err := j.Append(event.New(event.DeclarationReapplied, cur.Seq, "", event.DeclarationReappliedPayload{
 			Revision: d.Revision, Digest: cur.Digest, Source: source,
 		}))
@@ -256,15 +296,11 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 		}
 		return recs[0].Seq, nil
 	}
-	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source}
-	var doc []byte
+	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: digest, Source: source}
+	doc := mine
 	if signed != nil {
 		doc = signed.Document
 		p.Operator, p.Signer, p.Signature = signed.Operator, signed.Signer, signed.Signature
-	} else {
-		if doc, err = d.MarshalJSON(); err != nil {
-			return 0, err
-		}
 	}
 	// The document is stored apart, once, by digest: the record stays
 	// small and a declaration that changed little adds little.
@@ -288,13 +324,14 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 	return recs[0].Seq, nil
 }
 
-// same reports whether d, with signed its message from the mesh (nil for
-// a file), is the declaration cur already desires: nothing about it is new
+// same reports whether the declaration of revision and digest, with
+// signed its message from the mesh (nil for a file), is the one cur
+// already desires: nothing about it is new
 // to journal. A push must carry the same signature too, so that the
 // record it refers to proves it.
-func same(cur *projector.Desired, d *declaration.Declaration, signed *linkproto.Declaration) bool {
+func same(cur *projector.Desired, revision uint64, digest string, signed *linkproto.Declaration) bool {
 	switch {
-	case cur == nil || cur.Seq == 0 || cur.Revision != d.Revision || cur.Digest != d.Digest():
+	case cur == nil || cur.Seq == 0 || cur.Revision != revision || cur.Digest != digest:
 		return false
 	case signed != nil:
 		return signed.Signature == cur.Signature && signed.Signer == cur.Signer && signed.Operator == cur.Operator
