@@ -173,8 +173,8 @@ func TestPushHoldsSealedSecretsToTheLimit(t *testing.T) {
 	if _, err := Push(d, testMesh, "a"); err != nil {
 		t.Fatalf("unsealed: %v", err)
 	}
-	for _, r := range d.Resources { // as sealFor leaves them: 250 KiB each
-		r.(*drivers.FileSpec).Secret.Sealed = strings.Repeat("A", 250<<10)
+	for _, r := range d.Resources { // as sealFor leaves them, five of them over MaxBytes
+		r.(*drivers.FileSpec).Secret.Sealed = strings.Repeat("A", declaration.MaxBytes/4)
 		r.(*drivers.FileSpec).Secret.Sender = "X" + strings.Repeat("A", 55)
 	}
 	if _, err := Push(d, testMesh, "a"); !errors.Is(err, ErrRefused) || !errors.Is(err, declaration.ErrLimit) || !strings.Contains(err.Error(), "as JSON") {
