@@ -22,14 +22,13 @@ import (
 // meshctl checks it again once secrets are sealed, since a sealed secret is
 // larger than its name. MaxBytes and MaxResources admit 100,000 files of a
 // realistic size (a path like /srv/data/dir123/file-000123.conf, a line of
-// content and a mode: about 110 bytes of YAML, 125 of JSON, each) with room
-// to spare. What they bound is the host's memory, not a record: a
+// content and a mode: about 105 bytes each, as YAML or as JSON) twice over. What they bound is the host's memory, not a record: a
 // declaration becomes
 //
 //   - A push: one NATS message of at most linkproto.MaxDeclarationSize
 //     (8 MiB, the broker's max_payload), which carries the document and
 //     well under 2 KiB besides. A declaration larger than that (some
-//     60,000 such files) is refused by meshctl declare, naming that limit:
+//     80,000 such files) is refused by meshctl declare, naming that limit:
 //     it travels only by `mesh-host apply FILE` on the node today. The
 //     host parses a push with these same limits, after the link's decoder
 //     has held it to the message's.
@@ -49,9 +48,9 @@ import (
 //
 // So the journal's record limit (journal.MaxPayload, 16 MiB) bounds no
 // declaration. The host's memory is what does: parsing 100,000 files
-// (12 MB of YAML) and reconciling them to an empty root takes about
-// 500 MB resident, a no-op check of them 300 MB (see docs/architecture.md,
-// "Scale"); at these limits it is a few times that.
+// (10 MB of YAML) and reconciling them to an empty root takes about
+// 480 MB resident, a check that finds nothing to do 310 MB (see
+// docs/architecture.md, "Scale"); at these limits it is a few times that.
 const (
 	// MaxBytes bounds a declaration's document, as written and as JSON.
 	MaxBytes = 32 << 20

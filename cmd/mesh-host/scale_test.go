@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
@@ -108,6 +111,11 @@ func TestLargePlanStoredApart(t *testing.T) {
 	if err := hostjournal.Verify(j); err != nil {
 		t.Errorf("verify: %v", err)
 	}
+	j.Close()
+	olderCompacts(t, path, stored.PlanSHA256)
+	if j, err = hostjournal.Open(path); err != nil {
+		t.Fatal(err)
+	}
 	// Compacting the declaration's record keeps the plan its reconcile's
 	// record names.
 	info, err := j.Info()
@@ -145,6 +153,53 @@ func TestLargePlanStoredApart(t *testing.T) {
 	}
 	if err := hostjournal.Verify(j); err != nil {
 		t.Errorf("verify after compacting everything: %v", err)
+	}
+}
+
+// olderCompacts makes a copy of the journal at path as the version before
+// plans were stored apart leaves it when it compacts: it keeps only the
+// documents a declaration.received or its desired declaration names, so
+// the plan of a reconcile.started it keeps is gone (deleted here from the
+// documents bucket). The next version reads that journal undamaged: the
+// record without its plan, replayed and verified.
+func olderCompacts(t *testing.T, path string, plan string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := filepath.Join(t.TempDir(), "journal.db")
+	if err := os.WriteFile(older, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum, ok := journal.ParseSum(plan)
+	if !ok {
+		t.Fatalf("plan digest %q", plan)
+	}
+	db, err := bolt.Open(older, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("documents")).Delete(sum[:]) })
+	if cerr := db.Close(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
+	}
+	j, err := hostjournal.Open(older)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if _, err = j.Document(sum); !errors.Is(err, journal.ErrNoDocument) {
+		t.Fatalf("the plan is still there (%v): the test tests nothing", err)
+	}
+	if err := hostjournal.Verify(j); err != nil {
+		t.Errorf("without the plan: %v", err)
+	}
+	if c, err := hostjournal.Compare(j); err != nil || len(c.Diff) > 0 {
+		t.Errorf("without the plan, replay: %v %.300v", err, c.Diff)
+	}
+	if err := j.Scan(1, 0, func(event.Record) error { return nil }); err != nil {
+		t.Errorf("without the plan, read: %v", err)
 	}
 }
 

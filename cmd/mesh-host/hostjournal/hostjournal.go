@@ -36,7 +36,7 @@ const LockWait = 3 * time.Second
 func Open(path string) (*journal.Journal, error) {
 	return journal.Open(path, journal.Options{
 		Fold: storedFold, Timeout: LockWait,
-		Documents: recordDocuments, StoredDocuments: storedDocuments, Expand: expand,
+		Documents: recordDocuments, Optional: planDocuments, StoredDocuments: storedDocuments, Expand: expand,
 	})
 }
 
@@ -98,6 +98,12 @@ func expandPlan(r event.Record, document func(journal.Sum) ([]byte, error)) (eve
 		return r, fmt.Errorf("%w: a reconcile.started naming its plan %q holds one too, or is not an object", event.ErrCorrupt, p.PlanSHA256)
 	}
 	list, err := document(sum)
+	if errors.Is(err, journal.ErrNoDocument) {
+		// Dropped by an older version's compaction, which did not know
+		// the record names it (planDocuments): the plan is history, not
+		// state, and the record is read without it.
+		return r, nil
+	}
 	if err != nil {
 		return r, fmt.Errorf("the plan of reconcile.started #%d: %w", r.Seq, err)
 	}
@@ -107,23 +113,43 @@ func expandPlan(r event.Record, document func(journal.Sum) ([]byte, error)) (eve
 	return r, nil
 }
 
-// recordDocuments lists the documents a record names that are stored apart
-// (a declaration.received's document and resource list, a
-// reconcile.started's plan), for compaction to keep and Check to find.
+// planDocuments lists the plan a reconcile.started stored apart, for
+// compaction to keep. It is journal.Options.Optional, not Documents: the
+// version before plans were stored apart compacts without keeping it, and
+// a host rolled back to it and forward again must not find its journal
+// damaged for want of a plan.
+func planDocuments(r event.Record) []journal.Sum {
+	if r.Kind != event.ReconcileStarted || !bytes.Contains(r.Payload, []byte(`"plan_sha256"`)) {
+		return nil
+	}
+	var p struct {
+		PlanSHA256 string `json:"plan_sha256"`
+	}
+	if json.Unmarshal(r.Payload, &p) != nil {
+		return nil
+	}
+	if sum, ok := journal.ParseSum(p.PlanSHA256); ok {
+		return []journal.Sum{sum}
+	}
+	return nil
+}
+
+// recordDocuments lists the documents a declaration.received stored apart
+// names (its document and its resource list), for compaction to keep and
+// Check to find.
 func recordDocuments(r event.Record) []journal.Sum {
-	if r.Kind != event.DeclarationReceived && r.Kind != event.ReconcileStarted {
+	if r.Kind != event.DeclarationReceived {
 		return nil
 	}
 	var p struct {
 		DocumentSHA256  string `json:"document_sha256"`
 		ResourcesSHA256 string `json:"resources_sha256"`
-		PlanSHA256      string `json:"plan_sha256"`
 	}
 	if json.Unmarshal(r.Payload, &p) != nil {
 		return nil
 	}
 	var sums []journal.Sum
-	for _, s := range []string{p.DocumentSHA256, p.ResourcesSHA256, p.PlanSHA256} {
+	for _, s := range []string{p.DocumentSHA256, p.ResourcesSHA256} {
 		if sum, ok := journal.ParseSum(s); ok {
 			sums = append(sums, sum)
 		}
