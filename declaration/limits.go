@@ -49,7 +49,7 @@ import (
 // So the journal's record limit (journal.MaxPayload, 16 MiB) bounds no
 // declaration. The host's memory is what does: parsing 100,000 files
 // (10 MB of YAML) and reconciling them to an empty root takes about
-// 480 MB resident, a check that finds nothing to do 310 MB (see
+// 500 MB resident, a check that finds nothing to do 315 MB (see
 // docs/architecture.md, "Scale"); at these limits it is a few times that.
 const (
 	// MaxBytes bounds a declaration's document, as written and as JSON.
