@@ -22,8 +22,9 @@ import (
 // meshctl checks it again once secrets are sealed, since a sealed secret is
 // larger than its name. MaxBytes and MaxResources admit 100,000 files of a
 // realistic size (a path like /srv/data/dir123/file-000123.conf, a line of
-// content and a mode: about 105 bytes each, as YAML or as JSON) twice over. What they bound is the host's memory, not a record: a
-// declaration becomes
+// content and a mode: about 105 bytes each, as YAML or as JSON) twice
+// over. What they bound is the host's memory, not a record: a declaration
+// becomes
 //
 //   - A push: one NATS message of at most linkproto.MaxDeclarationSize
 //     (8 MiB, the broker's max_payload), which carries the document and
