@@ -17,30 +17,46 @@ import (
 // is stored or journaled. TestLimitsFit holds them to what they must fit.
 //
 // MaxBytes bounds the document as it is parsed (checked before the YAML or
-// JSON library reads it, which builds a node tree many times its size) and in its JSON form (MarshalJSON), which is what
-// travels and is journaled; meshctl checks it again once secrets are
-// sealed, since a sealed secret is larger than its name. Everything a
-// declaration becomes is then bounded by it:
+// JSON library reads it, which builds a node tree many times its size) and
+// in its JSON form (MarshalJSON), which is what travels and is journaled;
+// meshctl checks it again once secrets are sealed, since a sealed secret is
+// larger than its name. MaxBytes and MaxResources admit 100,000 files of a
+// realistic size (a path like /srv/data/dir123/file-000123.conf, a line of
+// content and a mode: about 105 bytes each, as YAML or as JSON) twice
+// over. What they bound is the host's memory, not a record: a declaration
+// becomes
 //
-//   - The push, one NATS message of at most linkproto.MaxDeclarationSize
-//     (8 MiB), carries the document as it is, plus mesh, node, revision,
-//     operator and signature (well under 1 KiB) and, in a Welcome, 1 KiB
-//     more: 1 MiB + 2 KiB. Even a JSON encoder that escaped <, > and & as
-//     \u003c (linkproto.Marshal does not) would make the document at most
-//     6 times as long, and 6 MiB + 2 KiB still fits.
-//   - The declaration.received record, at most the journal's 16 MiB,
-//     holds the document in base64 (4/3 MiB) and each resource's ID and
-//     spec digest. The IDs are the resources' paths and names, which the
-//     document holds, except that ${version} (10 bytes) expands to 64 hex
-//     digits: at most 6.4 MiB of IDs, and at most 100 bytes of each
-//     entry's JSON besides (1 MB for MaxResources). 4/3 + 6.4 + 1 is under
-//     9 MiB. A reconcile.started record, whose plan lists the same IDs for
-//     what is declared and what was owned before, stays under 16 MiB too.
+//   - A push: one NATS message of at most linkproto.MaxDeclarationSize
+//     (8 MiB, the broker's max_payload), which carries the document and
+//     well under 2 KiB besides. A declaration larger than that (some
+//     80,000 such files) is refused by meshctl declare, naming that limit:
+//     it travels only by `mesh-host apply FILE` on the node today. The
+//     host parses a push with these same limits, after the link's decoder
+//     has held it to the message's.
+//   - A declaration.received record, whose document and list of resource
+//     IDs and spec digests are stored apart in the journal's documents (in
+//     chunks of at most 64 KiB), named by digest: the record is a few
+//     hundred bytes whatever the declaration's size. The IDs are the
+//     resources' paths and names, which the document holds, except that
+//     ${version} (10 bytes) expands to 64 hex digits: the list is at most
+//     6.4 times MaxBytes, plus about 100 bytes an entry.
+//   - A reconcile.started record, whose plan lists every resource created,
+//     updated or removed (what is declared and what was owned before):
+//     inline up to 64 KiB (agent.MaxInlinePlan), stored apart like the
+//     list above when larger.
+//   - A record for each resource's outcome or drift, whose ID is bounded
+//     by MaxPathBytes and MaxNameBytes to the journal's key (event.MaxName).
+//
+// So the journal's record limit (journal.MaxPayload, 16 MiB) bounds no
+// declaration. The host's memory is what does: parsing 100,000 files
+// (10 MB of YAML) and reconciling them to an empty root takes about
+// 500 MB resident, a check that finds nothing to do 315 MB (see
+// docs/architecture.md, "Scale"); at these limits it is a few times that.
 const (
 	// MaxBytes bounds a declaration's document, as written and as JSON.
-	MaxBytes = 1 << 20
+	MaxBytes = 32 << 20
 	// MaxResources bounds how many resources a declaration holds.
-	MaxResources = 10_000
+	MaxResources = 250_000
 	// MaxPathBytes bounds a path, with ${version} expanded. A resource's
 	// ID is its kind, ":" and its path, and the journal keys records by ID
 	// in at most 4096 bytes (event.MaxName), so the longest kind,

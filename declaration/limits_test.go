@@ -1,7 +1,6 @@
 package declaration_test
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,17 +21,32 @@ import (
 // comment works it out, so that an edit to one of them, or to the message
 // or record sizes they fit in, cannot break the relation unnoticed.
 func TestLimitsFit(t *testing.T) {
-	// A push (and the Welcome around it) carries the document; HTML
-	// escaping may make it 6 times as long.
-	const pushRoom = 2 << 10
-	if got := 6*declaration.MaxBytes + pushRoom; got > linkproto.MaxDeclarationSize {
-		t.Errorf("a push of a MaxBytes document may be %d bytes, over linkproto.MaxDeclarationSize %d", got, linkproto.MaxDeclarationSize)
+	// 100,000 files of a realistic size fit, as YAML and as JSON.
+	const files = 100_000
+	file := fmt.Sprintf("  - file: {path: /srv/data/dir123/file-%06d.conf, content: \"setting-%d = %d\\n\", mode: \"0644\"}\n", files-1, files-1, 7*(files-1))
+	one, err := declaration.ParseYAML("one.yaml", []byte("mesh: lab\nnode: web-1\nrevision: 1\nresources:\n"+file))
+	if err != nil {
+		t.Fatal(err)
 	}
-	// declaration.received: the document in base64, the IDs (with
-	// ${version}, 10 bytes, expanded to 64) and 100 bytes per entry.
-	received := base64.StdEncoding.EncodedLen(declaration.MaxBytes) + declaration.MaxBytes*64/10 + 100*declaration.MaxResources + 2<<10
-	if received > journal.MaxPayload {
-		t.Errorf("a declaration.received record may be %d bytes, over journal.MaxPayload %d", received, journal.MaxPayload)
+	asJSON, _ := one.MarshalJSON()
+	if n := 2 * files * max(len(file), len(asJSON)); n > declaration.MaxBytes || files > declaration.MaxResources {
+		t.Errorf("%d files of %d bytes (%d as JSON) with room to double them: %d bytes, over MaxBytes %d, or over MaxResources %d",
+			files, len(file), len(asJSON), n, declaration.MaxBytes, declaration.MaxResources)
+	}
+	// A push is bounded by its message, not by MaxBytes: whatever a push
+	// carries, the host parses it under these limits. A message is at
+	// most NATS's own ceiling on max_payload.
+	if linkproto.MaxDeclarationSize > declaration.MaxBytes || linkproto.MaxDeclarationSize > 64<<20 {
+		t.Errorf("linkproto.MaxDeclarationSize %d: over MaxBytes %d, or over NATS's 64 MiB max_payload", linkproto.MaxDeclarationSize, declaration.MaxBytes)
+	}
+	digest := "sha256:" + strings.Repeat("f", 64)
+	// declaration.received at its largest, with its document and its
+	// resources stored apart: the record does not grow with them.
+	received, _ := json.Marshal(event.DeclarationReceivedPayload{Revision: 1<<64 - 1, Digest: digest, Source: "file:" + strings.Repeat("p", declaration.MaxPathBytes),
+		DocumentSHA256: digest, DocumentBytes: declaration.MaxBytes, ResourcesSHA256: digest,
+		Operator: strings.Repeat("o", 4096), Signer: strings.Repeat("N", 56), Signature: strings.Repeat("s", 86)})
+	if len(received) > journal.MaxPayload/16 {
+		t.Errorf("a declaration.received record may be %d bytes, want it far under journal.MaxPayload %d", len(received), journal.MaxPayload)
 	}
 	// A resource's ID, kind:path, is journaled as a record's resource.
 	for _, k := range []drivers.Kind{drivers.KindFile, drivers.KindDirectory, drivers.KindArchive} {
@@ -50,13 +64,14 @@ func TestLimitsFit(t *testing.T) {
 		t.Errorf("MaxPathBytes %d: PATH_MAX is 4096 with the NUL", declaration.MaxPathBytes)
 	case declaration.MaxPathElementBytes > 255, declaration.MaxNameBytes > 255:
 		t.Errorf("MaxPathElementBytes %d, MaxNameBytes %d: NAME_MAX is 255", declaration.MaxPathElementBytes, declaration.MaxNameBytes)
-	case declaration.MaxContentBytes >= declaration.MaxBytes:
-		t.Errorf("MaxContentBytes %d cannot be reached under MaxBytes %d", declaration.MaxContentBytes, declaration.MaxBytes)
+	case declaration.MaxContentBytes >= linkproto.MaxDeclarationSize:
+		t.Errorf("MaxContentBytes %d cannot be reached in a push of %d", declaration.MaxContentBytes, linkproto.MaxDeclarationSize)
 	}
 }
 
 // A declaration at the limits parses, as YAML and as JSON, and so does its
-// JSON form again; the records the host journals for it fit.
+// JSON form again; every ID it makes fits the journal's key. The largest
+// a push carries fits its message.
 func TestAtTheLimits(t *testing.T) {
 	for name, d := range map[string]*declaration.Declaration{
 		"maximal":       declarationtest.Maximal("lab", "web-1", 1),
@@ -82,24 +97,25 @@ func TestAtTheLimits(t *testing.T) {
 		if y.Digest() != d.Digest() || j.Digest() != d.Digest() {
 			t.Errorf("%s: parsed, it says something else", name)
 		}
-		// The push form, and the received record, as the host journals it.
-		push := linkproto.Marshal(&linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: "lab", Node: "web-1", Revision: 1, Document: doc,
-			Operator: strings.Repeat("o", 64), Signer: strings.Repeat("N", 56), Signature: strings.Repeat("s", 86)})
-		if len(push) > linkproto.MaxDeclarationSize-1<<10 {
-			t.Errorf("%s: the push is %d bytes, over the %d a Welcome leaves", name, len(push), linkproto.MaxDeclarationSize-1<<10)
-		}
-		p := event.DeclarationReceivedPayload{Revision: 1, Digest: d.Digest(), Source: "link:pushed", Document: doc}
 		for _, s := range j.Expanded() {
 			if id := drivers.ID(s); len(id) > event.MaxName {
 				t.Fatalf("%s: ID of %d bytes, over event.MaxName", name, len(id))
 			}
-			p.Resources = append(p.Resources, event.DeclaredResource{ID: drivers.ID(s), SpecDigest: drivers.SpecDigest(s)})
 		}
-		rec, _ := json.Marshal(p)
-		t.Logf("%s: push %d bytes, declaration.received payload %d bytes", name, len(push), len(rec))
-		if len(rec) > journal.MaxPayload {
-			t.Errorf("%s: declaration.received payload is %d bytes, over journal.MaxPayload %d", name, len(rec), journal.MaxPayload)
-		}
+	}
+	if n := len(declarationtest.Maximal("lab", "web-1", 1).Resources); n != declaration.MaxResources {
+		t.Errorf("Maximal has %d resources, want MaxResources %d", n, declaration.MaxResources)
+	}
+	// The push form, and the Welcome's room around it.
+	room := 1 << 10
+	doc, _ := declarationtest.MaximalOf("lab", "web-1", 1, linkproto.MaxDeclarationSize-2*room).MarshalJSON()
+	push := linkproto.Marshal(&linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: "lab", Node: "web-1", Revision: 1, Document: doc,
+		Operator: strings.Repeat("o", 64), Signer: strings.Repeat("N", 56), Signature: strings.Repeat("s", 86)})
+	if len(push) > linkproto.MaxDeclarationSize-room {
+		t.Errorf("the push of a %d-byte document is %d bytes, over the %d a Welcome leaves", len(doc), len(push), linkproto.MaxDeclarationSize-room)
+	}
+	if _, err := declaration.ParseJSON("push.json", doc); err != nil {
+		t.Errorf("the largest push: %.300v", err)
 	}
 }
 
@@ -130,17 +146,18 @@ func TestOverTheLimits(t *testing.T) {
 	// The size is checked before anything reads the document.
 	junk := append(doc, 0xff)
 	_, err := declaration.ParseYAML("junk", junk)
-	wantLimit(t, "MaxBytes+2 of what is not UTF-8", err, "junk: the declaration is 1048578 bytes, over the limit for a declaration")
+	wantLimit(t, "MaxBytes+2 of what is not UTF-8", err, fmt.Sprintf("junk: the declaration is %d bytes, over the limit for a declaration", declaration.MaxBytes+2))
 	if err := declaration.CheckJSONSize(doc); err == nil || !errors.Is(err, declaration.ErrLimit) {
 		t.Errorf("CheckJSONSize of MaxBytes+1: got %v", err)
 	}
 
 	// YAML under MaxBytes whose JSON form is over it: "\0" is 2 bytes in
 	// YAML and 6 in JSON.
-	nuls := strings.Repeat(`\0`, 200_000)
+	const n = 400_000 // NULs a file, under MaxContentBytes
+	nuls := strings.Repeat(`\0`, n)
 	var b strings.Builder
 	b.WriteString("mesh: lab\nnode: web-1\nrevision: 1\nresources:\n")
-	for i := range 2 {
+	for i := range declaration.MaxBytes/(6*n) + 1 {
 		fmt.Fprintf(&b, "  - file: {path: /n%d, content: \"%s\"}\n", i, nuls)
 	}
 	_, err = declaration.ParseYAML("nul.yaml", []byte(b.String()))

@@ -249,6 +249,11 @@ func (j *Journal) sweepDocuments() error {
 			for _, s := range j.opts.Documents(r) {
 				live[s] = true
 			}
+			if j.opts.Optional != nil {
+				for _, s := range j.opts.Optional(r) {
+					live[s] = true
+				}
+			}
 		}
 		if j.opts.StoredDocuments != nil {
 			for _, b := range [][]byte{bucketProjection, bucketSnapshot} {

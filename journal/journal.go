@@ -115,6 +115,12 @@ type Options struct {
 	// record naming a document that is not there.
 	Documents       func(r event.Record) []Sum
 	StoredDocuments func(v View) ([]Sum, error)
+	// Optional lists documents a record refers to that compaction keeps
+	// as it keeps Documents, but whose absence is not damage: a version
+	// that did not know to keep them (a host rolled back, which compacts
+	// with its own Options) may have dropped them. Check does not require
+	// them, and Expand is told ErrNoDocument for one that is gone.
+	Optional func(r event.Record) []Sum
 	// Expand, when set, turns a record as stored into the record its
 	// readers see, given its documents: a caller that stores part of a
 	// payload apart (AppendDocuments, Documents) puts it back here. Every

@@ -35,8 +35,11 @@ const DefaultPriority = 50
 // Limits on what the control service stores; a profile's resources are
 // bounded further by the declaration's own limits once rendered.
 const (
-	// MaxBytes bounds a profile's source, as a declaration's.
-	MaxBytes = declaration.MaxBytes
+	// MaxBytes bounds a profile's source. It is not a declaration's
+	// (declaration.MaxBytes, which a file applied on the node may reach):
+	// a profile is kept in one record of the control plane's bucket, and
+	// what it renders travels in one push (linkproto.MaxDeclarationSize).
+	MaxBytes = 1 << 20
 	// MaxVars bounds the variables one profile defines.
 	MaxVars = 256
 	// MaxVarValue bounds a variable's value.

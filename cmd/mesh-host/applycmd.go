@@ -32,6 +32,9 @@ func readDeclaration(path string) (*declaration.Declaration, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil {
+		paceForDocument(fi.Size())
+	}
 	return declaration.Read(path, f)
 }
 

@@ -63,6 +63,7 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 		}
 		return rc.Reconcile(e.ctx, agent.Request{Trigger: trigger, Repair: repair})
 	}
+	paceForDocument(int64(max(s.Desired.DocumentBytes, len(s.Desired.Document))))
 	doc, err := hostjournal.Document(j, s.Desired.Document, s.Desired.DocumentSHA256)
 	if hostjournal.IsDamage(err) {
 		return nil, err

@@ -16,7 +16,7 @@ import (
 
 // after returns the records after seq from in the journal at path, as
 // stored (nothing stored apart put back), and the stored state.
-func after(t *testing.T, path string, from uint64) ([]event.Record, projector.State) {
+func after(t testing.TB, path string, from uint64) ([]event.Record, projector.State) {
 	t.Helper()
 	j, err := journal.Open(path, journal.Options{ReadOnly: true})
 	if err != nil {
@@ -127,7 +127,7 @@ func TestApplyUnchangedAddsOneSmallRecord(t *testing.T) {
 	}
 }
 
-func documentStats(t *testing.T, path string) journal.DocumentStats {
+func documentStats(t testing.TB, path string) journal.DocumentStats {
 	t.Helper()
 	j, err := hostjournal.OpenReadOnly(path)
 	if err != nil {

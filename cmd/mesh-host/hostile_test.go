@@ -123,7 +123,7 @@ func hostileCorpus() []hostileItem {
 		{name: "a path element over NAME_MAX", resources: `file: {path: /srv/` + strings.Repeat("a", declaration.MaxPathElementBytes+1) + `, content: "x"}`, code: 2, want: `the limit for an element of a path`},
 		{name: "content over the limit", resources: `file: {path: /srv/x, content: "` + strings.Repeat("x", declaration.MaxContentBytes+1) + `"}`, code: 2, want: `the limit for content`},
 		{name: "more resources than the limit", resources: manyResources(declaration.MaxResources + 1), code: 2, want: `the limit of resources in a declaration`},
-		{name: "a declaration over the limit", resources: manyContents(3, declaration.MaxContentBytes), code: 2, want: `the limit for a declaration`},
+		{name: "a declaration over the limit", resources: manyContents(declaration.MaxBytes/declaration.MaxContentBytes+1, declaration.MaxContentBytes), code: 2, want: `the limit for a declaration`},
 
 		// Symlinks and hard links planted in the root.
 		{name: "file through a symlinked parent",

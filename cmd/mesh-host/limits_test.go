@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/linkproto/linkprototest"
 )
 
@@ -49,12 +51,12 @@ func TestAcceptRefusesOverTheLimits(t *testing.T) {
 	}
 }
 
-// A push at the limits is accepted and journaled whole: its document
-// stored apart, byte for byte, the record naming it.
+// A push at the limits, the largest its message carries, is accepted and
+// journaled whole: its document stored apart, byte for byte, the record
+// naming it.
 func TestAcceptAtTheLimits(t *testing.T) {
 	for name, d := range map[string]*declaration.Declaration{
-		"maximal":       declarationtest.Maximal("lab", "web-1", 1),
-		"most expanded": declarationtest.MostExpanded("lab", "web-1", 1),
+		"maximal": declarationtest.MaximalOf("lab", "web-1", 1, linkproto.MaxDeclarationSize-2<<10),
 	} {
 		h, j := newTestLinkHost(t)
 		doc, _ := d.MarshalJSON()
@@ -126,7 +128,7 @@ func TestApplyReadsNoFurtherThanTheLimit(t *testing.T) {
 	}
 	f.Close()
 	d, err := readDeclaration(f.Name())
-	if d != nil || err == nil || !strings.Contains(err.Error(), "over the limit for a declaration: 1048576 bytes (it was read no further than 1048577)") {
+	if d != nil || err == nil || !strings.Contains(err.Error(), fmt.Sprintf("over the limit for a declaration: %d bytes (it was read no further than %d)", declaration.MaxBytes, declaration.MaxBytes+1)) {
 		t.Errorf("got %v, %.300v", d, err)
 	}
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/declaration/declarationtest"
 )
 
@@ -27,7 +29,7 @@ func TestDeclareRefusesOverTheLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	files := map[string]string{huge: "over the limit for a declaration: 1048576 bytes (it was read no further than 1048577)"}
+	files := map[string]string{huge: fmt.Sprintf("over the limit for a declaration: %d bytes (it was read no further than %d)", declaration.MaxBytes, declaration.MaxBytes+1)}
 	for i, c := range declarationtest.OverLimits("home", "web-1", 1) {
 		for _, ext := range []string{".json", ".yaml"} {
 			name := filepath.Join(dir, string(rune('a'+i))+ext)

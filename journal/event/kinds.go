@@ -182,6 +182,13 @@ type ReconcileStartedPayload struct {
 	Trigger  Trigger `json:"trigger"`
 	Revision uint64  `json:"revision"`
 	Plan     []Step  `json:"plan,omitempty"`
+	// PlanSHA256, when set, names the JSON of Plan stored apart in the
+	// journal's documents, as a declaration.received's resources are: a
+	// plan lists every resource created, updated or removed, which for
+	// hundreds of thousands of resources is more than a record may hold.
+	// The record as stored has no plan; the journal's readers see it put
+	// back (journal.Options.Expand).
+	PlanSHA256 string `json:"plan_sha256,omitempty"`
 }
 
 // Result sums up a reconcile.

@@ -10,6 +10,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/projector"
 )
@@ -26,7 +28,18 @@ import (
 // Appender is the journal as the reconciler uses it.
 type Appender interface {
 	Append(recs ...event.Record) ([]event.Record, error)
+	// AppendDocuments appends recs with docs, which they name by digest,
+	// in one transaction.
+	AppendDocuments(docs [][]byte, recs ...event.Record) ([]event.Record, error)
 }
+
+// MaxInlinePlan bounds the JSON of a plan a reconcile.started carries in
+// the record itself. A larger one (about a thousand steps with long paths)
+// is stored apart, by digest, in the journal's documents (PlanSHA256), so
+// the record stays small whatever the declaration's size: the journal's
+// record limit bounds no declaration. A small plan stays inline, as an
+// older binary reads it.
+const MaxInlinePlan = 64 << 10
 
 // Reconciler converges a root to a declaration.
 type Reconciler struct {
@@ -159,9 +172,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 			plan = append(plan, event.Step{Resource: s.ID, Action: s.Planned})
 		}
 	}
-	recs, err := rc.Journal.Append(event.New(event.ReconcileStarted, req.Cause, "", event.ReconcileStartedPayload{
-		Trigger: req.Trigger, Revision: req.Revision, Plan: plan,
-	}))
+	recs, err := rc.journalStarted(req, plan)
 	if err != nil {
 		return res, fmt.Errorf("journal reconcile intent: %w", err)
 	}
@@ -209,6 +220,21 @@ func (rc *Reconciler) endEarly(res *Result, req Request, started time.Time, err 
 		return errors.Join(err, cerr)
 	}
 	return err
+}
+
+// journalStarted appends the reconcile.started of plan, the plan stored
+// apart when it is over MaxInlinePlan.
+func (rc *Reconciler) journalStarted(req Request, plan []event.Step) ([]event.Record, error) {
+	p := event.ReconcileStartedPayload{Trigger: req.Trigger, Revision: req.Revision, Plan: plan}
+	list, err := json.Marshal(plan)
+	if err != nil {
+		return nil, err
+	}
+	if len(list) <= MaxInlinePlan {
+		return rc.Journal.Append(event.New(event.ReconcileStarted, req.Cause, "", p))
+	}
+	p.Plan, p.PlanSHA256 = nil, journal.FormatSum(journal.SumOf(list))
+	return rc.Journal.AppendDocuments([][]byte{list}, event.New(event.ReconcileStarted, req.Cause, "", p))
 }
 
 // completeEarly journals the end of a reconcile that failed after its start
@@ -580,9 +606,30 @@ func outcomesOf(level []*Step, req Request, startSeq uint64) outcomes {
 	return o
 }
 
-// journalOutcomes appends held, with more records after them, in one
-// transaction, and empties it.
+// outcomesPerAppend bounds the outcomes one transaction appends. bbolt
+// holds every page a transaction touches in memory until it commits, with
+// the projection's keys each outcome rewrites: 100,000 outcomes in one
+// transaction held hundreds of megabytes. In transactions of this many,
+// a level of 100,000 files costs ten flushes rather than one, and the
+// memory of one.
+const outcomesPerAppend = 10_000
+
+// journalOutcomes appends held, with more records after them, and empties
+// it: in one transaction, or, past outcomesPerAppend, in transactions of
+// that many, more with the last. A crash between two leaves the reconcile
+// in progress, as a crash between two levels does, and the next start
+// finishes it.
 func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]event.Record, error) {
+	for len(held.recs) > outcomesPerAppend {
+		out, err := rc.Journal.Append(held.recs[:outcomesPerAppend]...)
+		if err != nil {
+			return nil, fmt.Errorf("journal outcomes: %w", err)
+		}
+		for i, s := range held.steps[:outcomesPerAppend] {
+			s.Seq = out[i].Seq
+		}
+		held.recs, held.steps = held.recs[outcomesPerAppend:], held.steps[outcomesPerAppend:]
+	}
 	if len(held.recs)+len(more) == 0 {
 		return nil, nil
 	}

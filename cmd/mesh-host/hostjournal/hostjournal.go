@@ -36,7 +36,7 @@ const LockWait = 3 * time.Second
 func Open(path string) (*journal.Journal, error) {
 	return journal.Open(path, journal.Options{
 		Fold: storedFold, Timeout: LockWait,
-		Documents: recordDocuments, StoredDocuments: storedDocuments, Expand: expand,
+		Documents: recordDocuments, Optional: planDocuments, StoredDocuments: storedDocuments, Expand: expand,
 	})
 }
 
@@ -49,11 +49,15 @@ func OpenReadOnly(path string) (*journal.Journal, error) {
 // they are stored apart.
 var nullResources = []byte(`"resources":null`)
 
-// expand puts back the resources of a declaration.received that stores
-// them apart, as its readers (the fold, replay, the link, the CLI) expect
-// them: the bytes stored apart are the JSON of the list, spliced in
-// where the record holds null.
+// expand puts back the resources of a declaration.received, and the plan
+// of a reconcile.started, that store them apart, as their readers (the
+// fold, replay, the link, the CLI) expect them: the bytes stored apart are
+// the JSON of the list, spliced in where the record holds null (the
+// resources) or nothing (the plan, which is omitted when empty).
 func expand(r event.Record, document func(journal.Sum) ([]byte, error)) (event.Record, error) {
+	if r.Kind == event.ReconcileStarted {
+		return expandPlan(r, document)
+	}
 	if r.Kind != event.DeclarationReceived || !bytes.Contains(r.Payload, []byte(`"resources_sha256"`)) {
 		return r, nil
 	}
@@ -73,6 +77,61 @@ func expand(r event.Record, document func(journal.Sum) ([]byte, error)) (event.R
 	}
 	r.Payload = bytes.Replace(r.Payload, nullResources, append([]byte(`"resources":`), list...), 1)
 	return r, nil
+}
+
+// expandPlan puts back the plan of a reconcile.started that stores it
+// apart (agent.MaxInlinePlan): the record as stored has no "plan" key, so
+// the list goes in first.
+func expandPlan(r event.Record, document func(journal.Sum) ([]byte, error)) (event.Record, error) {
+	if !bytes.Contains(r.Payload, []byte(`"plan_sha256"`)) {
+		return r, nil
+	}
+	var p struct {
+		Plan       json.RawMessage `json:"plan"`
+		PlanSHA256 string          `json:"plan_sha256"`
+	}
+	if json.Unmarshal(r.Payload, &p) != nil || p.PlanSHA256 == "" {
+		return r, nil // the fold counts what does not decode
+	}
+	sum, ok := journal.ParseSum(p.PlanSHA256)
+	if !ok || p.Plan != nil || !bytes.HasPrefix(r.Payload, []byte("{")) {
+		return r, fmt.Errorf("%w: a reconcile.started naming its plan %q holds one too, or is not an object", event.ErrCorrupt, p.PlanSHA256)
+	}
+	list, err := document(sum)
+	if errors.Is(err, journal.ErrNoDocument) {
+		// Dropped by an older version's compaction, which did not know
+		// the record names it (planDocuments): the plan is history, not
+		// state, and the record is read without it.
+		return r, nil
+	}
+	if err != nil {
+		return r, fmt.Errorf("the plan of reconcile.started #%d: %w", r.Seq, err)
+	}
+	payload := make([]byte, 0, len(r.Payload)+len(list)+len(`"plan":,`))
+	payload = append(append(append(payload, `{"plan":`...), list...), ',')
+	r.Payload = append(payload, r.Payload[1:]...)
+	return r, nil
+}
+
+// planDocuments lists the plan a reconcile.started stored apart, for
+// compaction to keep. It is journal.Options.Optional, not Documents: the
+// version before plans were stored apart compacts without keeping it, and
+// a host rolled back to it and forward again must not find its journal
+// damaged for want of a plan.
+func planDocuments(r event.Record) []journal.Sum {
+	if r.Kind != event.ReconcileStarted || !bytes.Contains(r.Payload, []byte(`"plan_sha256"`)) {
+		return nil
+	}
+	var p struct {
+		PlanSHA256 string `json:"plan_sha256"`
+	}
+	if json.Unmarshal(r.Payload, &p) != nil {
+		return nil
+	}
+	if sum, ok := journal.ParseSum(p.PlanSHA256); ok {
+		return []journal.Sum{sum}
+	}
+	return nil
 }
 
 // recordDocuments lists the documents a declaration.received stored apart
@@ -247,7 +306,14 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 	if err != nil {
 		return 0, AsDamage(j, err)
 	}
-	if same(cur, d, signed) {
+	// The document as JSON, made once: a declaration's digest is its
+	// digest, and at 100,000 resources each marshal is tens of megabytes.
+	mine, err := d.MarshalJSON()
+	if err != nil {
+		return 0, err
+	}
+	digest := journal.FormatSum(journal.SumOf(mine))
+	if same(cur, d.Revision, digest, signed) {
 		recs, err := j.Append(event.New(event.DeclarationReapplied, cur.Seq, "", event.DeclarationReappliedPayload{
 			Revision: d.Revision, Digest: cur.Digest, Source: source,
 		}))
@@ -256,15 +322,11 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 		}
 		return recs[0].Seq, nil
 	}
-	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: d.Digest(), Source: source}
-	var doc []byte
+	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: digest, Source: source}
+	doc := mine
 	if signed != nil {
 		doc = signed.Document
 		p.Operator, p.Signer, p.Signature = signed.Operator, signed.Signer, signed.Signature
-	} else {
-		if doc, err = d.MarshalJSON(); err != nil {
-			return 0, err
-		}
 	}
 	// The document is stored apart, once, by digest: the record stays
 	// small and a declaration that changed little adds little.
@@ -288,13 +350,14 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 	return recs[0].Seq, nil
 }
 
-// same reports whether d, with signed its message from the mesh (nil for
-// a file), is the declaration cur already desires: nothing about it is new
+// same reports whether the declaration of revision and digest, with
+// signed its message from the mesh (nil for a file), is the one cur
+// already desires: nothing about it is new
 // to journal. A push must carry the same signature too, so that the
 // record it refers to proves it.
-func same(cur *projector.Desired, d *declaration.Declaration, signed *linkproto.Declaration) bool {
+func same(cur *projector.Desired, revision uint64, digest string, signed *linkproto.Declaration) bool {
 	switch {
-	case cur == nil || cur.Seq == 0 || cur.Revision != d.Revision || cur.Digest != d.Digest():
+	case cur == nil || cur.Seq == 0 || cur.Revision != revision || cur.Digest != digest:
 		return false
 	case signed != nil:
 		return signed.Signature == cur.Signature && signed.Signer == cur.Signer && signed.Operator == cur.Operator

@@ -138,7 +138,8 @@ func (c *Client) pushStored(node string, push *linkproto.Declaration, timeout ti
 // Push checks that d can be declared for node of mesh, as far as that
 // can be known without the stored state, and returns it as a push. It
 // refuses (ErrRefused) a declaration for another mesh or node, and one too
-// large to travel: over declaration.MaxBytes as JSON, its secrets sealed.
+// large to travel: over declaration.MaxBytes as JSON, its secrets sealed,
+// or over the limit for a push (linkproto.MaxDeclarationSize).
 func Push(d *declaration.Declaration, mesh, node string) (*linkproto.Declaration, error) {
 	if err := linkproto.ValidName(node); err != nil {
 		return nil, fmt.Errorf("%w: node: %w", ErrRefused, err)
@@ -161,7 +162,10 @@ func Push(d *declaration.Declaration, mesh, node string) (*linkproto.Declaration
 	}
 	push := &linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: mesh, Node: node, Revision: d.Revision, Document: doc}
 	if n := len(linkproto.Marshal(push)); n > linkproto.MaxDeclarationSize-welcomeRoom {
-		return nil, fmt.Errorf("%w: it is %d bytes; a declaration travels in one message of at most %d", ErrRefused, n, linkproto.MaxDeclarationSize-welcomeRoom)
+		// declaration.MaxBytes is larger than a message: a declaration
+		// between the two is one a node takes only from a file.
+		return nil, fmt.Errorf("%w: it is %d bytes; a declaration travels in one message of at most %d, the limit for a push (a larger one, up to %d bytes, is applied on the node with `mesh-host apply FILE`)",
+			ErrRefused, n, linkproto.MaxDeclarationSize-welcomeRoom, declaration.MaxBytes)
 	}
 	return push, nil
 }

@@ -135,14 +135,21 @@ func TestDeclareAtTheLimits(t *testing.T) {
 	fill := over.Resources[len(over.Resources)-1].(*drivers.FileSpec)
 	fill.Content += "f"
 	err := c.Declare(ctx, &bytes.Buffer{}, "a", over, DeclareOptions{PushTimeout: 100 * time.Millisecond})
-	if !errors.Is(err, ErrRefused) || !errors.Is(err, declaration.ErrLimit) || !strings.Contains(err.Error(), "1048577 bytes, over the limit for a declaration: 1048576 bytes") {
+	if !errors.Is(err, ErrRefused) || !errors.Is(err, declaration.ErrLimit) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("%d bytes, over the limit for a declaration: %d bytes", declaration.MaxBytes+1, declaration.MaxBytes)) {
 		t.Fatalf("got %.300v", err)
+	}
+	// Under MaxBytes but over a push: refused, naming the push's limit
+	// and the door it can take.
+	err = c.Declare(ctx, &bytes.Buffer{}, "a", declarationtest.Maximal(testMesh, "a", 1), DeclareOptions{PushTimeout: 100 * time.Millisecond})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "the limit for a push") || !strings.Contains(err.Error(), "mesh-host apply FILE") {
+		t.Fatalf("over a push: got %.300v", err)
 	}
 	if stored, err := storedDesired(ctx, mustKV(t, b), testMesh, "a"); stored != nil || err != nil {
 		t.Fatalf("stored %+v, %v", stored, err)
 	}
 
-	at := declarationtest.Maximal(testMesh, "a", 1)
+	at := declarationtest.MaximalOf(testMesh, "a", 1, linkproto.MaxDeclarationSize-welcomeRoom-1<<10)
 	if err := c.Declare(ctx, &bytes.Buffer{}, "a", at, DeclareOptions{PushTimeout: 100 * time.Millisecond}); err != nil {
 		t.Fatalf("at the limits: %.300v", err)
 	}
@@ -166,8 +173,8 @@ func TestPushHoldsSealedSecretsToTheLimit(t *testing.T) {
 	if _, err := Push(d, testMesh, "a"); err != nil {
 		t.Fatalf("unsealed: %v", err)
 	}
-	for _, r := range d.Resources { // as sealFor leaves them: 250 KiB each
-		r.(*drivers.FileSpec).Secret.Sealed = strings.Repeat("A", 250<<10)
+	for _, r := range d.Resources { // as sealFor leaves them, five of them over MaxBytes
+		r.(*drivers.FileSpec).Secret.Sealed = strings.Repeat("A", declaration.MaxBytes/4)
 		r.(*drivers.FileSpec).Secret.Sender = "X" + strings.Repeat("A", 55)
 	}
 	if _, err := Push(d, testMesh, "a"); !errors.Is(err, ErrRefused) || !errors.Is(err, declaration.ErrLimit) || !strings.Contains(err.Error(), "as JSON") {

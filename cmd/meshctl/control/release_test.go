@@ -341,7 +341,7 @@ resources:
 	full := declarationtest.Maximal(testMesh, "a", 1)
 	full.Resources[len(full.Resources)-1].(*drivers.FileSpec).Content = "" // room in bytes
 	if _, _, err := WithRelease(full, testMesh, "a", r1.Resource(base)); !errors.Is(err, ErrRefused) || !errors.Is(err, declaration.ErrLimit) ||
-		!strings.Contains(err.Error(), "one resource more than the limit of resources in a declaration: 10000") {
+		!strings.Contains(err.Error(), fmt.Sprintf("one resource more than the limit of resources in a declaration: %d", declaration.MaxResources)) {
 		t.Errorf("a release added to a full declaration: %.300v", err)
 	}
 }
