@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
@@ -35,6 +36,10 @@ func (c *serveCmd) Run(e *env) error {
 		return refused("serve cannot be asked of a running service")
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	// The service lives beside the machine's workload: Go's default pace,
+	// not a short command's (see main). It gives back what a reconcile
+	// took when it ends (service.giveBack).
+	debug.SetGCPercent(pacedGC)
 	if !filepath.IsAbs(e.cli.Versions) {
 		return refused("--versions %s: a path under --root must be absolute", e.cli.Versions)
 	}
