@@ -127,6 +127,8 @@ type Host interface {
 	Accept(ctx context.Context, d *linkproto.Declaration, trigger event.Trigger) linkproto.Ack
 	// State is the host's current projection.
 	State() (projector.State, error)
+	// Head is the journal's head: the state changes only when it moves.
+	Head() (uint64, error)
 	// Plan computes what applying p's declaration would change, changing
 	// nothing, and journals that it answered; the link fills in the
 	// answer's protocol, node and revision. It is called for one request

@@ -96,6 +96,8 @@ type testHost struct {
 	triggers []event.Trigger
 	// planGate, when not nil, holds every Plan until it is closed.
 	planGate chan struct{}
+	// stateReads counts State calls.
+	stateReads atomic.Int32
 }
 
 func (h *testHost) Accept(_ context.Context, d *linkproto.Declaration, trigger event.Trigger) linkproto.Ack {
@@ -120,7 +122,13 @@ func (h *testHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 	return linkproto.Ack{Accepted: true, Seq: recs[0].Seq}
 }
 
+func (h *testHost) Head() (uint64, error) {
+	in, err := h.j.Info()
+	return in.Head, err
+}
+
 func (h *testHost) State() (projector.State, error) {
+	h.stateReads.Add(1)
 	var s projector.State
 	err := h.j.Projection(func(v journal.View, _ uint64) error {
 		var err error
@@ -654,6 +662,87 @@ func TestHeartbeatWhileIdle(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	eventually(t, "three idle heartbeats", func() bool { return n.Load() >= 3 })
+}
+
+// An idle heartbeat reads the journal's head, not the whole projection:
+// the state is read again, and its Report sent, only once a record moved
+// the head.
+func TestIdleHeartbeatReadsTheStateOnlyWhenItMoves(t *testing.T) {
+	b := newBed(t, func(_ *bed, c *Config) { c.HeartbeatInterval = 20 * time.Millisecond })
+	beats, reports := make(chan linkproto.Heartbeat, 100), make(chan linkproto.Report, 100)
+	for subject, fn := range map[string]func(m *nats.Msg){
+		linkproto.HeartbeatSubject(testMesh, testNode): func(m *nats.Msg) {
+			var h linkproto.Heartbeat
+			if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &h); err != nil {
+				t.Errorf("heartbeat: %v", err)
+			}
+			beats <- h
+		},
+		linkproto.StateSubject(testMesh, testNode): func(m *nats.Msg) {
+			var r linkproto.Report
+			if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &r); err != nil {
+				t.Errorf("report: %v", err)
+			}
+			reports <- r
+		},
+	} {
+		sub, err := b.nc.Subscribe(subject, fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	next := func() linkproto.Heartbeat {
+		t.Helper()
+		select {
+		case h := <-beats:
+			return h
+		case <-time.After(wait):
+			t.Fatal("no heartbeat")
+		}
+		panic("unreachable")
+	}
+	// Settled: two heartbeats in a row name the journal's head.
+	for {
+		h1, h2 := next(), next()
+		in, _ := b.j.Info()
+		if h1.Head == h2.Head && h2.Head == in.Head {
+			break
+		}
+	}
+	for len(reports) > 0 {
+		<-reports
+	}
+	reads := b.host.stateReads.Load()
+	for range 5 {
+		if h := next(); h.Report == "" {
+			t.Errorf("an idle heartbeat names no report: %+v", h)
+		}
+	}
+	if got := b.host.stateReads.Load(); got != reads {
+		t.Errorf("5 idle heartbeats read the state %d times, want 0", got-reads)
+	}
+	if len(reports) != 0 {
+		t.Errorf("idle heartbeats sent %d reports, want none", len(reports))
+	}
+
+	recs, err := b.j.Append(event.New(event.DeclarationRefused, 0, "", event.DeclarationRefusedPayload{Revision: 1, Source: "push", Reason: "test"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h := next(); h.Head != recs[0].Seq; h = next() {
+	}
+	if got := b.host.stateReads.Load(); got != reads+1 {
+		t.Errorf("the head moved once and the state was read %d times, want 1", got-reads)
+	}
+	select {
+	case r := <-reports:
+		if r.State.Head != recs[0].Seq {
+			t.Errorf("the report says head %d, want %d", r.State.Head, recs[0].Seq)
+		}
+	case <-time.After(wait):
+		t.Error("no report once the state moved")
+	}
 }
 
 // streamRecords reads the events stream: the journal sequences it holds,

@@ -106,6 +106,12 @@ func (h *LinkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 	return ack
 }
 
+// Head is the journal's last sequence.
+func (h *LinkHost) Head() (uint64, error) {
+	in, err := h.held.Journal.Info()
+	return in.Head, err
+}
+
 // State is the stored projection.
 func (h *LinkHost) State() (projector.State, error) {
 	s, _, err := hostjournal.StoredState(h.held.Journal)
