@@ -63,7 +63,7 @@ func (m *meshHost) name() string { return "mesh-host" }
 func (m *meshHost) root() string { return m.dir }
 
 func (m *meshHost) reset() error {
-	if err := os.RemoveAll(m.state); err != nil {
+	if err := setAside(m.state); err != nil {
 		return err
 	}
 	return resetRoot(m.dir)
