@@ -58,7 +58,8 @@ func (c *applyCmd) Run(e *env) error {
 			return refuse(j, source, decl, err)
 		}
 		specs := decl.Expanded()
-		recv, err := hostjournal.AppendDeclaration(j, decl, specs, source, nil)
+		declared := hostjournal.Declared(specs)
+		recv, err := hostjournal.AppendDeclaration(j, decl, declared, source, nil)
 		unlock()
 		if err != nil {
 			return failed("journal the declaration: %v", err)
@@ -74,7 +75,7 @@ func (c *applyCmd) Run(e *env) error {
 		}
 		res, err := rc.Reconcile(e.ctx, agent.Request{
 			Trigger: event.TriggerManual, Cause: recv, Revision: decl.Revision,
-			Specs: specs, Owned: s.Owned, Repair: true,
+			Specs: specs, Digests: hostjournal.SpecDigests(specs, declared), Owned: s.Owned, Repair: true,
 		})
 		if err != nil {
 			return failed("reconcile: %v", err)

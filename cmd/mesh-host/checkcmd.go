@@ -89,7 +89,10 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 	if err := e.openSecrets(specs); err != nil {
 		return nil, fmt.Errorf("the stored declaration (#%d): %w", s.Desired.Seq, err)
 	}
-	req := agent.Request{Trigger: trigger, Owned: s.Owned, Repair: repair, Revision: decl.Revision, Specs: specs}
+	req := agent.Request{
+		Trigger: trigger, Owned: s.Owned, Repair: repair, Revision: decl.Revision,
+		Specs: specs, Digests: hostjournal.SpecDigests(specs, s.Desired.Resources),
+	}
 	if trigger == event.TriggerPushed || trigger == event.TriggerReconnect {
 		// Started by accepting the declaration: that is its cause.
 		req.Cause = s.Desired.Seq

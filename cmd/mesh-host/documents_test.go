@@ -15,6 +15,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto/linkprototest"
@@ -145,4 +146,70 @@ func TestDeclarationDocumentsStoredApart(t *testing.T) {
 	run("replay", "--verify")
 	run("check")
 	motd("three\n")
+}
+
+// The spec digests journaled with a declaration (hostjournal.Declared, from
+// the declaration as parsed) are those of the specs a later reconcile
+// decodes from the stored document: check and the service reuse them
+// instead of encoding every spec again, so they must not differ by a byte.
+func TestDeclaredDigestsAreTheStoredDocumentsOwn(t *testing.T) {
+	paths, err := filepath.Glob("../../examples/*.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := declaration.ParseYAML(path, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			declared := hostjournal.Declared(d.Expanded())
+			doc, err := d.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored, err := declaration.DecodeStored(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			specs := stored.Expanded()
+			got := hostjournal.SpecDigests(specs, declared)
+			if got == nil {
+				t.Fatalf("the journaled list does not name the stored document's %d resources", len(specs))
+			}
+			for i, spec := range specs {
+				if want := drivers.SpecDigest(spec); got[i] != want {
+					t.Errorf("%s: journaled digest %s, the stored document's spec is %s", drivers.ID(spec), got[i], want)
+				}
+			}
+		})
+	}
+}
+
+// A list that does not name the specs, in order, gives no digests: the
+// reconcile computes them.
+func TestSpecDigestsRefuseAnotherList(t *testing.T) {
+	d, err := declaration.ParseYAML("test", []byte("mesh: m\nnode: n\nrevision: 1\nresources:\n  - directory: {path: /a}\n  - directory: {path: /b}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := d.Expanded()
+	declared := hostjournal.Declared(specs)
+	if hostjournal.SpecDigests(specs, declared) == nil {
+		t.Fatal("the declaration's own list refused")
+	}
+	for name, other := range map[string][]event.DeclaredResource{
+		"shorter":   declared[:1],
+		"reordered": {declared[1], declared[0]},
+		"no digest": {declared[0], {ID: declared[1].ID}},
+		"none":      nil,
+	} {
+		if got := hostjournal.SpecDigests(specs, other); got != nil {
+			t.Errorf("%s: got %v, want nil", name, got)
+		}
+	}
 }

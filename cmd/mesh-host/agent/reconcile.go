@@ -70,6 +70,10 @@ type Request struct {
 	Revision uint64
 	// Specs are the declaration's resources, with ${version} expanded.
 	Specs []drivers.Spec
+	// Digests, when not nil, are drivers.SpecDigest of each of Specs, in
+	// order: the list journaled with the declaration, which need not be
+	// computed again (encoding every spec is a third of a no-op check).
+	Digests []string
 	// Owned is the projection's owned set: what the host may remove.
 	Owned map[string]projector.Owned
 	// Repair false observes and journals drift but changes nothing
@@ -266,10 +270,17 @@ func needsRecord(s *Step, owned map[string]projector.Owned) bool {
 func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 	declared := make(map[string]bool, len(req.Specs))
 	var steps []*Step
-	for _, spec := range req.Specs {
+	if req.Digests != nil && len(req.Digests) != len(req.Specs) {
+		return nil, fmt.Errorf("%d spec digests for %d specs", len(req.Digests), len(req.Specs))
+	}
+	for i, spec := range req.Specs {
 		id := drivers.ID(spec)
 		declared[id] = true
-		steps = append(steps, &Step{ID: id, Spec: spec})
+		s := &Step{ID: id, Spec: spec}
+		if req.Digests != nil {
+			s.Digest = req.Digests[i]
+		}
+		steps = append(steps, s)
 	}
 	for id := range req.Owned {
 		switch {
@@ -284,7 +295,9 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 		if s.Spec == nil {
 			return // removals need no observation: Remove of absent succeeds
 		}
-		s.Digest = drivers.SpecDigest(s.Spec)
+		if s.Digest == "" {
+			s.Digest = drivers.SpecDigest(s.Spec)
+		}
 		d, err := rc.driver(s.ID)
 		if err == nil {
 			s.Observation, err = d.Observe(ctx, s.Spec)

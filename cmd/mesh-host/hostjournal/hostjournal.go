@@ -288,7 +288,8 @@ func AppendRefusal(j *journal.Journal, source string, d *declaration.Declaration
 // document in the journal's documents, the record naming it by digest. signed is
 // the message it arrived in from the mesh, nil for a file: its document is
 // journaled as it arrived, with the operator and the signature, so that
-// the record alone proves where it came from.
+// the record alone proves where it came from. declared is Declared of its
+// expanded specs.
 //
 // A declaration that is the one already desired (the same revision and
 // digest and, from the mesh, the same signature) is journaled as
@@ -296,7 +297,7 @@ func AppendRefusal(j *journal.Journal, source string, d *declaration.Declaration
 // declaration.received holding the document, so applying an unchanged
 // declaration again does not store it again. It returns the seq of the
 // record appended.
-func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []drivers.Spec, source string, signed *linkproto.Declaration) (uint64, error) {
+func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, declared []event.DeclaredResource, source string, signed *linkproto.Declaration) (uint64, error) {
 	var cur *projector.Desired
 	err := j.Projection(func(v journal.View, _ uint64) error {
 		var err error
@@ -334,11 +335,7 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, specs []d
 	// So is the list of its resources (an id and a digest each: a
 	// megabyte for 10,000 files), which the journal's readers see put
 	// back (expand).
-	resources := make([]event.DeclaredResource, 0, len(specs))
-	for _, spec := range specs {
-		resources = append(resources, event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)})
-	}
-	list, err := json.Marshal(resources)
+	list, err := json.Marshal(declared)
 	if err != nil {
 		return 0, err
 	}
@@ -363,6 +360,33 @@ func same(cur *projector.Desired, revision uint64, digest string, signed *linkpr
 		return signed.Signature == cur.Signature && signed.Signer == cur.Signer && signed.Operator == cur.Operator
 	}
 	return true
+}
+
+// Declared is the list of specs a declaration.received names: each
+// resource's id and spec digest, in order.
+func Declared(specs []drivers.Spec) []event.DeclaredResource {
+	declared := make([]event.DeclaredResource, len(specs))
+	for i, spec := range specs {
+		declared[i] = event.DeclaredResource{ID: drivers.ID(spec), SpecDigest: drivers.SpecDigest(spec)}
+	}
+	return declared
+}
+
+// SpecDigests returns the spec digest of each of specs from declared, the
+// list journaled with them, when it names the same resources in the same
+// order; else nil, and the reconcile computes them.
+func SpecDigests(specs []drivers.Spec, declared []event.DeclaredResource) []string {
+	if len(declared) != len(specs) {
+		return nil
+	}
+	digests := make([]string, len(specs))
+	for i, r := range declared {
+		if r.ID != drivers.ID(specs[i]) || r.SpecDigest == "" {
+			return nil
+		}
+		digests[i] = r.SpecDigest
+	}
+	return digests
 }
 
 // Comparison is the stored projection compared with a replay.
