@@ -48,7 +48,7 @@ func (c *applyCmd) Run(e *env) error {
 		// Inside the service, a push may be admitted meanwhile: the
 		// revision check and the append go together.
 		unlock := e.admitting()
-		s, _, lerr := hostjournal.StoredState(j)
+		s, _, lerr := e.storedState(j)
 		if lerr != nil {
 			unlock()
 			return failed("%v", lerr)
@@ -154,9 +154,12 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 	defer j.Close()
 	// Before anything is appended: not a record is added to a damaged
 	// file, not even a refusal.
-	if err := hostjournal.Verify(j); err != nil {
+	s, head, err := hostjournal.VerifyState(j)
+	if err != nil {
 		return failed("%w", err)
 	}
+	e.verified = &verifiedState{s: s, head: head}
+	defer func() { e.verified = nil }()
 	return fn(j)
 }
 

@@ -48,7 +48,7 @@ func (c *checkCmd) Run(e *env) error {
 // and removes what the host owns that it no longer declares: what `check`,
 // the service's start and its drift timer do.
 func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair bool) (*agent.Result, error) {
-	s, _, err := hostjournal.StoredState(j)
+	s, _, err := e.storedState(j)
 	if err != nil {
 		return nil, err
 	}

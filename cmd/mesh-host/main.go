@@ -118,6 +118,9 @@ type env struct {
 	args           []string
 	cli            *cli
 	held           *service.Held // non-nil inside the service
+	// verified is the stored state read when the journal was opened and
+	// verified, until storedState takes it.
+	verified *verifiedState
 }
 
 // exitError carries a command's exit code through kong.

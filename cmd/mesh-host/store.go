@@ -6,6 +6,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
 	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/projector"
 )
 
 // stateDir is the state directory of the host a command runs for: the
@@ -53,4 +54,23 @@ func (e *env) withJournal(fn func(j *journal.Journal) error) error {
 		return failed("%w", err)
 	}
 	return fn(j)
+}
+
+// verifiedState is a journal's stored state and the head it folds through.
+type verifiedState struct {
+	s    projector.State
+	head uint64
+}
+
+// storedState is hostjournal.StoredState, without decoding the projection
+// again when it is the one read at opening: nothing was appended since
+// (the head has not moved). It is taken once.
+func (e *env) storedState(j *journal.Journal) (projector.State, uint64, error) {
+	if v := e.verified; v != nil {
+		e.verified = nil
+		if in, err := j.Info(); err == nil && in.Head == v.head {
+			return v.s, v.head, nil
+		}
+	}
+	return hostjournal.StoredState(j)
 }

@@ -260,14 +260,25 @@ func storedFold(st journal.Store, recs []event.Record) error {
 // compaction snapshot (checksums, decoding). It returns the first damage
 // found, as AsDamage does.
 func Verify(j *journal.Journal) error {
-	if err := j.Check(); err != nil {
-		return AsDamage(j, err)
-	}
-	if _, _, err := StoredState(j); err != nil {
-		return err
-	}
-	_, _, err := SnapshotState(j)
+	_, _, err := VerifyState(j)
 	return err
+}
+
+// VerifyState is Verify, returning the stored projection it read and the
+// head it folds through: a command that goes on to read it need not decode
+// it twice.
+func VerifyState(j *journal.Journal) (projector.State, uint64, error) {
+	if err := j.Check(); err != nil {
+		return projector.State{}, 0, AsDamage(j, err)
+	}
+	s, head, err := StoredState(j)
+	if err != nil {
+		return projector.State{}, 0, err
+	}
+	if _, _, err := SnapshotState(j); err != nil {
+		return projector.State{}, 0, err
+	}
+	return s, head, nil
 }
 
 // AppendRefusal appends a declaration.refused record; d is nil when the
