@@ -36,6 +36,8 @@ type Store = interface {
 //	format          the layout: "2" (absent: layout 1)
 //	core            the State without Desired and Owned, as JSON
 //	desired         the Desired, as JSON (absent before the first declaration)
+//	desired-ref     its revision, digest and seq, and the checksum of the
+//	                desired value they were written with (see desiredRef)
 //	owned/<id>      one Owned, in the binary form of owned.go
 //
 // In layout 2 every value but format's ends with a checksum (see seal):
@@ -43,10 +45,11 @@ type Store = interface {
 // must stop the host, not steer it. Layout 1, written before checksums, is
 // read as it is; the first Fold into it rewrites every value in layout 2.
 const (
-	keyFormat   = "format"
-	keyCore     = "core"
-	keyDesired  = "desired"
-	prefixOwned = "owned/"
+	keyFormat     = "format"
+	keyCore       = "core"
+	keyDesired    = "desired"
+	keyDesiredRef = "desired-ref"
+	prefixOwned   = "owned/"
 )
 
 // storedFormat is the layout Fold writes.
@@ -140,6 +143,13 @@ func Load(r Reader) (State, error) {
 	if s.Desired, err = loadDesired(r, sealed); err != nil {
 		return State{}, err
 	}
+	if sealed {
+		// Not needed here, but a byte flipped in it is damage all the
+		// same, found by every whole read.
+		if _, err := storedDesiredRef(r); err != nil {
+			return State{}, err
+		}
+	}
 	err = r.ForEach(func(k, v []byte) error {
 		id, ok := strings.CutPrefix(string(k), prefixOwned)
 		if !ok {
@@ -191,20 +201,78 @@ func loadDesired(r Reader, sealed bool) (*Desired, error) {
 
 // loadDesiredRef reads the stored Desired's revision, digest and seq, and
 // none of its resources or document (nil before the first declaration).
+// Every append that completes a reconcile needs them: from desired-ref,
+// small, when it was written with the desired value stored now; else
+// (written by an older version, or by none) from the desired value, which
+// holds a line for every resource declared.
 func loadDesiredRef(r Reader, sealed bool) (*Desired, error) {
+	if sealed {
+		d, err := storedDesiredRef(r)
+		if d != nil || err != nil {
+			return d, err
+		}
+	}
 	b, err := get(r, keyDesired, sealed)
 	if err != nil || len(b) == 0 {
 		return nil, err
 	}
-	var ref struct {
-		Revision uint64 `json:"revision"`
-		Digest   string `json:"digest"`
-		Seq      uint64 `json:"seq"`
-	}
+	var ref desiredRef
 	if err := json.Unmarshal(b, &ref); err != nil {
 		return nil, fmt.Errorf("%w: desired: %w", ErrCorrupt, err)
 	}
 	return &Desired{Revision: ref.Revision, Digest: ref.Digest, Seq: ref.Seq}, nil
+}
+
+// desiredRef is the desired-ref key's value. Of is the checksum that ends
+// the sealed desired value it was written with: a version that writes the
+// desired value and not this key (one rolled back to) leaves a ref whose
+// Of no longer matches, and it is not used.
+type desiredRef struct {
+	Revision uint64 `json:"revision"`
+	Digest   string `json:"digest"`
+	Seq      uint64 `json:"seq"`
+	Of       uint32 `json:"of,omitempty"`
+}
+
+// storedDesiredRef reads desired-ref: nil when there is none or it is not
+// of the desired value stored; ErrCorrupt when it is damaged.
+func storedDesiredRef(r Reader) (*Desired, error) {
+	b, err := get(r, keyDesiredRef, true)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	var ref desiredRef
+	if err := json.Unmarshal(b, &ref); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, keyDesiredRef, err)
+	}
+	desired := r.Get([]byte(keyDesired))
+	if len(desired) < checksumSize || ref.Of != binary.BigEndian.Uint32(desired[len(desired)-checksumSize:]) {
+		return nil, nil
+	}
+	return &Desired{Revision: ref.Revision, Digest: ref.Digest, Seq: ref.Seq}, nil
+}
+
+// putDesired stores d as the desired value and its desired-ref.
+func putDesired(st Store, d *Desired) error {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	v := seal(keyDesired, b)
+	if err := st.Put([]byte(keyDesired), v); err != nil {
+		return err
+	}
+	return putDesiredRef(st, d, v)
+}
+
+// putDesiredRef stores the desired-ref of d, stored sealed as v.
+func putDesiredRef(st Store, d *Desired, v []byte) error {
+	ref, err := json.Marshal(desiredRef{Revision: d.Revision, Digest: d.Digest, Seq: d.Seq,
+		Of: binary.BigEndian.Uint32(v[len(v)-checksumSize:])})
+	if err != nil {
+		return err
+	}
+	return st.Put([]byte(keyDesiredRef), seal(keyDesiredRef, ref))
 }
 
 // encodeCore is the core key's value: s without Desired and Owned.
@@ -315,11 +383,7 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 	// Written when a declaration replaced it: never the reference read
 	// above (a declaration.received that does not decode leaves it).
 	if declared && s.Desired != nil && s.Desired != ref {
-		b, err := json.Marshal(s.Desired)
-		if err != nil {
-			return err
-		}
-		if err := st.Put([]byte(keyDesired), seal(keyDesired, b)); err != nil {
+		if err := putDesired(st, s.Desired); err != nil {
 			return err
 		}
 	}
@@ -355,6 +419,15 @@ func upgradeLayout(st Store) error {
 	for _, e := range all {
 		if err := st.Put([]byte(e.k), e.v); err != nil {
 			return err
+		}
+		if e.k == keyDesired {
+			d, err := loadDesired(st, true)
+			if err == nil {
+				err = putDesiredRef(st, d, e.v)
+			}
+			if err != nil {
+				return err
+			}
 		}
 	}
 	return st.Put([]byte(keyFormat), storedFormat)

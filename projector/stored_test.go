@@ -2,6 +2,7 @@ package projector
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"maps"
 	"strings"
@@ -22,7 +23,7 @@ func storedSample(t *testing.T) ([]event.Record, memStore) {
 		applied(issue, event.ActionCreate, "sha256:bb", "disk full"),
 	)
 	st := storeOf(t, recs)
-	for _, k := range []string{keyFormat, keyCore, keyDesired, prefixOwned + motd, prefixOwned + issue} {
+	for _, k := range []string{keyFormat, keyCore, keyDesired, keyDesiredRef, prefixOwned + motd, prefixOwned + issue} {
 		if st[k] == nil {
 			t.Fatalf("the sample has no %q: %v", k, st)
 		}
@@ -51,8 +52,8 @@ func TestStoredChecksums(t *testing.T) {
 						t.Fatalf("LoadDesired with byte %d of %q flipped: got error %v, want ErrCorrupt", i, key, err)
 					}
 				}
-				// A fold of next reads every key but desired.
-				if key != keyDesired {
+				// A fold of next reads every key but desired and its ref.
+				if key != keyDesired && key != keyDesiredRef {
 					if err := new(Stored).Fold(st, next); !errors.Is(err, ErrCorrupt) {
 						t.Fatalf("Fold with byte %d of %q flipped: got error %v, want ErrCorrupt", i, key, err)
 					}
@@ -72,6 +73,53 @@ func TestStoredChecksums(t *testing.T) {
 	}
 }
 
+// TestDesiredRef: a completion's fold reads the desired declaration's
+// revision, digest and seq from desired-ref; one written with another
+// desired value (by a version that does not keep it) is not used, and a
+// damaged one is ErrCorrupt.
+func TestDesiredRef(t *testing.T) {
+	recs, good := storedSample(t)
+	want, err := LoadDesired(good)
+	if err != nil || want == nil {
+		t.Fatalf("LoadDesired: %v, %v", want, err)
+	}
+	d, err := loadDesiredRef(good, true)
+	if err != nil || d.Revision != want.Revision || d.Digest != want.Digest || d.Seq != want.Seq {
+		t.Fatalf("got ref %+v (%v), want the desired %+v", d, err, want)
+	}
+	if ref, err := storedDesiredRef(good); err != nil || ref == nil {
+		t.Fatalf("the fold wrote no usable desired-ref: %v, %v", ref, err)
+	}
+
+	// The desired value replaced, the ref left: an older version's write.
+	stale := maps.Clone(good)
+	other := *want
+	other.Revision, other.Seq = 9, 1
+	b, err := json.Marshal(&other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale[keyDesired] = seal(keyDesired, b)
+	if ref, err := storedDesiredRef(stale); err != nil || ref != nil {
+		t.Errorf("a ref of another desired value: got %+v, %v, want none", ref, err)
+	}
+	if d, err := loadDesiredRef(stale, true); err != nil || d.Revision != 9 {
+		t.Errorf("with a stale ref: got %+v, %v, want revision 9 from the desired value", d, err)
+	}
+
+	// Damaged: every reader that reads it stops.
+	bad := maps.Clone(good)
+	bad[keyDesiredRef] = bytes.Clone(good[keyDesiredRef])
+	bad[keyDesiredRef][0] ^= 0x01
+	completion := numbered(append(recs, rec(event.ReconcileCompleted, "", event.ReconcileCompletedPayload{Revision: 3, Result: event.ResultConverged}))...)[len(recs):]
+	if err := new(Stored).Fold(bad, completion); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a completion's fold with desired-ref damaged: got %v, want ErrCorrupt", err)
+	}
+	if err := new(Stored).Fold(maps.Clone(good), completion); err != nil {
+		t.Errorf("a completion's fold: %v", err)
+	}
+}
+
 // TestStoredLayout1: a projection written before checksums (no format, no
 // checksums) loads as it is, and the first Fold into it rewrites it whole in
 // the current layout: the store then holds what a fresh fold would.
@@ -80,7 +128,7 @@ func TestStoredLayout1(t *testing.T) {
 	old := memStore{}
 	for k, v := range sealed {
 		switch {
-		case k == keyFormat:
+		case k == keyFormat, k == keyDesiredRef:
 		case k == keyCore || k == keyDesired || strings.HasPrefix(k, prefixOwned):
 			old[k] = v[:len(v)-checksumSize]
 		default:
