@@ -170,6 +170,9 @@ func (j *Journal) ScanBatches(from, to uint64, fn func([]event.Record) error) er
 				}
 				batch = append(batch, r)
 			}
+			// The batch holds copies: what it was read from need not
+			// stay resident as the scan sweeps the file.
+			releasePages(tx)
 			return nil
 		})
 		if err != nil {
@@ -416,6 +419,7 @@ func (j *Journal) checkDocuments(named map[Sum]uint64) error {
 			sizes[Sum(k)] = len(v)
 			return nil
 		})
+		releasePages(tx) // every chunk was read: all the documents' bytes
 		if err != nil {
 			return err
 		}

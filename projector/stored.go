@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -367,7 +369,9 @@ func (p *Stored) Fold(st Store, recs []event.Record) error {
 	}
 	s = Replay(s, recs)
 
-	for id := range touched {
+	// In key order: bbolt inserts each key into its node's sorted list,
+	// and keys in random order (a map's) shift half of it each time.
+	for _, id := range slices.Sorted(maps.Keys(touched)) {
 		key := prefixOwned + id
 		o, ok := s.Owned[id]
 		if !ok {

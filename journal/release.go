@@ -1,0 +1,26 @@
+package journal
+
+import (
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
+)
+
+// releasePages drops the pages of the journal's file that this process
+// has read from its resident set. They stay in the page cache, and a later
+// read faults them back in from there. A read of the whole file (Check,
+// every command's first look at the journal; a replay) would otherwise
+// leave all of it counted as the process's memory: bbolt reads through a
+// mapping of the file, and a mapped page once touched stays resident until
+// the kernel needs it back.
+//
+// It is called inside a read transaction, which holds the mapping in
+// place: bbolt maps the file anew only under a lock that waits for every
+// open transaction. tx.Size() is within the mapping, which covers the
+// file. madvise's error, if any, is ignored: nothing depends on it.
+func releasePages(tx *bolt.Tx) {
+	info := tx.DB().Info()
+	if info == nil || info.Data == 0 || tx.Size() <= 0 {
+		return
+	}
+	_, _, _ = unix.Syscall(unix.SYS_MADVISE, info.Data, uintptr(tx.Size()), uintptr(unix.MADV_DONTNEED))
+}

@@ -1,0 +1,66 @@
+package journal_test
+
+import (
+	"bufio"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/mesh-host/mesh-host/journal"
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// residentKB is how much of the file at path this process's mappings hold
+// resident, from /proc/self/smaps.
+func residentKB(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no /proc/self/smaps here (%v): the resident set cannot be read", err)
+	}
+	defer f.Close()
+	total, in := 0, false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) > 0 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":"):
+			in = len(fields) >= 6 && fields[5] == path
+		case in && len(fields) >= 2 && fields[0] == "Rss:":
+			n, _ := strconv.Atoi(fields[1])
+			total += n
+		}
+	}
+	return total
+}
+
+// Check reads every record and every document: the pages of the file it
+// read do not stay in the process's resident set (a journal of some
+// megabytes would otherwise be counted as the host's memory, by every
+// command and by the service's scrub).
+func TestCheckLeavesTheFileOutOfMemory(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc/self/smaps")
+	}
+	j, path := newJournal(t, journal.Options{})
+	payload := `{"note":"` + strings.Repeat("x", 400) + `"}`
+	for range 10 {
+		batch := make([]event.Record, 2000)
+		for i := range batch {
+			batch[i] = rec("test.filler", 0, "file:/etc/f"+strconv.Itoa(i), payload)
+		}
+		mustAppend(t, j, batch...)
+	}
+	info, err := j.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if got, file := residentKB(t, path), int(info.Size/1024); got > file/4 {
+		t.Errorf("after Check, %d KB of the %d KB file are resident, want at most a quarter", got, file)
+	}
+}
