@@ -5,6 +5,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Release drops the pages of the file this process has read from its
+// resident set (see releasePages): for a service, once a reconcile that
+// read much of it is over.
+func (j *Journal) Release() error {
+	return j.view(func(tx *bolt.Tx) error {
+		releasePages(tx)
+		return nil
+	})
+}
+
 // releasePages drops the pages of the journal's file that this process
 // has read from its resident set. They stay in the page cache, and a later
 // read faults them back in from there. A read of the whole file (Check,

@@ -170,6 +170,8 @@ func Run(ctx context.Context, c Config) error {
 	}
 
 	held := &Held{Journal: j, StateDir: c.StateDir, look: make(chan struct{}, 1)}
+	giver := newGiver(j)
+	defer giver.stop()
 	host := NewLinkHost(held, c.Admit, c.Plan)
 	var lnk *link.Link
 	if linked {
@@ -209,7 +211,7 @@ func Run(ctx context.Context, c Config) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error {
 			return localsock.Serve(ctx, sock, func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-				defer giveBack()
+				defer giver.giveBack()
 				return c.Handler(ctx, args, stdout, stderr, held)
 			})
 		}, func(error) { cancel() })
@@ -226,9 +228,10 @@ func Run(ctx context.Context, c Config) error {
 					defer held.Reconciling.Unlock()
 					return c.Reconcile(ctx, held.Journal, trigger)
 				},
-				done:    held.afterReconcile,
-				between: betweenReconciles(hv, held, log),
-				look:    held.look,
+				done:     held.afterReconcile,
+				between:  betweenReconciles(hv, held, log),
+				look:     held.look,
+				giveBack: giver.giveBack,
 			}, log)
 		}, func(error) { cancel() })
 	}
@@ -354,6 +357,9 @@ type loopHooks struct {
 	// look asks for a between with no reconcile of the loop's own: a
 	// client's reconcile completed.
 	look <-chan struct{}
+	// giveBack, when set, is called after each reconcile and its between,
+	// once its result is dropped.
+	giveBack func()
 }
 
 // reconcileLoop reconciles at start, then on each trigger: a declaration
@@ -404,7 +410,9 @@ func (c *Config) reconcileLoop(ctx context.Context, h loopHooks, log *slog.Logge
 		if err := between(completed); err != nil {
 			return err
 		}
-		giveBack() // res is dropped by now
+		if h.giveBack != nil {
+			h.giveBack() // res is dropped by now
+		}
 		timer.Reset(c.DriftInterval)
 	waiting:
 		for {
@@ -440,10 +448,39 @@ func (c *Config) applyContext(ctx context.Context) (_ context.Context, release f
 	}
 }
 
-// giveBack returns the heap a reconcile or a client's command left to the
-// operating system. A reconcile of a large declaration holds it whole, with
-// its observations, and Go's runtime keeps freed pages for minutes (and for
-// reuse): between reconciles the service holds only its journal, its link
-// and its timers. A forced collection of that small heap takes about a
-// millisecond, small beside any reconcile's fsyncs.
-func giveBack() { debug.FreeOSMemory() }
+// giver returns to the operating system what a reconcile or a client's
+// command took. A reconcile of a large declaration holds it whole, with its
+// observations, and reads much of the journal: Go's runtime keeps freed
+// heap for minutes (and for reuse), and the journal's pages read stay
+// counted as the process's memory (journal.Release). Between reconciles
+// the service holds only its journal, its link and its timers. A forced
+// collection of that small heap takes about a millisecond, small beside
+// any reconcile's fsyncs.
+type giver struct {
+	j     *journal.Journal
+	later *time.Timer
+}
+
+// settle is how long after a reconcile what it set off (its heartbeat's
+// Report, its records sent upward) is over and garbage too.
+const settle = 5 * time.Second
+
+func newGiver(j *journal.Journal) *giver {
+	g := &giver{j: j}
+	g.later = time.AfterFunc(settle, g.now)
+	g.later.Stop()
+	return g
+}
+
+// giveBack gives back now, and once more when what followed has settled.
+func (g *giver) giveBack() {
+	g.now()
+	g.later.Reset(settle)
+}
+
+func (g *giver) now() {
+	debug.FreeOSMemory()
+	_ = g.j.Release() // closed at the service's end: nothing to give back
+}
+
+func (g *giver) stop() { g.later.Stop() }
