@@ -2,9 +2,11 @@ package projector
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -158,5 +160,101 @@ func TestStoredLayout1(t *testing.T) {
 	}
 	if _, err := Load(memStore{keyFormat: []byte("9")}); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("Load of an unknown layout: got error %v, want ErrCorrupt", err)
+	}
+}
+
+// TestPendingPlanApart: the plan of a reconcile in progress is kept under
+// pending-plan, not in the core that every fold of its outcomes rewrites;
+// Load puts it back; the completion drops it; a plan of another reconcile
+// is not used; damage to it is ErrCorrupt; a core that holds a plan (as
+// written before) is read as it is and moved apart by the next fold.
+func TestPendingPlanApart(t *testing.T) {
+	plan := []event.Step{{Resource: motd, Action: event.ActionCreate}, {Resource: issue, Action: event.ActionUpdate}}
+	recs := numbered(
+		rec(event.DeclarationReceived, "", event.DeclarationReceivedPayload{Revision: 3, Digest: "sha256:dd"}),
+		rec(event.ReconcileStarted, "", event.ReconcileStartedPayload{Trigger: event.TriggerPushed, Revision: 3, Plan: plan}),
+		applied(motd, event.ActionCreate, "sha256:aa", ""),
+		rec(event.ReconcileCompleted, "", event.ReconcileCompletedPayload{Revision: 3, Result: event.ResultConverged}),
+	)
+	st := storeOf(t, recs[:2])
+	if bytes.Contains(st[keyCore], []byte(`"plan"`)) || st[keyPendingPlan] == nil {
+		t.Fatalf("after a reconcile.started the core holds %q, pending-plan %q", st[keyCore], st[keyPendingPlan])
+	}
+	loaded := func(st memStore) State {
+		t.Helper()
+		s, err := Load(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if s := loaded(st); s.Pending == nil || !slices.Equal(s.Pending.Plan, plan) {
+		t.Fatalf("Load: pending %+v, want the plan %v", s.Pending, plan)
+	}
+	kept := bytes.Clone(st[keyPendingPlan])
+	if err := new(Stored).Fold(st, recs[2:3]); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(st[keyPendingPlan], kept) || !slices.Equal(loaded(st).Pending.Plan, plan) {
+		t.Errorf("an outcome's fold changed the plan kept: %q", st[keyPendingPlan])
+	}
+
+	// Damage to it is damage.
+	bad := maps.Clone(st)
+	bad[keyPendingPlan] = bytes.Clone(kept)
+	bad[keyPendingPlan][9] ^= 0x01
+	if _, err := Load(bad); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Load with pending-plan damaged: got %v, want ErrCorrupt", err)
+	}
+
+	// Another reconcile's plan, left behind: not used, and dropped.
+	stale := maps.Clone(st)
+	other := append(binary.BigEndian.AppendUint64(nil, 99), `[{"resource":"file:/x","action":"created"}]`...)
+	stale[keyPendingPlan] = seal(keyPendingPlan, other)
+	if s := loaded(stale); s.Pending == nil || s.Pending.Plan != nil {
+		t.Errorf("with another reconcile's plan kept: pending %+v, want no plan", s.Pending)
+	}
+	another := applied(issue, event.ActionUpdate, "sha256:bb", "")
+	another.Seq = 4
+	if err := new(Stored).Fold(stale, []event.Record{another}); err != nil {
+		t.Fatal(err)
+	}
+	if stale[keyPendingPlan] != nil {
+		t.Errorf("a fold left another reconcile's plan: %q", stale[keyPendingPlan])
+	}
+
+	// The completion drops it.
+	if err := new(Stored).Fold(st, recs[3:]); err != nil {
+		t.Fatal(err)
+	}
+	if st[keyPendingPlan] != nil {
+		t.Errorf("after the completion pending-plan is still there: %q", st[keyPendingPlan])
+	}
+	if want := storeOf(t, recs); !maps.EqualFunc(st, want, bytes.Equal) {
+		t.Errorf("folded in parts, the store differs from one folded at once")
+	}
+
+	// A core that holds the plan, as written before pending-plan.
+	old := storeOf(t, recs[:2])
+	delete(old, keyPendingPlan)
+	var core map[string]any
+	body, err := unseal(keyCore, old[keyCore], true)
+	if err != nil || json.Unmarshal(body, &core) != nil {
+		t.Fatalf("core: %v", err)
+	}
+	core["pending"].(map[string]any)["plan"] = plan
+	b, err := json.Marshal(core)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old[keyCore] = seal(keyCore, b)
+	if s := loaded(old); !slices.Equal(s.Pending.Plan, plan) {
+		t.Errorf("a core holding the plan: pending %+v", s.Pending)
+	}
+	if err := new(Stored).Fold(old, recs[2:3]); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(old[keyCore], []byte(`"plan"`)) || !slices.Equal(loaded(old).Pending.Plan, plan) {
+		t.Errorf("the next fold did not move the core's plan apart: core %q", old[keyCore])
 	}
 }
