@@ -118,6 +118,33 @@ func (j *Journal) decodeStored(k, v []byte) (event.Record, error) {
 	return r, nil
 }
 
+// decodeChecked is decode for Check: each record is expanded as a reader
+// expands it, so that what Options.Expand refuses is found, but with "[]"
+// in place of every document, which is only looked up. Check reads every
+// document once, by its chunks (checkDocuments); putting back the resource
+// list of every declaration in the file, only to find the digests its
+// record names, was most of a check's time on a journal of a few large
+// declarations.
+func (j *Journal) decodeChecked(tx *bolt.Tx, k, v []byte) (event.Record, error) {
+	r, err := j.decodeStored(k, v)
+	if err != nil || j.opts.Expand == nil {
+		return r, err
+	}
+	out, err := j.opts.Expand(r, func(sum Sum) ([]byte, error) {
+		if b := tx.Bucket(bucketDocuments); b == nil || b.Get(sum[:]) == nil {
+			return nil, fmt.Errorf("%w: sha256:%x", ErrNoDocument, sum)
+		}
+		return []byte("[]"), nil
+	})
+	if errors.Is(err, ErrNoDocument) {
+		return r, j.corrupt(fmt.Errorf("record %d: %w", r.Seq, err))
+	}
+	if err != nil {
+		return r, fmt.Errorf("record %d: %w", r.Seq, err)
+	}
+	return out, nil
+}
+
 // expand returns r as Options.Expand makes it, reading documents in tx. A
 // record that refers to a document that is not there is damage.
 func (j *Journal) expand(tx *bolt.Tx, r event.Record) (event.Record, error) {
@@ -152,6 +179,11 @@ func (j *Journal) Scan(from, to uint64, fn func(event.Record) error) error {
 // thousand, for consumers such as a replay that work faster on slices. The
 // slice is fn's to keep.
 func (j *Journal) ScanBatches(from, to uint64, fn func([]event.Record) error) error {
+	return j.scanBatches(from, to, j.decode, fn)
+}
+
+// scanBatches is ScanBatches with decode making each record.
+func (j *Journal) scanBatches(from, to uint64, decode func(tx *bolt.Tx, k, v []byte) (event.Record, error), fn func([]event.Record) error) error {
 	for {
 		var batch []event.Record
 		err := j.view(func(tx *bolt.Tx) error {
@@ -164,7 +196,7 @@ func (j *Journal) ScanBatches(from, to uint64, fn func([]event.Record) error) er
 				if to != 0 && binary.BigEndian.Uint64(k) > to {
 					break
 				}
-				r, err := j.decode(tx, k, v)
+				r, err := decode(tx, k, v)
 				if err != nil {
 					return err
 				}
@@ -372,7 +404,7 @@ func (j *Journal) Check() error {
 	}
 	next := info.First
 	named := make(map[Sum]uint64) // documents records name → a record naming it
-	err = j.ScanBatches(info.First, info.Head, func(batch []event.Record) error {
+	err = j.scanBatches(info.First, info.Head, j.decodeChecked, func(batch []event.Record) error {
 		for _, r := range batch {
 			if r.Seq != next {
 				return j.corrupt(fmt.Errorf("record %d is missing (found %d)", next, r.Seq))
