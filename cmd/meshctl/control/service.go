@@ -130,17 +130,6 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets,
 		return nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:              linkproto.HeartbeatsStream,
-		Description:       "the latest heartbeat of every node",
-		Subjects:          []string{linkproto.AnyMeshHeartbeats},
-		Storage:           jetstream.FileStorage,
-		MaxMsgsPerSubject: 1,
-		MaxMsgSize:        linkproto.MaxReportSize,
-		NoAck:             true, // as the events stream, and nobody waits for one
-	}); err != nil {
-		return nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
-	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              linkproto.StatesStream,
 		Description:       "the latest report (projection) of every node",
 		Subjects:          []string{linkproto.AnyMeshStates},
@@ -229,6 +218,21 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sealing-key bucket %s: %w", linkproto.SealKeysBucket, err)
+	}
+	// Last: `meshctl nodes` answers once this stream is there, so a
+	// service that answers it has made every stream and bucket above (an
+	// operator's, or a test's, enrol --batch right after serve starts
+	// found no labels bucket yet).
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              linkproto.HeartbeatsStream,
+		Description:       "the latest heartbeat of every node",
+		Subjects:          []string{linkproto.AnyMeshHeartbeats},
+		Storage:           jetstream.FileStorage,
+		MaxMsgsPerSubject: 1,
+		MaxMsgSize:        linkproto.MaxReportSize,
+		NoAck:             true, // as the events stream, and nobody waits for one
+	}); err != nil {
+		return nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
 	}
 	return &buckets{events: events, desired: desired, tokens: tokens, nodes: nodes, sealKeys: sealKeys}, nil
 }
