@@ -41,7 +41,7 @@ type Store = interface {
 //	desired-ref     its revision, digest and seq, and the checksum of the
 //	                desired value they were written with (see desiredRef)
 //	pending-plan    the plan of the reconcile in progress, with its seq
-//	                (see pendingPlan); the core's Pending holds none
+//	                (see pendingSeqSize); the core's Pending holds none
 //	owned/<id>      one Owned, in the binary form of owned.go
 //
 // In layout 2 every value but format's ends with a checksum (see seal):
