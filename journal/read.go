@@ -127,31 +127,29 @@ func (j *Journal) decodeStored(k, v []byte) (event.Record, error) {
 // declarations.
 func (j *Journal) decodeChecked(tx *bolt.Tx, k, v []byte) (event.Record, error) {
 	r, err := j.decodeStored(k, v)
-	if err != nil || j.opts.Expand == nil {
+	if err != nil {
 		return r, err
 	}
-	out, err := j.opts.Expand(r, func(sum Sum) ([]byte, error) {
+	return j.expandWith(r, func(sum Sum) ([]byte, error) {
 		if b := tx.Bucket(bucketDocuments); b == nil || b.Get(sum[:]) == nil {
 			return nil, fmt.Errorf("%w: sha256:%x", ErrNoDocument, sum)
 		}
 		return []byte("[]"), nil
 	})
-	if errors.Is(err, ErrNoDocument) {
-		return r, j.corrupt(fmt.Errorf("record %d: %w", r.Seq, err))
-	}
-	if err != nil {
-		return r, fmt.Errorf("record %d: %w", r.Seq, err)
-	}
-	return out, nil
 }
 
 // expand returns r as Options.Expand makes it, reading documents in tx. A
 // record that refers to a document that is not there is damage.
 func (j *Journal) expand(tx *bolt.Tx, r event.Record) (event.Record, error) {
+	return j.expandWith(r, func(sum Sum) ([]byte, error) { return j.readDocument(tx, sum) })
+}
+
+// expandWith is expand with document giving each document r names.
+func (j *Journal) expandWith(r event.Record, document func(Sum) ([]byte, error)) (event.Record, error) {
 	if j.opts.Expand == nil {
 		return r, nil
 	}
-	out, err := j.opts.Expand(r, func(sum Sum) ([]byte, error) { return j.readDocument(tx, sum) })
+	out, err := j.opts.Expand(r, document)
 	if errors.Is(err, ErrNoDocument) {
 		return r, j.corrupt(fmt.Errorf("record %d: %w", r.Seq, err))
 	}

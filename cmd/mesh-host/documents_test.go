@@ -159,11 +159,7 @@ func TestDeclaredDigestsAreTheStoredDocumentsOwn(t *testing.T) {
 	}
 	for _, path := range paths {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := declaration.ParseYAML(path, data)
+			d, err := readDeclaration(path)
 			if err != nil {
 				t.Fatal(err)
 			}

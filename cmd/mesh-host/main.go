@@ -32,7 +32,7 @@ var version = "dev"
 func main() {
 	// Most runs are short commands that allocate a projection and exit:
 	// collecting garbage four times less often is most of a no-op check's
-	// spare time. The service's heap stays small either way.
+	// spare time. The service sets its own pace (serveCmd.Run).
 	debug.SetGCPercent(fastGC)
 	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 }

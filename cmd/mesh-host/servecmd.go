@@ -38,7 +38,7 @@ func (c *serveCmd) Run(e *env) error {
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
 	// The service lives beside the machine's workload: Go's default pace,
 	// not a short command's (see main). It gives back what a reconcile
-	// took when it ends (service.giveBack).
+	// took when it ends (service.giver).
 	debug.SetGCPercent(pacedGC)
 	if !filepath.IsAbs(e.cli.Versions) {
 		return refused("--versions %s: a path under --root must be absolute", e.cli.Versions)
