@@ -18,7 +18,6 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -447,40 +446,3 @@ func (c *Config) applyContext(ctx context.Context) (_ context.Context, release f
 		cancel()
 	}
 }
-
-// giver returns to the operating system what a reconcile or a client's
-// command took. A reconcile of a large declaration holds it whole, with its
-// observations, and reads much of the journal: Go's runtime keeps freed
-// heap for minutes (and for reuse), and the journal's pages read stay
-// counted as the process's memory (journal.Release). Between reconciles
-// the service holds only its journal, its link and its timers. A forced
-// collection of that small heap takes about a millisecond, small beside
-// any reconcile's fsyncs.
-type giver struct {
-	j     *journal.Journal
-	later *time.Timer
-}
-
-// settle is how long after a reconcile what it set off (its heartbeat's
-// Report, its records sent upward) is over and garbage too.
-const settle = 5 * time.Second
-
-func newGiver(j *journal.Journal) *giver {
-	g := &giver{j: j}
-	g.later = time.AfterFunc(settle, g.now)
-	g.later.Stop()
-	return g
-}
-
-// giveBack gives back now, and once more when what followed has settled.
-func (g *giver) giveBack() {
-	g.now()
-	g.later.Reset(settle)
-}
-
-func (g *giver) now() {
-	debug.FreeOSMemory()
-	_ = g.j.Release() // closed at the service's end: nothing to give back
-}
-
-func (g *giver) stop() { g.later.Stop() }
