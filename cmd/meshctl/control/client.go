@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,6 +60,18 @@ type Client struct {
 	// to each node as it is declared; nil when the client declares none.
 	Secrets *Secrets
 	js      jetstream.JetStream
+	buckets *bucketCache
+}
+
+// bucketCache holds the key-value buckets a client has looked up, shared by its
+// copies (the rollout driver makes one a rollout step). Looking a bucket
+// up asks the server for its stream's info: a rollout's wave did that once
+// a node, as many requests as it made for the nodes' documents. A handle
+// holds names only, so one kept stays good while its bucket exists, and a
+// bucket not found is not kept.
+type bucketCache struct {
+	mu sync.Mutex
+	kv map[string]jetstream.KeyValue
 }
 
 // NewClient returns a client of mesh over nc.
@@ -67,7 +80,28 @@ func NewClient(nc *nats.Conn, mesh string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Conn: nc, Mesh: mesh, Now: time.Now, js: js}, nil
+	return &Client{Conn: nc, Mesh: mesh, Now: time.Now, js: js, buckets: &bucketCache{kv: map[string]jetstream.KeyValue{}}}, nil
+}
+
+// bucket is the key-value bucket name, looked up once.
+func (c *Client) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
+	if c.buckets == nil {
+		return c.js.KeyValue(ctx, name)
+	}
+	c.buckets.mu.Lock()
+	kv := c.buckets.kv[name]
+	c.buckets.mu.Unlock()
+	if kv != nil {
+		return kv, nil
+	}
+	kv, err := c.js.KeyValue(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	c.buckets.mu.Lock()
+	c.buckets.kv[name] = kv
+	c.buckets.mu.Unlock()
+	return kv, nil
 }
 
 // notServed turns a missing stream or bucket into advice: they are created
@@ -80,7 +114,7 @@ func notServed(what string, err error) error {
 }
 
 func (c *Client) desired(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := c.js.KeyValue(ctx, linkproto.DesiredBucket)
+	kv, err := c.bucket(ctx, linkproto.DesiredBucket)
 	if err != nil {
 		return nil, notServed("the desired-state bucket "+linkproto.DesiredBucket, err)
 	}

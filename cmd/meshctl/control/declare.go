@@ -193,7 +193,7 @@ func (c *Client) seal(ctx context.Context, node string, d *declaration.Declarati
 	if c.Secrets == nil {
 		return nil, fmt.Errorf("%w: the declaration names secrets, and this client has no secret store", ErrRefused)
 	}
-	keys, err := c.js.KeyValue(ctx, linkproto.SealKeysBucket)
+	keys, err := c.bucket(ctx, linkproto.SealKeysBucket)
 	if err != nil {
 		return nil, notServed("the sealing-key bucket "+linkproto.SealKeysBucket, err)
 	}

@@ -274,7 +274,7 @@ func (c *Client) Revoke(ctx context.Context, node string, r keyRevoker) (*NodeCr
 	if err := linkproto.ValidName(node); err != nil {
 		return nil, err
 	}
-	kv, err := c.js.KeyValue(ctx, linkproto.NodesBucket)
+	kv, err := c.bucket(ctx, linkproto.NodesBucket)
 	if err != nil {
 		return nil, notServed("the nodes bucket "+linkproto.NodesBucket, err)
 	}
@@ -301,7 +301,7 @@ func (c *Client) Revoke(ctx context.Context, node string, r keyRevoker) (*NodeCr
 // there yet (a control service older than credentials).
 func (c *Client) credentials(ctx context.Context) (map[string]NodeCredential, error) {
 	out := map[string]NodeCredential{}
-	kv, err := c.js.KeyValue(ctx, linkproto.NodesBucket)
+	kv, err := c.bucket(ctx, linkproto.NodesBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return out, nil
 	}

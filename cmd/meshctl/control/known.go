@@ -21,7 +21,7 @@ func (c *Client) Known(ctx context.Context, node string) (bool, error) {
 	if err := linkproto.ValidName(node); err != nil {
 		return false, err
 	}
-	if kv, err := c.js.KeyValue(ctx, linkproto.NodesBucket); err == nil {
+	if kv, err := c.bucket(ctx, linkproto.NodesBucket); err == nil {
 		rec, _, err := readNodeCredential(ctx, kv, c.Mesh, node)
 		if err != nil {
 			return false, err
@@ -42,7 +42,7 @@ func (c *Client) Known(ctx context.Context, node string) (bool, error) {
 		return false, fmt.Errorf("read the desired state of %s: %w", node, err)
 	}
 	// Labelled as its token was issued: enrolled, but not yet redeemed.
-	if lkv, err := c.js.KeyValue(ctx, linkproto.LabelsBucket); err == nil {
+	if lkv, err := c.bucket(ctx, linkproto.LabelsBucket); err == nil {
 		if _, err := lkv.Get(ctx, nodeKey(c.Mesh, node)); err == nil {
 			return true, nil
 		}
@@ -95,13 +95,13 @@ func (c *Client) Remove(ctx context.Context, node string, r keyRevoker) (*Remove
 	case rec != nil:
 		out.Revoked = rec.Key
 	}
-	if kv, err := c.js.KeyValue(ctx, linkproto.NodesBucket); err == nil {
+	if kv, err := c.bucket(ctx, linkproto.NodesBucket); err == nil {
 		if err := kv.Purge(ctx, nodeKey(c.Mesh, node)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return &out, fmt.Errorf("delete the credential of %s: %w", node, err)
 		}
 		out.Credited = rec != nil
 	}
-	if lkv, err := c.js.KeyValue(ctx, linkproto.LabelsBucket); err == nil {
+	if lkv, err := c.bucket(ctx, linkproto.LabelsBucket); err == nil {
 		if err := lkv.Purge(ctx, nodeKey(c.Mesh, node)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return &out, fmt.Errorf("delete the labels of %s: %w", node, err)
 		}

@@ -24,7 +24,7 @@ type LabelRecord struct {
 }
 
 func (c *Client) labelsBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := c.js.KeyValue(ctx, linkproto.LabelsBucket)
+	kv, err := c.bucket(ctx, linkproto.LabelsBucket)
 	if err != nil {
 		return nil, notServed("the labels bucket "+linkproto.LabelsBucket, err)
 	}
@@ -34,7 +34,7 @@ func (c *Client) labelsBucket(ctx context.Context) (jetstream.KeyValue, error) {
 // Labels returns every node's labels, by node.
 func (c *Client) Labels(ctx context.Context) (map[string]labels.Set, error) {
 	out := map[string]labels.Set{}
-	kv, err := c.js.KeyValue(ctx, linkproto.LabelsBucket)
+	kv, err := c.bucket(ctx, linkproto.LabelsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return out, nil // a control plane from before labels
 	}

@@ -32,7 +32,7 @@ type ProfileRecord struct {
 }
 
 func (c *Client) profilesBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := c.js.KeyValue(ctx, linkproto.ProfilesBucket)
+	kv, err := c.bucket(ctx, linkproto.ProfilesBucket)
 	if err != nil {
 		return nil, notServed("the profiles bucket "+linkproto.ProfilesBucket, err)
 	}

@@ -194,7 +194,7 @@ func newRolloutID(now time.Time) string {
 }
 
 func (c *Client) rolloutsBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := c.js.KeyValue(ctx, linkproto.RolloutsBucket)
+	kv, err := c.bucket(ctx, linkproto.RolloutsBucket)
 	if err != nil {
 		return nil, notServed("the rollouts bucket "+linkproto.RolloutsBucket, err)
 	}

@@ -26,7 +26,7 @@ type BadRelease struct {
 }
 
 func (c *Client) badReleases(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := c.js.KeyValue(ctx, linkproto.BadReleasesBucket)
+	kv, err := c.bucket(ctx, linkproto.BadReleasesBucket)
 	if err != nil {
 		return nil, notServed("the bad-releases bucket "+linkproto.BadReleasesBucket, err)
 	}
