@@ -1,6 +1,7 @@
 package linkproto
 
 import (
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
@@ -289,4 +290,41 @@ func randomBytes(n int) []byte {
 		panic("linkproto: no randomness: " + err.Error())
 	}
 	return b
+}
+
+// Prepared is kp with its public key and its ed25519 private key derived
+// once. An nkey keeps only its seed and derives both at every call: three
+// scalar multiplications a signature, where a rollout signs a declaration
+// a node and the control service a sync answer each time a node sends
+// its records. Signatures are the same bytes kp makes.
+func Prepared(kp nkeys.KeyPair) (nkeys.KeyPair, error) {
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	seed, err := kp.Seed() // the nkey's own: not to be wiped here
+	if err != nil {
+		return nil, err
+	}
+	_, raw, err := nkeys.DecodeSeed(seed) // a copy
+	if err != nil {
+		return nil, err
+	}
+	defer clear(raw)
+	return &preparedKey{KeyPair: kp, pub: pub, priv: ed25519.NewKeyFromSeed(raw)}, nil
+}
+
+type preparedKey struct {
+	nkeys.KeyPair
+	pub  string
+	priv ed25519.PrivateKey
+}
+
+func (k *preparedKey) PublicKey() (string, error) { return k.pub, nil }
+
+func (k *preparedKey) Sign(input []byte) ([]byte, error) { return ed25519.Sign(k.priv, input), nil }
+
+func (k *preparedKey) Wipe() {
+	clear(k.priv)
+	k.KeyPair.Wipe()
 }

@@ -1,6 +1,7 @@
 package linkproto_test
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -174,5 +175,32 @@ func TestPlanAndPushSignaturesDoNotCross(t *testing.T) {
 	}
 	if err := foreign.Verify(trusted); !errors.Is(err, linkproto.ErrUntrustedSigner) {
 		t.Errorf("a plan request signed by another key: got %v, want %v", err, linkproto.ErrUntrustedSigner)
+	}
+}
+
+// A prepared key is the same key: the same public key, signatures that
+// are byte-equal to the nkey's own and verify as a declaration's.
+func TestPreparedKeySignsAsItsNkey(t *testing.T) {
+	kp, trusted := signingKey(t)
+	prepared, err := linkproto.Prepared(kp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub, _ := prepared.PublicKey(); pub != trusted {
+		t.Fatalf("prepared public key %s, want %s", pub, trusted)
+	}
+	for _, input := range [][]byte{nil, []byte("x"), make([]byte, 10000)} {
+		want, _ := kp.Sign(input)
+		got, err := prepared.Sign(input)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("prepared signature of %d bytes differs from the nkey's (err %v)", len(input), err)
+		}
+	}
+	d := linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: "home", Node: "n", Revision: 1, Document: []byte(`{}`)}
+	if err := d.Sign(prepared); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Verify(trusted); err != nil {
+		t.Fatalf("a declaration signed by the prepared key does not verify: %v", err)
 	}
 }

@@ -326,7 +326,7 @@ func createSystemCreds(dir string) error {
 // declarationKey reads the mesh's declaration key from dir, making it on
 // first use.
 func declarationKey(dir string) (nkeys.KeyPair, error) {
-	return keyFile(dir, declarationsSeedFile, linkproto.NewSigningKey, func(seed []byte) (nkeys.KeyPair, error) {
+	kp, err := keyFile(dir, declarationsSeedFile, linkproto.NewSigningKey, func(seed []byte) (nkeys.KeyPair, error) {
 		kp, err := nkeys.FromSeed(seed)
 		if err != nil {
 			return nil, err
@@ -336,6 +336,10 @@ func declarationKey(dir string) (nkeys.KeyPair, error) {
 		}
 		return kp, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return linkproto.Prepared(kp)
 }
 
 // keyFile reads the key whose seed is DIR/name with parse, or, when there
