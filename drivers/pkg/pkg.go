@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
@@ -74,7 +75,10 @@ type Options struct {
 
 // Driver manages packages in a root through a Backend.
 type Driver struct {
-	backend Backend
+	// backend is the package manager, found when first needed: finding
+	// it looks along PATH for four tools, and most reconciles declare no
+	// package.
+	backend func() Backend
 	timeout time.Duration
 	// turn lets one change through at a time: a package manager holds a
 	// lock while it works, and a reconcile applies resources in parallel.
@@ -85,13 +89,15 @@ var _ drivers.Driver = (*Driver)(nil)
 
 // New returns the package driver for root.
 func New(root *drivers.Root, opts Options) *Driver {
-	d := &Driver{backend: opts.Backend, timeout: opts.Timeout, turn: drivers.NewTurn()}
+	d := &Driver{timeout: opts.Timeout, turn: drivers.NewTurn()}
 	switch {
-	case d.backend != nil:
+	case opts.Backend != nil:
+		d.backend = func() Backend { return opts.Backend }
 	case opts.DebDir != "":
-		d.backend = NewDpkg(root, opts.DebDir)
+		b := NewDpkg(root, opts.DebDir)
+		d.backend = func() Backend { return b }
 	default:
-		d.backend = Detect(root)
+		d.backend = sync.OnceValue(func() Backend { return Detect(root) })
 	}
 	if d.timeout <= 0 {
 		d.timeout = DefaultTimeout
@@ -109,7 +115,7 @@ func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observ
 	}
 	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
-	installed, err := d.backend.Installed(ctx, s.Name)
+	installed, err := d.backend().Installed(ctx, s.Name)
 	if err != nil {
 		return drivers.Observation{}, fmt.Errorf("package %s: %w", s.Name, err)
 	}
@@ -144,7 +150,7 @@ func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, 
 	defer done()
 	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
-	installed, err := d.backend.Installed(ctx, s.Name)
+	installed, err := d.backend().Installed(ctx, s.Name)
 	if err != nil {
 		return drivers.Unchanged, fmt.Errorf("package %s: %w", s.Name, err)
 	}
@@ -153,18 +159,18 @@ func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, 
 	case installed == want:
 		return drivers.Unchanged, nil
 	case !want:
-		if err := d.backend.Remove(ctx, s.Name); err != nil {
+		if err := d.backend().Remove(ctx, s.Name); err != nil {
 			return drivers.Unchanged, fmt.Errorf("remove package %s: %w", s.Name, err)
 		}
 		return drivers.Updated, nil
 	}
-	if err := d.backend.Install(ctx, s.Name); err != nil {
+	if err := d.backend().Install(ctx, s.Name); err != nil {
 		return drivers.Unchanged, fmt.Errorf("install package %s: %w", s.Name, err)
 	}
 	// A manager can succeed without installing the name asked for (apt
 	// installs a virtual package's provider); say so rather than report a
 	// change every later Apply would repeat.
-	if installed, err := d.backend.Installed(ctx, s.Name); err != nil {
+	if installed, err := d.backend().Installed(ctx, s.Name); err != nil {
 		return drivers.Unchanged, fmt.Errorf("package %s: after install: %w", s.Name, err)
 	} else if !installed {
 		return drivers.Unchanged, fmt.Errorf("package %s: %w: the package manager succeeded, but nothing of that name is installed (a virtual package? name the package that provides it)", s.Name, ErrNotInstalled)
@@ -190,14 +196,14 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 	defer done()
 	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
-	installed, err := d.backend.Installed(ctx, s.Name)
+	installed, err := d.backend().Installed(ctx, s.Name)
 	if err != nil {
 		return fmt.Errorf("package %s: %w", s.Name, err)
 	}
 	if !installed {
 		return nil
 	}
-	if err := d.backend.Remove(ctx, s.Name); err != nil {
+	if err := d.backend().Remove(ctx, s.Name); err != nil {
 		return fmt.Errorf("remove package %s: %w", s.Name, err)
 	}
 	return nil
