@@ -461,9 +461,42 @@ type RolloutEvent struct {
 // cannot be recorded is logged by the caller's state, not lost: the
 // rollout's record holds every node's step too.
 func (c *Client) rolloutEvent(ctx context.Context, r *Rollout, step, node string, revision uint64, detail string) {
-	ev := RolloutEvent{Rollout: r.ID, At: c.Now().UTC(), Step: step, Node: node, Revision: revision, Detail: detail, Operator: c.Operator}
-	_, _ = c.js.Publish(ctx, linkproto.RolloutEventSubject(c.Mesh, r.ID), mustJSON(ev))
+	_ = c.rolloutEvents(ctx, r, []RolloutEvent{{Step: step, Node: node, Revision: revision, Detail: detail}})
 }
+
+// rolloutEvents publishes the steps of r in order, a batch sent before its
+// acknowledgements are awaited: a wave of 1,000 nodes makes as many
+// events, and a round trip each held the driver's next look at the
+// heartbeats back by about a second. It returns the first failure.
+func (c *Client) rolloutEvents(ctx context.Context, r *Rollout, events []RolloutEvent) error {
+	subject := linkproto.RolloutEventSubject(c.Mesh, r.ID)
+	at := c.Now().UTC()
+	for batch := range slices.Chunk(events, rolloutEventsBatch) {
+		acks := make([]jetstream.PubAckFuture, 0, len(batch))
+		for _, ev := range batch {
+			ev.Rollout, ev.At, ev.Operator = r.ID, at, c.Operator
+			ack, err := c.js.PublishAsync(subject, mustJSON(ev))
+			if err != nil {
+				return fmt.Errorf("publish rollout %s's %s of %s: %w", r.ID, ev.Step, ev.Node, err)
+			}
+			acks = append(acks, ack)
+		}
+		for _, ack := range acks {
+			select {
+			case <-ack.Ok():
+			case err := <-ack.Err():
+				return fmt.Errorf("publish rollout %s's events: %w", r.ID, err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// rolloutEventsBatch is under nats.go's bound on unacknowledged
+// asynchronous publishes (4,000), past which a publish stalls and fails.
+const rolloutEventsBatch = 1000
 
 // RolloutEvents returns the steps of rollout id, oldest first.
 func (c *Client) RolloutEvents(ctx context.Context, id string) ([]RolloutEvent, error) {

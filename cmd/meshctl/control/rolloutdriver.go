@@ -232,8 +232,8 @@ func (d *driver) step(ctx context.Context, r *Rollout) error {
 	if err := c.saveRollout(ctx, r); err != nil {
 		return err
 	}
-	for _, ev := range events {
-		c.rolloutEvent(ctx, r, ev.Step, ev.Node, ev.Revision, ev.Detail)
+	if err := c.rolloutEvents(ctx, r, events); err != nil {
+		d.log.Warn("rollout events", "rollout", r.ID, "err", err)
 	}
 	return nil
 }
