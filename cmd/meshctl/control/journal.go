@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -41,37 +40,31 @@ func (c *Client) Records(ctx context.Context, node string, from uint64, fn func(
 	if err != nil {
 		return fmt.Errorf("the events of %s: %w", node, err)
 	}
-	cons, err := events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		// Read once and dropped: the server may forget it soon.
-		InactiveThreshold: 30 * time.Second,
-	})
+	p, err := newPuller(ctx, events, jetstream.ConsumerConfig{FilterSubject: subject})
 	if err != nil {
 		return fmt.Errorf("read the events of %s: %w", node, err)
 	}
+	defer p.close(ctx)
 	var bad int
-	for {
-		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(dialTimeout))
+	for done := false; !done; {
+		msgs, err := p.next(ctx, fetchBatch, dialTimeout)
 		if err != nil {
 			return fmt.Errorf("read the events of %s: %w", node, err)
 		}
-		n, done := 0, false
-		for m := range batch.Messages() {
-			n++
+		// None: the last message went (its age ran out) while reading;
+		// there is no more.
+		done = len(msgs) == 0
+		for _, m := range msgs {
 			md, err := m.Metadata()
 			if err != nil {
 				return err
 			}
 			done = md.Sequence.Stream >= last.Sequence
 			r, err := subjectRecord(m.Subject(), m.Data())
-			if err != nil {
+			switch {
+			case err != nil:
 				bad++
-				if done {
-					break
-				}
-				continue
-			}
-			if r.Seq >= from {
+			case r.Seq >= from:
 				if err := fn(r); err != nil {
 					return err
 				}
@@ -79,14 +72,6 @@ func (c *Client) Records(ctx context.Context, node string, from uint64, fn func(
 			if done {
 				break
 			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return fmt.Errorf("read the events of %s: %w", node, err)
-		}
-		// An empty batch: the last message went (its age ran out) while
-		// reading; there is no more.
-		if done || n == 0 {
-			break
 		}
 	}
 	if bad > 0 {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -73,23 +72,20 @@ func (s *Service) copyLegacyEvents(ctx context.Context, js jetstream.JetStream, 
 	if err != nil {
 		return nil, err
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{linkproto.LegacyAnyMeshEvents},
-		InactiveThreshold: 30 * time.Second,
-	})
+	p, err := newPuller(ctx, st, jetstream.ConsumerConfig{FilterSubject: linkproto.LegacyAnyMeshEvents})
 	if err != nil {
 		return nil, err
 	}
+	defer p.close(ctx)
 	nc := js.Conn()
 	var moved []string
 	for done := false; !done; {
-		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(dialTimeout))
+		msgs, err := p.next(ctx, fetchBatch, dialTimeout)
 		if err != nil {
 			return nil, err
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
+		done = len(msgs) == 0
+		for _, m := range msgs {
 			md, err := m.Metadata()
 			if err != nil {
 				return nil, err
@@ -115,12 +111,6 @@ func (s *Service) copyLegacyEvents(ctx context.Context, js jetstream.JetStream, 
 			if done {
 				break
 			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, err
-		}
-		if n == 0 {
-			break
 		}
 	}
 	return moved, nc.FlushTimeout(dialTimeout)

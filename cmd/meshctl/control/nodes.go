@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/declaration"
@@ -154,32 +152,18 @@ func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *li
 	if err != nil {
 		return err
 	}
-	read := func() error {
-		return readLast(ctx, heartbeats, linkproto.AllHeartbeats(c.Mesh), func(subject string, data []byte) {
-			_, node, err := linkproto.NodeOf(subject)
-			if err != nil {
-				return
-			}
-			var hb linkproto.Heartbeat
-			if err := linkproto.Decode(data, linkproto.MaxReportSize, &hb); err != nil {
-				fn(node, nil, err.Error())
-				return
-			}
-			fn(node, &hb, "")
-		})
-	}
-	// On a cluster a consumer just made may not be served yet by the
-	// server this client is connected to: read again, a node read twice
-	// is the same node.
-	err = read()
-	for try := 1; errors.Is(err, nats.ErrNoResponders) && try < 4; try++ {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+	err = readLast(ctx, heartbeats, linkproto.AllHeartbeats(c.Mesh), func(subject string, data []byte) {
+		_, node, err := linkproto.NodeOf(subject)
+		if err != nil {
+			return
 		}
-		err = read()
-	}
+		var hb linkproto.Heartbeat
+		if err := linkproto.Decode(data, linkproto.MaxReportSize, &hb); err != nil {
+			fn(node, nil, err.Error())
+			return
+		}
+		fn(node, &hb, "")
+	})
 	if err != nil {
 		return fmt.Errorf("read the heartbeats: %w", err)
 	}
@@ -244,36 +228,31 @@ func listedDeclaration(value []byte, mesh, node string) (*linkproto.Declaration,
 const readBatch = 5000
 
 // readLast hands fn the last message of every subject of stream that
-// filter matches, through one ordered consumer: a request for thousands
-// of messages rather than one a subject, which at 10,000 nodes was most of
+// filter matches, through one consumer: a request for thousands of
+// messages rather than one a subject, which at 10,000 nodes was most of
 // `meshctl nodes`. A message stored meanwhile may be handed too.
 func readLast(ctx context.Context, stream jetstream.Stream, filter string, fn func(subject string, data []byte)) error {
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	p, err := newPuller(ctx, stream, jetstream.ConsumerConfig{
+		FilterSubject: filter,
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
 		return err
 	}
-	defer func() { _ = stream.DeleteConsumer(context.WithoutCancel(ctx), cons.CachedInfo().Name) }()
-	for pending := cons.CachedInfo().NumPending; pending > 0; {
-		batch, err := cons.Fetch(int(min(pending, readBatch)), jetstream.FetchMaxWait(dialTimeout))
+	defer p.close(ctx)
+	for pending := p.pending(); pending > 0; {
+		msgs, err := p.next(ctx, int(min(pending, readBatch)), dialTimeout)
 		if err != nil {
 			return err
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
+		if len(msgs) == 0 {
+			return fmt.Errorf("%d messages pending, none delivered within %s", pending, dialTimeout)
+		}
+		for _, m := range msgs {
 			if meta, err := m.Metadata(); err == nil {
 				pending = meta.NumPending
 			}
 			fn(m.Subject(), m.Data())
-		}
-		if err := batch.Error(); err != nil {
-			return err
-		}
-		if got == 0 {
-			return fmt.Errorf("%d messages pending, none delivered within %s", pending, dialTimeout)
 		}
 	}
 	return nil

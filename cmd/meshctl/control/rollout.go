@@ -504,31 +504,35 @@ func (c *Client) RolloutEvents(ctx context.Context, id string) ([]RolloutEvent, 
 	if err != nil {
 		return nil, err
 	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{linkproto.RolloutEventSubject(c.Mesh, id)}})
+	subject := linkproto.RolloutEventSubject(c.Mesh, id)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
 		return nil, err
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(linkproto.RolloutEventSubject(c.Mesh, id)))
+	want := info.State.Subjects[subject]
+	if want == 0 {
+		return nil, nil
+	}
+	p, err := newPuller(ctx, s, jetstream.ConsumerConfig{FilterSubject: subject})
 	if err != nil {
 		return nil, err
 	}
-	want := info.State.Subjects[linkproto.RolloutEventSubject(c.Mesh, id)]
+	defer p.close(ctx)
 	var out []RolloutEvent
-	for uint64(len(out)) < want {
-		batch, err := cons.Fetch(int(min(want-uint64(len(out)), 500)), jetstream.FetchMaxWait(2*time.Second))
+	for read := uint64(0); read < want; {
+		msgs, err := p.next(ctx, int(min(want-read, 500)), 2*time.Second)
 		if err != nil {
 			return out, err
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
+		if len(msgs) == 0 {
+			break
+		}
+		read += uint64(len(msgs))
+		for _, m := range msgs {
 			var ev RolloutEvent
 			if json.Unmarshal(m.Data(), &ev) == nil {
 				out = append(out, ev)
 			}
-		}
-		if n == 0 {
-			break
 		}
 	}
 	return out, nil
