@@ -303,14 +303,16 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-	sub, err := s.Conn.QueueSubscribe(linkproto.AllHellos(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
+	// Answered while the node still waits: a hello for 5 s
+	// (link.DefaultHelloTimeout), a sync for 2 s.
+	sub, err := answer(ctx, s.Conn, s.Log, "hellos", linkproto.AllHellos(s.Mesh), 4*time.Second, func(m *nats.Msg) {
 		s.hello(ctx, b.events, b.desired, m)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to hellos: %w", err)
 	}
 	defer sub.Unsubscribe()
-	syncs, err := s.Conn.QueueSubscribe(linkproto.AllSyncs(s.Mesh), linkproto.ControlQueue, func(m *nats.Msg) {
+	syncs, err := answer(ctx, s.Conn, s.Log, "syncs", linkproto.AllSyncs(s.Mesh), 1500*time.Millisecond, func(m *nats.Msg) {
 		s.sync(ctx, b.events, m)
 	})
 	if err != nil {
