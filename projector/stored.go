@@ -81,20 +81,29 @@ func checksum(key string, v []byte) uint32 {
 	return crc32.Update(c, castagnoli, v)
 }
 
+// sealedSum is the checksum a sealed value ends with; false when v is too
+// short to hold one.
+func sealedSum(v []byte) (uint32, bool) {
+	if len(v) < checksumSize {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(v[len(v)-checksumSize:]), true
+}
+
 // unseal returns the value sealed under key, without its checksum; in
 // layout 1 (sealed false) v is returned as it is.
 func unseal(key string, v []byte, sealed bool) ([]byte, error) {
 	if !sealed {
 		return v, nil
 	}
-	if len(v) < checksumSize {
+	sum, ok := sealedSum(v)
+	if !ok {
 		return nil, fmt.Errorf("%w: %s: %d bytes, too short for its checksum", ErrCorrupt, key, len(v))
 	}
-	body, sum := v[:len(v)-checksumSize], binary.BigEndian.Uint32(v[len(v)-checksumSize:])
-	if checksum(key, body) != sum {
+	if checksum(key, v[:len(v)-checksumSize]) != sum {
 		return nil, fmt.Errorf("%w: %s: checksum mismatch", ErrCorrupt, key)
 	}
-	return body, nil
+	return v[:len(v)-checksumSize], nil
 }
 
 // layout reports whether r's values are sealed (layout 2) or not (layout
@@ -253,8 +262,7 @@ func storedDesiredRef(r Reader) (*Desired, error) {
 	if err := json.Unmarshal(b, &ref); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, keyDesiredRef, err)
 	}
-	desired := r.Get([]byte(keyDesired))
-	if len(desired) < checksumSize || ref.Of != binary.BigEndian.Uint32(desired[len(desired)-checksumSize:]) {
+	if of, ok := sealedSum(r.Get([]byte(keyDesired))); !ok || of != ref.Of {
 		return nil, nil
 	}
 	return &Desired{Revision: ref.Revision, Digest: ref.Digest, Seq: ref.Seq}, nil
@@ -275,8 +283,8 @@ func putDesired(st Store, d *Desired) error {
 
 // putDesiredRef stores the desired-ref of d, stored sealed as v.
 func putDesiredRef(st Store, d *Desired, v []byte) error {
-	ref, err := json.Marshal(desiredRef{Revision: d.Revision, Digest: d.Digest, Seq: d.Seq,
-		Of: binary.BigEndian.Uint32(v[len(v)-checksumSize:])})
+	of, _ := sealedSum(v) // v is sealed here: it has one
+	ref, err := json.Marshal(desiredRef{Revision: d.Revision, Digest: d.Digest, Seq: d.Seq, Of: of})
 	if err != nil {
 		return err
 	}

@@ -66,36 +66,43 @@ type returner struct {
 	every time.Duration
 	free  func()
 
-	mu   sync.Mutex
-	next time.Time   // when the next return may start
-	due  *time.Timer // the return waiting for its turn, if any
+	mu      sync.Mutex
+	next    time.Time   // when the next return may start
+	due     *time.Timer // the return waiting for its turn, if any
+	running bool        // a return is under way
+	again   bool        // asked for while one was under way
 }
 
 // request has the heap returned as soon as its turn comes.
 func (r *returner) request() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.due != nil {
-		return // the return waiting serves this request too
+	switch {
+	case r.running:
+		// Its turn is known only when the one under way ends.
+		r.again = true
+	case r.due == nil:
+		r.due = time.AfterFunc(max(0, time.Until(r.next)), r.run)
 	}
-	r.due = time.AfterFunc(max(0, time.Until(r.next)), r.run)
+	// Else the return waiting serves this request too.
 }
 
 func (r *returner) run() {
-	start := time.Now()
 	r.mu.Lock()
-	r.due, r.next = nil, start.Add(r.every)
+	r.due, r.running = nil, true
 	r.mu.Unlock()
+	start := time.Now()
 	r.free()
 	took := time.Since(start)
 	r.mu.Lock()
-	r.next = later(r.next, time.Now().Add(costFactor*took))
-	r.mu.Unlock()
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+	defer r.mu.Unlock()
+	r.running = false
+	r.next = start.Add(r.every)
+	if paced := time.Now().Add(costFactor * took); paced.After(r.next) {
+		r.next = paced
 	}
-	return b
+	if r.again {
+		r.again = false
+		r.due = time.AfterFunc(time.Until(r.next), r.run)
+	}
 }

@@ -41,20 +41,32 @@ func waitRuns(t *testing.T, runs *atomic.Int64, want int64) {
 }
 
 // A return that takes long (a process of many services, each heap and
-// stack scanned) holds the next off for a hundred times as long.
+// stack scanned) holds the next off for a hundred times as long, whether
+// it was asked for during that return or after it.
 func TestHeapReturnsArePacedByTheirCost(t *testing.T) {
 	var runs atomic.Int64
-	r := &returner{every: time.Millisecond, free: func() {
+	started := make(chan struct{}, 1)
+	r := &returner{every: time.Millisecond}
+	r.free = func() {
 		runs.Add(1)
+		select {
+		case started <- struct{}{}:
+		default:
+		}
 		time.Sleep(20 * time.Millisecond)
-	}}
+	}
 	r.request()
-	waitRuns(t, &runs, 1)
-	time.Sleep(100 * time.Millisecond) // the first return is over by now
-	r.request()
+	<-started
+	r.request() // during the first return
+	time.Sleep(100 * time.Millisecond)
+	r.request() // after it
 	time.Sleep(500 * time.Millisecond)
 	if n := runs.Load(); n != 1 {
-		t.Fatalf("a second return started within 0.5 s of one that took 20 ms")
+		t.Fatalf("%d returns within 0.6 s of one that took 20 ms, want 1", n)
 	}
 	waitRuns(t, &runs, 2) // about 2 s after the first ended
+	time.Sleep(500 * time.Millisecond)
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("%d returns for three requests made before the second, want 2", n)
+	}
 }

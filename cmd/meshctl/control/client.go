@@ -85,9 +85,6 @@ func NewClient(nc *nats.Conn, mesh string) (*Client, error) {
 
 // bucket is the key-value bucket name, looked up once.
 func (c *Client) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
-	if c.buckets == nil {
-		return c.js.KeyValue(ctx, name)
-	}
 	c.buckets.mu.Lock()
 	kv := c.buckets.kv[name]
 	c.buckets.mu.Unlock()

@@ -129,15 +129,8 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets,
 	if err != nil {
 		return nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:              linkproto.StatesStream,
-		Description:       "the latest report (projection) of every node",
-		Subjects:          []string{linkproto.AnyMeshStates},
-		Storage:           jetstream.FileStorage,
-		MaxMsgsPerSubject: 1,
-		MaxMsgSize:        linkproto.MaxDeclarationSize,
-		NoAck:             true, // as the heartbeats stream
-	}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, latestOfEachNode(linkproto.StatesStream,
+		"the latest report (projection) of every node", linkproto.AnyMeshStates, linkproto.MaxDeclarationSize)); err != nil {
 		return nil, fmt.Errorf("states stream %s: %w", linkproto.StatesStream, err)
 	}
 	desired, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -223,18 +216,26 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets,
 	// service that answers it has made every stream and bucket above (an
 	// operator's, or a test's, enrol --batch right after serve starts
 	// found no labels bucket yet).
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:              linkproto.HeartbeatsStream,
-		Description:       "the latest heartbeat of every node",
-		Subjects:          []string{linkproto.AnyMeshHeartbeats},
-		Storage:           jetstream.FileStorage,
-		MaxMsgsPerSubject: 1,
-		MaxMsgSize:        linkproto.MaxReportSize,
-		NoAck:             true, // as the events stream, and nobody waits for one
-	}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, latestOfEachNode(linkproto.HeartbeatsStream,
+		"the latest heartbeat of every node", linkproto.AnyMeshHeartbeats, linkproto.MaxReportSize)); err != nil {
 		return nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
 	}
 	return &buckets{events: events, desired: desired, tokens: tokens, nodes: nodes, sealKeys: sealKeys}, nil
+}
+
+// latestOfEachNode is a stream that keeps the last message of each node's
+// subject, of at most maxSize bytes. No acknowledgements, as for the events
+// stream: nobody waits for one.
+func latestOfEachNode(name, description, subject string, maxSize int32) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              name,
+		Description:       description,
+		Subjects:          []string{subject},
+		Storage:           jetstream.FileStorage,
+		MaxMsgsPerSubject: 1,
+		MaxMsgSize:        maxSize,
+		NoAck:             true,
+	}
 }
 
 // eventsConfig is the events stream: one subject per record
