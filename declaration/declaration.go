@@ -44,6 +44,17 @@ func ParseYAML(name string, data []byte) (*Declaration, error) {
 	if err := checkUTF8(name, data); err != nil {
 		return nil, err
 	}
+	if l, ok := listOf(data); ok {
+		if decl, err := parseInChunks(name, data, l); err == nil {
+			return decl, nil
+		}
+		// Parsed whole again, for its errors as they always were.
+	}
+	return parseWhole(name, data)
+}
+
+// parseWhole parses data as one tree.
+func parseWhole(name string, data []byte) (*Declaration, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); errors.Is(err, io.EOF) || err == nil && len(doc.Content) == 0 {
@@ -80,7 +91,11 @@ func ParseJSON(name string, data []byte) (*Declaration, error) {
 }
 
 func decode(name string, root *yaml.Node) (*Declaration, error) {
-	d := &decoder{file: name}
+	return decodeWith(&decoder{file: name}, root)
+}
+
+func decodeWith(d *decoder, root *yaml.Node) (*Declaration, error) {
+	name := d.file
 	decl := d.document(root)
 	if err := d.result(); err != nil {
 		return nil, err

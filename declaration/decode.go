@@ -20,6 +20,9 @@ import (
 type decoder struct {
 	file string
 	errs Errors
+	// chunked is the resources list to decode a chunk at a time, in place
+	// of the tree's (stream.go); nil to decode the tree's.
+	chunked *chunkedList
 }
 
 func (d *decoder) fail(n *yaml.Node, field, format string, args ...any) {
@@ -202,7 +205,11 @@ func (d *decoder) document(root *yaml.Node) *Declaration {
 		case "revision":
 			decl.Revision = d.revision(f.value)
 		case "resources":
-			d.resources(f.value, decl)
+			if d.chunked != nil {
+				d.resourcesInChunks(f.value, decl)
+			} else {
+				d.resources(f.value, decl)
+			}
 		}
 	}
 	return decl
@@ -238,51 +245,94 @@ func (d *decoder) resources(n *yaml.Node, decl *Declaration) {
 		d.wrong(n, field, "a list of resources")
 		return
 	}
-	// claimed holds, by identity, the first resource to claim it: its ID
-	// for packages and units, its expanded path for the kinds that take a
-	// path, since a file and a directory cannot share one either.
-	type claim struct {
-		kind drivers.Kind
-		id   string
-		line int
-	}
 	if len(n.Content) > MaxResources {
 		e := n.Content[MaxResources]
 		d.errs = append(d.errs, &Error{File: d.file, Line: e.Line, Column: e.Column, Field: fmt.Sprintf("resources[%d]", MaxResources),
 			Msg: fmt.Sprintf("one resource more than %s: %d", limitResources, MaxResources), sentinel: ErrLimit})
 		return
 	}
-	claimed := map[string]claim{}
-	decl.Resources = make([]drivers.Spec, 0, len(n.Content))
+	c := d.claims(decl, len(n.Content))
 	for i, e := range n.Content {
-		path := fmt.Sprintf("resources[%d]", i)
-		spec, key, keyPath := d.resource(e, path)
-		if spec == nil {
-			continue
+		c.add(i, e)
+	}
+}
+
+// resourcesInChunks decodes the resources list found by listOf, a chunk
+// at a time; n is what the head holds for it, which must be nothing. Any
+// problem is a failure: the whole parse then says what it is.
+func (d *decoder) resourcesInChunks(n *yaml.Node, decl *Declaration) {
+	const field = "resources"
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!null" || n.Value != "" || n.Style != 0 || n.Anchor != "" {
+		d.fail(n, field, "not the list found")
+		return
+	}
+	if len(d.chunked.items) > MaxResources {
+		d.fail(n, field, "too many resources")
+		return
+	}
+	c := d.claims(decl, len(d.chunked.items))
+	err := d.chunked.chunks(d.chunked.data, func(first int, entries []*yaml.Node) {
+		for j, e := range entries {
+			c.add(first+j, e)
 		}
-		decl.Resources = append(decl.Resources, spec)
-		if key == nil {
-			continue
+	})
+	if err != nil {
+		d.fail(n, field, "%v", err)
+	}
+}
+
+// claims decodes a declaration's resources one entry at a time, refusing
+// two that claim one thing.
+type claims struct {
+	d    *decoder
+	decl *Declaration
+	// claimed holds, by identity, the first resource to claim it: its
+	// ID for packages and units, its expanded path for the kinds that
+	// take a path, since a file and a directory cannot share one either.
+	claimed map[string]claim
+}
+
+type claim struct {
+	kind drivers.Kind
+	id   string
+	line int
+}
+
+func (d *decoder) claims(decl *Declaration, n int) *claims {
+	decl.Resources = make([]drivers.Spec, 0, n)
+	return &claims{d: d, decl: decl, claimed: make(map[string]claim, n)}
+}
+
+// add decodes entry i, e.
+func (c *claims) add(i int, e *yaml.Node) {
+	d, decl := c.d, c.decl
+	path := fmt.Sprintf("resources[%d]", i)
+	spec, key, keyPath := d.resource(e, path)
+	if spec == nil {
+		return
+	}
+	decl.Resources = append(decl.Resources, spec)
+	if key == nil {
+		return
+	}
+	id := drivers.ID(spec)
+	if _, ok := decl.where[id]; !ok {
+		decl.where[id] = located{len(decl.Resources) - 1, key.Line, key.Column}
+	}
+	identity := id
+	if _, ok := spec.(*drivers.PackageSpec); !ok {
+		if _, ok := spec.(*drivers.UnitSpec); !ok {
+			identity = "path:" + expand(spec).Key()
 		}
-		id := drivers.ID(spec)
-		if _, ok := decl.where[id]; !ok {
-			decl.where[id] = located{len(decl.Resources) - 1, key.Line, key.Column}
-		}
-		identity := id
-		if _, ok := spec.(*drivers.PackageSpec); !ok {
-			if _, ok := spec.(*drivers.UnitSpec); !ok {
-				identity = "path:" + expand(spec).Key()
-			}
-		}
-		first, dup := claimed[identity]
-		switch {
-		case !dup:
-			claimed[identity] = claim{spec.Kind(), id, key.Line}
-		case first.kind == spec.Kind():
-			d.fail(key, keyPath, "duplicate resource %q: also declared at line %d", id, first.line)
-		default:
-			d.fail(key, keyPath, "%q is also declared at line %d, as %s %s", spec.Key(), first.line, article(string(first.kind)), first.kind)
-		}
+	}
+	first, dup := c.claimed[identity]
+	switch {
+	case !dup:
+		c.claimed[identity] = claim{spec.Kind(), id, key.Line}
+	case first.kind == spec.Kind():
+		d.fail(key, keyPath, "duplicate resource %q: also declared at line %d", id, first.line)
+	default:
+		d.fail(key, keyPath, "%q is also declared at line %d, as %s %s", spec.Key(), first.line, article(string(first.kind)), first.kind)
 	}
 }
 

@@ -1,0 +1,158 @@
+package declaration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// sameAsWhole fails t unless ParseYAML, which parses a resources list in
+// chunks where it can, gives exactly what the whole parse gives: the same
+// declaration, or the same errors. It says whether the chunks were used.
+func sameAsWhole(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, name string, data []byte) (chunked bool) {
+	t.Helper()
+	got, gotErr := ParseYAML(name, data)
+	want, wantErr := parseWhole(name, data)
+	if err := checkSize(name, data); err != nil {
+		want, wantErr = nil, err
+	} else if err := checkUTF8(name, data); err != nil {
+		want, wantErr = nil, err
+	}
+	if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+		t.Fatalf("%s: errors differ:\nchunked: %v\nwhole:   %v\n%s", name, gotErr, wantErr, data)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: declarations differ:\nchunked: %+v\nwhole:   %+v\n%s", name, got, want, data)
+	}
+	if l, ok := listOf(data); ok {
+		_, err := parseInChunks(name, data, l)
+		return err == nil
+	}
+	return false
+}
+
+// TestChunkedParseOfEveryDeclarationHere: the repository's declarations,
+// good and bad.
+func TestChunkedParseOfEveryDeclarationHere(t *testing.T) {
+	var files []string
+	for _, pattern := range []string{"testdata/bad/*.yaml", "../examples/*.yaml"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	if len(files) < 50 {
+		t.Fatalf("found %d declarations: the globs are wrong", len(files))
+	}
+	chunked := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sameAsWhole(t, f, data) {
+			chunked++
+		}
+	}
+	if chunked == 0 {
+		t.Fatal("no declaration here was parsed in chunks: the test compares nothing")
+	}
+}
+
+// entry writes one file resource in one of the forms a person writes.
+func entry(form, i, indent int) string {
+	pad := strings.Repeat(" ", indent)
+	path := fmt.Sprintf("/etc/app/f%05d.conf", i)
+	switch form {
+	case 0:
+		return fmt.Sprintf("%s- file: {path: %s, content: \"v%d\\n\", mode: \"0640\"}\n", pad, path, i)
+	case 1:
+		return fmt.Sprintf("%s- file:\n%s    path: %s\n%s    content: |\n%s      - line one %d\n%s      - line two\n", pad, pad, path, pad, pad, i, pad)
+	case 2:
+		return fmt.Sprintf("%s-\n%s  file:\n%s    path: %s\n%s    content: x\n", pad, pad, pad, path, pad)
+	case 3:
+		return fmt.Sprintf("# about %d\n%s- file: {path: %s, content: \"\"}   # trailing\n\n", i, pad, path)
+	default:
+		return fmt.Sprintf("%s- file: {path: %s,\n%s    content: 'two\n%s    lines'}\n", pad, path, pad, pad)
+	}
+}
+
+// hazards are lines that make a list something the chunked parse must
+// not get wrong: each is inserted after some entry.
+var hazards = []string{
+	"%s- file: {path: /etc/x, content: \"open\n%s- file: {path: /etc/y}\"}\n", // a string open across an entry's line
+	"%s- file: &a {path: /etc/anchor}\n%s- file: *a\n",                        // an alias
+	"%s- file: {path: /etc/app/f00000.conf}\n%s\n",                            // a duplicate, maybe across chunks
+	"%s- \tfile: {path: /etc/tab}\n%s\n",                                      // a tab
+	" - file: {path: /etc/under}\n%s%s\n",                                     // a line between the margin and the list
+	"%s- [not, a, mapping]\n%s\n",                                             // a bad entry
+	"---\n%s%s\n",                                                             // a second document
+	"%s- file: {path: /etc/flow,\ncontent: at-margin}\n%s\n",                  // a flow mapping back at the margin
+	"resources:\n%s%s\n",                                                      // the field twice
+	"%s- file: {path: /etc/cr,\r content: x}\n%s\n",                           // a line broken by "\r" alone
+	"%s- file: {path: /etc/ls, content: \"a\u2028b\"}\n%s\n",                  // by LS
+}
+
+// TestChunkedParseAgreesWithWholeParse: documents of many entries in
+// mixed forms, sometimes with a hazard, at list indentations 0, 2 and 4,
+// over chunk boundaries.
+func TestChunkedParseAgreesWithWholeParse(t *testing.T) {
+	chunked := 0 // of more than one chunk
+	rapid.Check(t, func(t *rapid.T) {
+		indent := rapid.SampledFrom([]int{0, 2, 4}).Draw(t, "indent")
+		// Drawn from sizes about the chunks' edges: rapid favours small
+		// numbers, which would leave every list in one chunk.
+		n := rapid.SampledFrom([]int{0, 1, 2, 9, chunkItems - 1, chunkItems, chunkItems + 1, 2*chunkItems + 3}).Draw(t, "entries")
+		hazard := rapid.IntRange(-1, len(hazards)-1).Draw(t, "hazard")
+		at := rapid.SampledFrom([]int{0, n / 3, chunkItems - 1, chunkItems, n - 1}).Draw(t, "at")
+		crlf := rapid.Bool().Draw(t, "crlf")
+		var sb strings.Builder
+		if rapid.Bool().Draw(t, "leading marker") {
+			sb.WriteString("---\n")
+		}
+		sb.WriteString("mesh: m1\nnode: n1\nresources:   # the list\n")
+		for i := range n {
+			sb.WriteString(entry(rapid.IntRange(0, 4).Draw(t, "form"), i, indent))
+			if i == at && hazard >= 0 {
+				pad := strings.Repeat(" ", indent)
+				fmt.Fprintf(&sb, hazards[hazard], pad, pad)
+			}
+		}
+		if rapid.Bool().Draw(t, "revision last") {
+			sb.WriteString("revision: 7\n")
+		} else {
+			sb.WriteString("\nrevision: 7 # after\n")
+		}
+		doc := sb.String()
+		if crlf {
+			doc = strings.ReplaceAll(doc, "\n", "\r\n")
+		}
+		if sameAsWhole(t, "gen.yaml", []byte(doc)) && n > chunkItems {
+			chunked++
+		}
+	})
+	if chunked == 0 {
+		t.Fatal("no generated declaration of more than one chunk was parsed in chunks: the test compares nothing")
+	}
+}
+
+// FuzzChunkedParse: whatever the input, the chunked parse and the whole
+// parse agree.
+func FuzzChunkedParse(f *testing.F) {
+	f.Add([]byte("mesh: m\nnode: n\nrevision: 1\nresources:\n  - file: {path: /etc/a}\n  - file: {path: /etc/b}\n"))
+	f.Add([]byte("mesh: m\nnode: n\nrevision: 1\nresources:\n- file: {path: /etc/a, content: \"x\n- file: {path: /etc/b}\"}\n"))
+	f.Add([]byte("resources:\n  - package: {name: curl}\nmesh: m\nnode: n\nrevision: 2\n"))
+	f.Add([]byte("mesh: m\nnode: n\nrevision: 1\nresources:\n  - file: {path: /etc/a,\r content: x}\n  - file: {path: /etc/b, content: \"\u0085\"}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sameAsWhole(t, "f.yaml", data)
+	})
+}
