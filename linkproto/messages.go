@@ -275,7 +275,8 @@ type Heartbeat struct {
 // `meshctl replay NODE --verify` rebuilds from the node's records in the
 // events stream and compares. The declaration's document is left out (the
 // control plane holds it), and so are the owned resources when they would
-// not fit in one message (Omitted says so).
+// not fit in one message even compressed (Omitted says so). It is sent as
+// EncodeReport makes it.
 type Report struct {
 	Protocol int             `json:"protocol"`
 	Mesh     string          `json:"mesh"`
@@ -291,11 +292,21 @@ type Report struct {
 func ReportOf(mesh, node string, s projector.State, now time.Time) (Report, string) {
 	s = StrippedForReport(s)
 	r := Report{Protocol: ProtocolVersion, Mesh: mesh, Node: node, Sent: now.UTC(), State: s}
-	if len(Marshal(r)) > MaxDeclarationSize {
+	if doc := Marshal(r); len(doc) > MaxDeclarationSize && !fits(doc) {
 		r.State.Owned = nil
 		r.Omitted = fmt.Sprintf("the %d owned resources: the report would not fit in one message", len(s.Owned))
 	}
 	return r, ReportDigest(r)
+}
+
+// fits says whether a Report of JSON doc fits in one message as sent
+// (EncodeReport).
+func fits(doc []byte) bool {
+	if len(doc) > MaxReportJSON {
+		return false
+	}
+	body, _ := encodeBody(doc)
+	return len(body) <= MaxDeclarationSize
 }
 
 // ReportDigest is the digest of r's state, as its node's heartbeats name

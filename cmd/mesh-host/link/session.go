@@ -212,7 +212,13 @@ func (l *Link) heartbeat(nc *nats.Conn, reported *string, last *lastState) {
 		}
 		report, digest := linkproto.ReportOf(l.cfg.Mesh, l.cfg.Node, s, now)
 		if digest != *reported {
-			err := nc.Publish(linkproto.StateSubject(l.cfg.Mesh, l.cfg.Node), linkproto.Marshal(report))
+			msg := nats.NewMsg(linkproto.StateSubject(l.cfg.Mesh, l.cfg.Node))
+			var encoding string
+			msg.Data, encoding = linkproto.EncodeReport(report)
+			if encoding != "" {
+				msg.Header.Set(linkproto.EncodingHeader, encoding)
+			}
+			err := nc.PublishMsg(msg)
 			if err != nil && !errors.Is(err, nats.ErrReconnectBufExceeded) {
 				l.log.Warn("report the state", "err", err)
 			} else if err == nil {

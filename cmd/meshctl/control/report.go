@@ -43,7 +43,7 @@ func (c *Client) Report(ctx context.Context, node string) (*Reported, error) {
 		return nil, fmt.Errorf("the report of %s: %w", node, err)
 	}
 	var r Reported
-	if err := linkproto.Decode(m.Data, linkproto.MaxDeclarationSize, &r.Report); err != nil {
+	if err := linkproto.DecodeReport(m.Data, m.Header.Get(linkproto.EncodingHeader), &r.Report); err != nil {
 		return nil, fmt.Errorf("the report of %s: %w", node, err)
 	}
 	if r.Mesh != c.Mesh || r.Node != node {
