@@ -136,6 +136,19 @@ func get(r Reader, key string, sealed bool) ([]byte, error) {
 // Load reads the State stored by Stored.Fold. An empty store is the zero
 // State, which is what the journal holds before its first record.
 func Load(r Reader) (State, error) {
+	return load(r, true)
+}
+
+// LoadCore is Load without the owned set: every owned resource is still
+// read and checked (a byte flipped in one is damage, found by every whole
+// read), but none is kept; State.Owned is nil. A reconcile reads the
+// owned set once, with EachOwned, rather than hold 10,000 of them (some
+// 4.5 MB) for its whole length.
+func LoadCore(r Reader) (State, error) {
+	return load(r, false)
+}
+
+func load(r Reader, keepOwned bool) (State, error) {
 	sealed, err := layout(r)
 	if err != nil {
 		return State{}, err
@@ -167,18 +180,9 @@ func Load(r Reader) (State, error) {
 			return State{}, err
 		}
 	}
-	err = r.ForEach(func(k, v []byte) error {
-		id, ok := strings.CutPrefix(string(k), prefixOwned)
-		if !ok {
+	err = eachOwned(r, sealed, func(id string, o Owned) error {
+		if !keepOwned {
 			return nil
-		}
-		b, err := unseal(string(k), v, sealed)
-		if err != nil {
-			return err
-		}
-		o, err := decodeOwned(b)
-		if err != nil {
-			return fmt.Errorf("%w: owned %q: %w", ErrCorrupt, id, err)
 		}
 		if s.Owned == nil {
 			s.Owned = make(map[string]Owned)
@@ -191,6 +195,35 @@ func Load(r Reader) (State, error) {
 	}
 	s.normalise()
 	return s, nil
+}
+
+// EachOwned calls fn with every owned resource of the stored State, in
+// the order of their IDs, each checked as Load checks it, until fn
+// returns an error.
+func EachOwned(r Reader, fn func(id string, o Owned) error) error {
+	sealed, err := layout(r)
+	if err != nil {
+		return err
+	}
+	return eachOwned(r, sealed, fn)
+}
+
+func eachOwned(r Reader, sealed bool, fn func(id string, o Owned) error) error {
+	return r.ForEach(func(k, v []byte) error {
+		id, ok := strings.CutPrefix(string(k), prefixOwned)
+		if !ok {
+			return nil
+		}
+		b, err := unseal(string(k), v, sealed)
+		if err != nil {
+			return err
+		}
+		o, err := decodeOwned(b)
+		if err != nil {
+			return fmt.Errorf("%w: owned %q: %w", ErrCorrupt, id, err)
+		}
+		return fn(id, o)
+	})
 }
 
 // LoadDesired reads only the Desired part of the State stored by

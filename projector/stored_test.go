@@ -49,6 +49,14 @@ func TestStoredChecksums(t *testing.T) {
 				if _, err := Load(st); !errors.Is(err, ErrCorrupt) {
 					t.Fatalf("Load with byte %d of %q flipped (^%#x): got error %v, want ErrCorrupt", i, key, bit, err)
 				}
+				if _, err := LoadCore(st); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("LoadCore with byte %d of %q flipped (^%#x): got error %v, want ErrCorrupt", i, key, bit, err)
+				}
+				if strings.HasPrefix(key, prefixOwned) || key == keyFormat {
+					if err := EachOwned(st, func(string, Owned) error { return nil }); !errors.Is(err, ErrCorrupt) {
+						t.Fatalf("EachOwned with byte %d of %q flipped: got error %v, want ErrCorrupt", i, key, err)
+					}
+				}
 				if key == keyDesired || key == keyFormat {
 					if _, err := LoadDesired(st); !errors.Is(err, ErrCorrupt) {
 						t.Fatalf("LoadDesired with byte %d of %q flipped: got error %v, want ErrCorrupt", i, key, err)
@@ -72,6 +80,45 @@ func TestStoredChecksums(t *testing.T) {
 		if _, err := Load(st); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("Load with key %q flipped to %q: got error %v, want ErrCorrupt", from, to, err)
 		}
+	}
+}
+
+// TestLoadCoreAndEachOwned: LoadCore is Load without the owned set, and
+// EachOwned walks that set, in the order of its IDs.
+func TestLoadCoreAndEachOwned(t *testing.T) {
+	_, st := storedSample(t)
+	whole, err := Load(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := LoadCore(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if core.Owned != nil {
+		t.Errorf("LoadCore kept %d owned resources", len(core.Owned))
+	}
+	want := whole
+	want.Owned = nil
+	if !Equal(core, want) {
+		t.Errorf("LoadCore differs from Load but for the owned set: %v", Diff(core, want))
+	}
+	walked := map[string]Owned{}
+	var order []string
+	if err := EachOwned(st, func(id string, o Owned) error {
+		walked[id] = o
+		order = append(order, id)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(walked, whole.Owned) || len(walked) != 2 || !slices.IsSorted(order) {
+		t.Errorf("EachOwned walked %v in the order %v; Load has %v", walked, order, whole.Owned)
+	}
+	stop := errors.New("stop")
+	n := 0
+	if err := EachOwned(st, func(string, Owned) error { n++; return stop }); !errors.Is(err, stop) || n != 1 {
+		t.Errorf("EachOwned went on after fn's error: %v after %d calls", err, n)
 	}
 }
 

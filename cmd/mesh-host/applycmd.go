@@ -68,14 +68,14 @@ func (c *applyCmd) Run(e *env) error {
 			return failed("%v", err)
 		}
 		// Accepting a declaration changes what is desired, not what is
-		// owned: s.Owned is still the owned set.
+		// owned: the owned set read while planning is the one before it.
 		rc, err := e.reconciler(j)
 		if err != nil {
 			return failed("%v", err)
 		}
 		res, err := rc.Reconcile(e.ctx, agent.Request{
 			Trigger: event.TriggerManual, Cause: recv, Revision: decl.Revision,
-			Specs: specs, Digests: hostjournal.SpecDigests(specs, declared), Owned: s.Owned, Repair: true,
+			Specs: specs, Digests: hostjournal.SpecDigests(specs, declared), Owned: hostjournal.StoredOwned{J: j}, Repair: true,
 		})
 		if err != nil {
 			return failed("reconcile: %v", err)
@@ -154,7 +154,7 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 	defer j.Close()
 	// Before anything is appended: not a record is added to a damaged
 	// file, not even a refusal.
-	s, head, err := hostjournal.VerifyState(j)
+	s, head, err := hostjournal.VerifyCore(j)
 	if err != nil {
 		return failed("%w", err)
 	}

@@ -90,7 +90,7 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 		return nil, fmt.Errorf("the stored declaration (#%d): %w", s.Desired.Seq, err)
 	}
 	req := agent.Request{
-		Trigger: trigger, Owned: s.Owned, Repair: repair, Revision: decl.Revision,
+		Trigger: trigger, Owned: hostjournal.StoredOwned{J: j}, Repair: repair, Revision: decl.Revision,
 		Specs: specs, Digests: hostjournal.SpecDigests(specs, s.Desired.Resources),
 	}
 	if trigger == event.TriggerPushed || trigger == event.TriggerReconnect {

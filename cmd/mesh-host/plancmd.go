@@ -90,7 +90,7 @@ func (e *env) dryRun(decl *declaration.Declaration, s projector.State) (*agent.R
 		return nil, nil, planRefusal{err}
 	}
 	res, err := rc.Reconcile(e.ctx, agent.Request{
-		Trigger: event.TriggerManual, Revision: decl.Revision, Specs: specs, Owned: s.Owned, DryRun: true,
+		Trigger: event.TriggerManual, Revision: decl.Revision, Specs: specs, Owned: agent.OwnedMap(s.Owned), DryRun: true,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("plan: %w", err)

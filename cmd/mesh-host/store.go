@@ -56,15 +56,18 @@ func (e *env) withJournal(fn func(j *journal.Journal) error) error {
 	return fn(j)
 }
 
-// verifiedState is a journal's stored state and the head it folds through.
+// verifiedState is a journal's stored state, without its owned set, and
+// the head it folds through.
 type verifiedState struct {
 	s    projector.State
 	head uint64
 }
 
-// storedState is hostjournal.StoredState, without decoding the projection
-// again when it is the one read at opening: nothing was appended since
-// (the head has not moved). It is taken once.
+// storedState is hostjournal.StoredCore (the stored state without its
+// owned set: a reconcile reads that through hostjournal.StoredOwned),
+// without decoding the projection again when it is the one read at
+// opening: nothing was appended since (the head has not moved). It is
+// taken once.
 func (e *env) storedState(j *journal.Journal) (projector.State, uint64, error) {
 	if v := e.verified; v != nil {
 		e.verified = nil
@@ -72,5 +75,5 @@ func (e *env) storedState(j *journal.Journal) (projector.State, uint64, error) {
 			return v.s, v.head, nil
 		}
 	}
-	return hostjournal.StoredState(j)
+	return hostjournal.StoredCore(j)
 }

@@ -74,14 +74,43 @@ type Request struct {
 	// order: the list journaled with the declaration, which need not be
 	// computed again (encoding every spec is a third of a no-op check).
 	Digests []string
-	// Owned is the projection's owned set: what the host may remove.
-	Owned map[string]projector.Owned
+	// Owned is the projection's owned set: what the host may remove, and
+	// what it applied before. It is read once, while planning, before
+	// anything is journaled; nil for none.
+	Owned OwnedSet
 	// Repair false observes and journals drift but changes nothing
 	// (`check --no-repair`).
 	Repair bool
 	// DryRun observes and plans, and neither changes nor journals anything
 	// (`plan`).
 	DryRun bool
+}
+
+// OwnedSet is an owned set a reconcile walks once: the journal's stored
+// projection (hostjournal.StoredOwned), read rather than held, or a map.
+type OwnedSet interface {
+	EachOwned(fn func(id string, o projector.Owned) error) error
+}
+
+// OwnedMap is an owned set held in memory.
+type OwnedMap map[string]projector.Owned
+
+// EachOwned calls fn with each owned resource, in no order.
+func (m OwnedMap) EachOwned(fn func(id string, o projector.Owned) error) error {
+	for id, o := range m {
+		if err := fn(id, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ownedAs is what the projection said of a declared resource the host
+// owned when the reconcile began: what a step needs of projector.Owned.
+type ownedAs struct {
+	digest  string // its SpecDigest
+	failed  bool   // its last outcome failed
+	drifted bool
 }
 
 // Step is one resource's part in a reconcile.
@@ -107,6 +136,9 @@ type Step struct {
 	DriftSeq uint64
 	// Seq is the outcome's journal sequence (0 when none was journaled).
 	Seq uint64
+	// owned is the projection's word on a declared resource the host
+	// owned; nil when it did not.
+	owned *ownedAs
 }
 
 // Result is one reconcile's output.
@@ -162,7 +194,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 	changes := slices.ContainsFunc(steps, func(s *Step) bool {
 		return s.Planned != event.ActionUnchanged && (req.Repair || !s.Drift)
 	})
-	record := slices.ContainsFunc(steps, func(s *Step) bool { return needsRecord(s, req.Owned) })
+	record := slices.ContainsFunc(steps, needsRecord)
 	if !changes && !record {
 		// Nothing to change and nothing new to remember: one small record,
 		// so a quiet machine's journal stays small. (Drift left unrepaired
@@ -257,38 +289,45 @@ func (rc *Reconciler) completeEarly(res *Result, req Request, started time.Time,
 
 // needsRecord: an unchanged resource is journaled only when the journal
 // does not already say the host owns it with this spec.
-func needsRecord(s *Step, owned map[string]projector.Owned) bool {
+func needsRecord(s *Step) bool {
 	if s.Planned != event.ActionUnchanged {
 		return false
 	}
-	o, ok := owned[s.ID]
-	return !ok || o.SpecDigest != s.Digest || o.LastOutcome == event.ActionFailed
+	o := s.owned
+	return o == nil || o.digest != s.Digest || o.failed
 }
 
 // plan observes every declared resource and every owned one no longer
 // declared, in parallel, and decides what each needs.
 func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
-	declared := make(map[string]bool, len(req.Specs))
-	var steps []*Step
+	declared := make(map[string]*Step, len(req.Specs))
+	steps := make([]*Step, 0, len(req.Specs))
 	if req.Digests != nil && len(req.Digests) != len(req.Specs) {
 		return nil, fmt.Errorf("%d spec digests for %d specs", len(req.Digests), len(req.Specs))
 	}
 	for i, spec := range req.Specs {
 		id := drivers.ID(spec)
-		declared[id] = true
 		s := &Step{ID: id, Spec: spec}
 		if req.Digests != nil {
 			s.Digest = req.Digests[i]
 		}
+		declared[id] = s
 		steps = append(steps, s)
 	}
-	for id := range req.Owned {
-		switch {
-		case declared[id]:
-		case rc.Release != nil && rc.Release(id):
-			steps = append(steps, &Step{ID: id, Planned: event.ActionReleased})
-		default:
-			steps = append(steps, &Step{ID: id, Planned: event.ActionDelete})
+	if req.Owned != nil {
+		err := req.Owned.EachOwned(func(id string, o projector.Owned) error {
+			switch s := declared[id]; {
+			case s != nil:
+				s.owned = &ownedAs{digest: o.SpecDigest, failed: o.LastOutcome == event.ActionFailed, drifted: o.Drifted}
+			case rc.Release != nil && rc.Release(id):
+				steps = append(steps, &Step{ID: id, Planned: event.ActionReleased})
+			default:
+				steps = append(steps, &Step{ID: id, Planned: event.ActionDelete})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read the owned resources: %w", err)
 		}
 	}
 	err := rc.each(ctx, steps, func(ctx context.Context, s *Step) {
@@ -314,8 +353,8 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 		default:
 			s.Planned = event.ActionUpdate
 		}
-		if o, ok := req.Owned[s.ID]; ok && s.Planned != event.ActionUnchanged && s.Err == nil &&
-			o.SpecDigest == s.Digest && o.LastOutcome != event.ActionFailed {
+		if o := s.owned; o != nil && s.Planned != event.ActionUnchanged && s.Err == nil &&
+			o.digest == s.Digest && !o.failed {
 			s.Drift = true
 		}
 	})
@@ -562,7 +601,7 @@ func (rc *Reconciler) journalDrift(steps []*Step, req Request) error {
 	var recs []event.Record
 	var drifted []*Step
 	for _, s := range steps {
-		if !s.Drift || (!req.Repair && req.Owned[s.ID].Drifted) {
+		if !s.Drift || (!req.Repair && s.owned.drifted) {
 			continue
 		}
 		differs := s.Observation.Differs
@@ -604,7 +643,7 @@ func (o *outcomes) add(more outcomes) {
 func outcomesOf(level []*Step, req Request, startSeq uint64) outcomes {
 	var o outcomes
 	for _, s := range level {
-		if s.Outcome == "" || (s.Outcome == event.ActionUnchanged && !needsRecord(s, req.Owned)) {
+		if s.Outcome == "" || (s.Outcome == event.ActionUnchanged && !needsRecord(s)) {
 			continue
 		}
 		cause := startSeq

@@ -113,7 +113,7 @@ func (b *bed) state() projector.State {
 
 func (b *bed) reconcile(trigger event.Trigger, specs ...drivers.Spec) *Result {
 	b.t.Helper()
-	res, err := b.rc.Reconcile(context.Background(), Request{Trigger: trigger, Revision: 1, Specs: specs, Owned: b.state().Owned, Repair: true})
+	res, err := b.rc.Reconcile(context.Background(), Request{Trigger: trigger, Revision: 1, Specs: specs, Owned: OwnedMap(b.state().Owned), Repair: true})
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestNoRepairLeavesDrift(t *testing.T) {
 	motd := file("/etc/motd", "hello")
 	b.reconcile(event.TriggerManual, motd)
 	b.drv[drivers.KindFile].state["/etc/motd"] = "edited by hand"
-	res, err := b.rc.Reconcile(context.Background(), Request{Trigger: event.TriggerManual, Specs: []drivers.Spec{motd}, Owned: b.state().Owned})
+	res, err := b.rc.Reconcile(context.Background(), Request{Trigger: event.TriggerManual, Specs: []drivers.Spec{motd}, Owned: OwnedMap(b.state().Owned)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -197,27 +197,47 @@ func Document(j *journal.Journal, inline []byte, sha string) ([]byte, error) {
 // StoredState loads the journal's stored projection and the head it folds
 // through. Damage is returned as AsDamage does.
 func StoredState(j *journal.Journal) (projector.State, uint64, error) {
-	return loadState(j, j.Projection)
+	return loadState(j, j.Projection, projector.Load)
+}
+
+// StoredCore is StoredState without the owned set (projector.LoadCore):
+// every owned resource is checked, none is kept. A reconcile reads them
+// through StoredOwned.
+func StoredCore(j *journal.Journal) (projector.State, uint64, error) {
+	return loadState(j, j.Projection, projector.LoadCore)
 }
 
 // SnapshotState loads the journal's compaction snapshot and the sequence
 // it folds through.
 func SnapshotState(j *journal.Journal) (projector.State, uint64, error) {
-	return loadState(j, j.Snapshot)
+	return loadState(j, j.Snapshot, projector.Load)
 }
 
 // loadState loads the State a view of j holds (the projection, or the
-// compaction snapshot) and the sequence it folds through.
-func loadState(j *journal.Journal, view func(func(journal.View, uint64) error) error) (projector.State, uint64, error) {
+// compaction snapshot) with load, and the sequence it folds through.
+func loadState(j *journal.Journal, view func(func(journal.View, uint64) error) error, load func(projector.Reader) (projector.State, error)) (projector.State, uint64, error) {
 	var s projector.State
 	var seq uint64
 	err := view(func(v journal.View, at uint64) error {
 		var err error
-		s, err = projector.Load(v)
+		s, err = load(v)
 		seq = at
 		return err
 	})
 	return s, seq, AsDamage(j, err)
+}
+
+// StoredOwned is the owned set of j's stored projection, read from the
+// journal each time it is walked rather than held (agent.OwnedSet). It
+// is read in one read transaction, so fn must not append to j.
+type StoredOwned struct{ J *journal.Journal }
+
+// EachOwned calls fn with every owned resource, in the order of their IDs.
+func (o StoredOwned) EachOwned(fn func(id string, ow projector.Owned) error) error {
+	err := o.J.Projection(func(v journal.View, _ uint64) error {
+		return projector.EachOwned(v, fn)
+	})
+	return AsDamage(o.J, err)
 }
 
 // IsDamage reports whether err, anywhere in its chain, is damage found in
@@ -260,22 +280,23 @@ func storedFold(st journal.Store, recs []event.Record) error {
 // compaction snapshot (checksums, decoding). It returns the first damage
 // found, as AsDamage does.
 func Verify(j *journal.Journal) error {
-	_, _, err := VerifyState(j)
+	_, _, err := VerifyCore(j)
 	return err
 }
 
-// VerifyState is Verify, returning the stored projection it read and the
-// head it folds through: a command that goes on to read it need not decode
-// it twice.
-func VerifyState(j *journal.Journal) (projector.State, uint64, error) {
+// VerifyCore is Verify, returning the stored projection it read, without
+// its owned set (StoredCore), and the head it folds through: a command
+// that goes on to read it need not decode it twice.
+func VerifyCore(j *journal.Journal) (projector.State, uint64, error) {
 	if err := j.Check(); err != nil {
 		return projector.State{}, 0, AsDamage(j, err)
 	}
-	s, head, err := StoredState(j)
+	s, head, err := StoredCore(j)
 	if err != nil {
 		return projector.State{}, 0, err
 	}
-	if _, _, err := SnapshotState(j); err != nil {
+	// Read only to be checked.
+	if _, _, err := loadState(j, j.Snapshot, projector.LoadCore); err != nil {
 		return projector.State{}, 0, err
 	}
 	return s, head, nil
