@@ -189,7 +189,7 @@ func simService(bed *testbeds.Bed, node string) service.Config {
 			rc := &agent.Reconciler{Root: r, Now: time.Now, Drivers: map[drivers.Kind]drivers.Driver{
 				drivers.KindFile: file.New(r), drivers.KindDirectory: directory.New(r),
 			}}
-			return rc.Reconcile(ctx, agent.Request{Trigger: event.TriggerManual, Revision: d.Revision, Specs: d.Expanded(), Owned: s.Owned, DryRun: true})
+			return rc.Reconcile(ctx, agent.Request{Trigger: event.TriggerManual, Revision: d.Revision, Specs: d.Expanded(), Owned: agent.OwnedMap(s.Owned), DryRun: true})
 		},
 	}
 }
