@@ -156,3 +156,31 @@ func FuzzChunkedParse(f *testing.F) {
 		sameAsWhole(t, "f.yaml", data)
 	})
 }
+
+// BenchmarkParseYAMLFiles parses a declaration of n file resources, as
+// ParseYAML does (in chunks) and whole, with the heap it allocates.
+//
+//	go test ./declaration -run '^$' -bench ParseYAMLFiles -benchmem
+func BenchmarkParseYAMLFiles(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		var sb strings.Builder
+		sb.WriteString("mesh: m1\nnode: n1\nrevision: 1\nresources:\n")
+		for i := range n {
+			sb.WriteString(entry(0, i, 2))
+		}
+		data := []byte(sb.String())
+		for _, p := range []struct {
+			name  string
+			parse func(string, []byte) (*Declaration, error)
+		}{{"chunked", ParseYAML}, {"whole", parseWhole}} {
+			b.Run(fmt.Sprintf("files=%d/%s", n, p.name), func(b *testing.B) {
+				b.SetBytes(int64(len(data)))
+				for b.Loop() {
+					if _, err := p.parse("b.yaml", data); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
