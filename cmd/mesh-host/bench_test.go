@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +18,8 @@ import (
 )
 
 // The figures the journal issue asks for, end to end through the code the
-// commands run: replay and --why on a journal of a million records.
+// commands run: replay and --why on a journal of a million records, and on
+// one made by real applies.
 
 const (
 	millionRecords = 1_000_000
@@ -117,6 +120,109 @@ func BenchmarkWhyMillion(b *testing.B) {
 	args := []string{"--journal", path, "journal", "--why", resourceID(7)}
 	if code := runCLI(b.Context(), args, io.Discard, os.Stderr, nil); code != 0 {
 		b.Fatalf("exit %d", code)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		runCLI(b.Context(), args, io.Discard, os.Stderr, nil)
+	}
+}
+
+const (
+	appliedFiles     = 1000 // files in the declaration
+	appliedRevisions = 50   // revisions after the first, each changing appliedChanged files
+	appliedChanged   = 10
+)
+
+var (
+	appliedOnce sync.Once
+	appliedPath string
+	appliedErr  error
+)
+
+// appliedJournal builds, once per test binary, a journal made by real
+// applies (not records written for the benchmark): a declaration of
+// appliedFiles files, then appliedRevisions revisions each changing the
+// content of appliedChanged of them, every one applied by `mesh-host
+// apply` to a root of its own. Each revision's document is stored once,
+// by its digest.
+func appliedJournal(b *testing.B) string {
+	b.Helper()
+	appliedOnce.Do(func() {
+		dir, err := onceDirs.make("mesh-host-applied-")
+		if err != nil {
+			appliedErr = err
+			return
+		}
+		root, state := filepath.Join(dir, "root"), filepath.Join(dir, "state")
+		if err := os.MkdirAll(filepath.Join(root, "etc", "app"), 0o755); err != nil {
+			appliedErr = err
+			return
+		}
+		decl := filepath.Join(dir, "decl.yaml")
+		for rev := 1; rev <= 1+appliedRevisions; rev++ {
+			var sb strings.Builder
+			fmt.Fprintf(&sb, "mesh: bench\nnode: n1\nrevision: %d\nresources:\n", rev)
+			for i := range appliedFiles {
+				// File i has changed in every revision after the one that
+				// first changed it: revision r changes files 10(r-2) to 10(r-1)-1.
+				changedIn := 1
+				if first := i/appliedChanged + 2; first <= rev {
+					changedIn = first
+				}
+				fmt.Fprintf(&sb, "  - file: {path: /etc/app/f%05d.conf, content: \"setting-%d = %d\\n\", mode: \"0644\"}\n", i, i, changedIn)
+			}
+			if err := os.WriteFile(decl, []byte(sb.String()), 0o600); err != nil {
+				appliedErr = err
+				return
+			}
+			var out strings.Builder
+			if code := runCLI(context.Background(), []string{"--root", root, "--state-dir", state, "apply", decl}, &out, &out, nil); code != 0 {
+				appliedErr = fmt.Errorf("apply revision %d: exit %d\n%s", rev, code, out.String())
+				return
+			}
+		}
+		appliedPath = filepath.Join(state, "journal.db")
+	})
+	if appliedErr != nil {
+		b.Fatal(appliedErr)
+	}
+	return appliedPath
+}
+
+// BenchmarkReplayApplied: `mesh-host replay`'s fold of a journal made by
+// 51 real applies of a 1,000-file declaration (documents and all).
+func BenchmarkReplayApplied(b *testing.B) {
+	path := appliedJournal(b)
+	j, err := journal.Open(path, journal.Options{ReadOnly: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	info, err := j.Info()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		s, n, err := hostjournal.Replay(j, 0, time.Time{})
+		if err != nil || s.Head != info.Head || s.Desired == nil || s.Desired.Revision != 1+appliedRevisions || len(s.Owned) != appliedFiles {
+			b.Fatalf("replayed %d records to head %d (want %d): %v", n, s.Head, info.Head, err)
+		}
+	}
+	b.ReportMetric(float64(info.Head), "records")
+	b.ReportMetric(float64(info.Head)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkWhyApplied: `mesh-host journal --why` of a file changed in the
+// last revision, on the journal BenchmarkReplayApplied replays: the whole
+// command, open to close.
+func BenchmarkWhyApplied(b *testing.B) {
+	path := appliedJournal(b)
+	last := (appliedRevisions - 1) * appliedChanged
+	args := []string{"--journal", path, "journal", "--why", fmt.Sprintf("file:/etc/app/f%05d.conf", last)}
+	var out strings.Builder
+	if code := runCLI(b.Context(), args, &out, os.Stderr, nil); code != 0 || !strings.Contains(out.String(), fmt.Sprintf("revision=%d", 1+appliedRevisions)) {
+		b.Fatalf("exit %d, and the answer (%d bytes) does not name revision %d:\n%s", code, out.Len(), 1+appliedRevisions, out.String())
 	}
 	b.ResetTimer()
 	for b.Loop() {
