@@ -344,7 +344,8 @@ func (h *Host) Start(extra ...string) {
 // Stop sends SIGTERM and waits; it returns the exit code.
 func (h *Host) Stop() int { return h.proc.stop(h.bed.tb, 90*time.Second) }
 
-// Kill ends the host with SIGKILL: no chance to finish anything.
+// Kill ends the host with SIGKILL, with anything it started (a launcher's
+// serve): no chance to finish anything.
 func (h *Host) Kill() { h.proc.kill() }
 
 // Running reports whether the serve process is alive.
@@ -433,6 +434,9 @@ func (p *process) startEnv(tb TB, name, bin, logPath string, args, env []string)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = log, log
+	// A group of its own, which kill ends whole: a launcher's `mesh-host
+	// serve` outlived the launcher killed at a test's end, for minutes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		tb.Fatalf("start %s: %v", name, err)
@@ -504,6 +508,8 @@ func (p *process) stop(tb TB, limit time.Duration) int {
 	return p.state.ExitCode()
 }
 
+// kill ends the process and every process it started (its process
+// group) with SIGKILL, as systemd ends a unit's control group.
 func (p *process) kill() {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
@@ -511,6 +517,7 @@ func (p *process) kill() {
 	if cmd == nil {
 		return
 	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	_ = cmd.Process.Kill()
 	<-done
 }
