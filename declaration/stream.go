@@ -173,10 +173,19 @@ func (l resourceList) chunks(data []byte, fn func(first int, entries []*yaml.Nod
 	for k := range parsed {
 		parsed[k] = make(chan chunkResult, 1)
 	}
+	// A chunk takes a place ahead before it is handed out, in order, and
+	// gives it back once decoded: the chunk decoded next always has its
+	// place, whichever goroutine parses it.
+	ahead := make(chan struct{}, parseAhead)
 	next := make(chan int)
 	go func() {
 		defer close(next)
 		for k := range n {
+			select {
+			case ahead <- struct{}{}:
+			case <-done:
+				return
+			}
 			select {
 			case next <- k:
 			case <-done:
@@ -184,15 +193,9 @@ func (l resourceList) chunks(data []byte, fn func(first int, entries []*yaml.Nod
 			}
 		}
 	}()
-	ahead := make(chan struct{}, parseAhead)
 	for range min(parseAhead, n) {
 		go func() {
 			for k := range next {
-				select {
-				case ahead <- struct{}{}:
-				case <-done:
-					return
-				}
 				parsed[k] <- l.parse(data, k)
 			}
 		}()
