@@ -45,7 +45,7 @@ func ParseYAML(name string, data []byte) (*Declaration, error) {
 		return nil, err
 	}
 	if l, ok := listOf(data); ok {
-		if decl, err := parseInChunks(name, data, l); err == nil {
+		if decl, err := parseInChunks(name, l); err == nil {
 			return decl, nil
 		}
 		// Parsed whole again, for its errors as they always were.

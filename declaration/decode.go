@@ -22,7 +22,7 @@ type decoder struct {
 	errs Errors
 	// chunked is the resources list to decode a chunk at a time, in place
 	// of the tree's (stream.go); nil to decode the tree's.
-	chunked *chunkedList
+	chunked *resourceList
 }
 
 func (d *decoder) fail(n *yaml.Node, field, format string, args ...any) {
@@ -286,7 +286,7 @@ func (d *decoder) resourcesInChunks(n *yaml.Node, decl *Declaration) {
 		return
 	}
 	c := d.claims(decl, len(d.chunked.items))
-	err := d.chunked.chunks(d.chunked.data, func(first int, entries []*yaml.Node) {
+	err := d.chunked.chunks(func(first int, entries []*yaml.Node) {
 		for j, e := range entries {
 			c.add(first+j, e)
 		}

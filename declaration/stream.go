@@ -35,7 +35,8 @@ const chunkItems = 512
 
 // resourceList is the resources list of a document, found by listOf.
 type resourceList struct {
-	head  []byte // the document with the list's lines emptied: same line numbers
+	data  []byte // the whole document
+	head  []byte // data with the list's lines emptied: same line numbers
 	items []item
 	end   int // offset just past the list
 }
@@ -54,7 +55,7 @@ func listOf(data []byte) (resourceList, bool) {
 		return resourceList{}, false
 	}
 	var (
-		l      resourceList
+		l      = resourceList{data: data}
 		indent = -1 // the list's, once its first entry is seen
 		start  = -1 // the offset of the line after "resources:"
 		ended  bool
@@ -84,8 +85,7 @@ func listOf(data []byte) (resourceList, bool) {
 				return resourceList{}, false
 			}
 		case ended:
-			if spaces == 0 && (isResourcesLine(text) || isKey(text, "resources") ||
-				bytes.HasPrefix(text, []byte("---")) || bytes.HasPrefix(text, []byte("..."))) {
+			if spaces == 0 && againOrNext(text) {
 				return resourceList{}, false
 			}
 		case indent < 0:
@@ -100,8 +100,7 @@ func listOf(data []byte) (resourceList, bool) {
 			// More of the entry.
 		case spaces == 0:
 			// The next key of the document.
-			if isResourcesLine(text) || isKey(text, "resources") ||
-				bytes.HasPrefix(text, []byte("---")) || bytes.HasPrefix(text, []byte("...")) {
+			if againOrNext(text) {
 				return resourceList{}, false
 			}
 			ended, l.end = true, off
@@ -117,9 +116,10 @@ func listOf(data []byte) (resourceList, bool) {
 		l.end = len(data)
 	}
 	// The head keeps every line, the list's emptied.
-	head := make([]byte, 0, start+(len(data)-l.end)+bytes.Count(data[start:l.end], []byte("\n")))
+	lines := bytes.Count(data[start:l.end], []byte("\n"))
+	head := make([]byte, 0, start+lines+len(data)-l.end)
 	head = append(head, data[:start]...)
-	head = append(head, bytes.Repeat([]byte("\n"), bytes.Count(data[start:l.end], []byte("\n")))...)
+	head = append(head, bytes.Repeat([]byte("\n"), lines)...)
 	l.head = append(head, data[l.end:]...)
 	return l, true
 }
@@ -143,12 +143,12 @@ func isResourcesLine(text []byte) bool {
 	return len(rest) == 0 || rest[0] == '#'
 }
 
-// isKey: text could be key written another way ("resources" : or
-// quoted), which would make a second resources field the whole parse
-// refuses.
-func isKey(text []byte, key string) bool {
-	t := bytes.Trim(text, `"' `)
-	return bytes.HasPrefix(t, []byte(key))
+// againOrNext: a line at the margin after the list that may be the
+// resources field again, written any way (quoted, spaced), which the
+// whole parse refuses, or another document.
+func againOrNext(text []byte) bool {
+	return bytes.HasPrefix(bytes.Trim(text, `"' `), []byte("resources")) ||
+		bytes.HasPrefix(text, []byte("---")) || bytes.HasPrefix(text, []byte("..."))
 }
 
 // isEntry: a block list's entry begins with "-" alone or before a space.
@@ -165,7 +165,7 @@ func isEntry(rest []byte) bool {
 // the time, and a host's other cores are idle while it reads a
 // declaration. At most parseAhead chunks' trees are alive beside the one
 // fn holds.
-func (l resourceList) chunks(data []byte, fn func(first int, entries []*yaml.Node)) error {
+func (l resourceList) chunks(fn func(first int, entries []*yaml.Node)) error {
 	n := (len(l.items) + chunkItems - 1) / chunkItems
 	done := make(chan struct{})
 	defer close(done)
@@ -196,7 +196,7 @@ func (l resourceList) chunks(data []byte, fn func(first int, entries []*yaml.Nod
 	for range min(parseAhead, n) {
 		go func() {
 			for k := range next {
-				parsed[k] <- l.parse(data, k)
+				parsed[k] <- l.parse(k)
 			}
 		}()
 	}
@@ -221,18 +221,19 @@ type chunkResult struct {
 }
 
 // parse parses chunk k.
-func (l resourceList) parse(data []byte, k int) chunkResult {
+func (l resourceList) parse(k int) chunkResult {
 	first := k * chunkItems
 	last := min(first+chunkItems, len(l.items))
 	end := l.end
 	if last < len(l.items) {
 		end = l.items[last].off
 	}
-	seq, err := parseChunk(data[l.items[first].off:end])
+	doc, err := oneDocument(l.data[l.items[first].off:end])
 	if err != nil {
 		return chunkResult{err: err}
 	}
-	if len(seq.Content) != last-first {
+	seq := doc.Content[0]
+	if seq.Kind != yaml.SequenceNode || seq.Style != 0 || seq.Anchor != "" || len(seq.Content) != last-first {
 		return chunkResult{err: errChunk}
 	}
 	shift(seq, l.items[first].line-1)
@@ -241,22 +242,18 @@ func (l resourceList) parse(data []byte, k int) chunkResult {
 
 var errChunk = errors.New("a chunk of the resources list is not a list of its entries")
 
-// parseChunk parses one chunk: one document, a block list.
-func parseChunk(b []byte) (*yaml.Node, error) {
+// oneDocument parses b, which must hold one document with a value.
+func oneDocument(b []byte) (*yaml.Node, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		return nil, err
 	}
 	var next yaml.Node
-	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) || len(doc.Content) != 1 {
 		return nil, errChunk
 	}
-	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.SequenceNode ||
-		doc.Content[0].Style != 0 || doc.Content[0].Anchor != "" {
-		return nil, errChunk
-	}
-	return doc.Content[0], nil
+	return &doc, nil
 }
 
 // shift moves a chunk's tree to the lines it has in the document.
@@ -267,24 +264,13 @@ func shift(n *yaml.Node, lines int) {
 	}
 }
 
-// chunkedList is a resources list to decode a chunk at a time.
-type chunkedList struct {
-	resourceList
-	data []byte // the whole document
-}
-
-// parseInChunks parses a document whose resources list is l: its head
+// parseInChunks parses the document whose resources list is l: its head
 // whole, its list a chunk at a time. Any error means only that the whole
 // parse must say what is wrong.
-func parseInChunks(name string, data []byte, l resourceList) (*Declaration, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(l.head))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
+func parseInChunks(name string, l resourceList) (*Declaration, error) {
+	doc, err := oneDocument(l.head)
+	if err != nil {
 		return nil, err
 	}
-	var next yaml.Node
-	if err := dec.Decode(&next); !errors.Is(err, io.EOF) || len(doc.Content) != 1 {
-		return nil, errChunk
-	}
-	return decodeWith(&decoder{file: name, chunked: &chunkedList{resourceList: l, data: data}}, doc.Content[0])
+	return decodeWith(&decoder{file: name, chunked: &l}, doc.Content[0])
 }

@@ -372,7 +372,8 @@ func TestReport(t *testing.T) {
 	at := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	s := projector.State{Head: 9, Desired: &projector.Desired{Revision: 2, Document: []byte(`{"big":"document"}`)},
 		Owned: map[string]projector.Owned{"file:/a": {SpecDigest: "sha256:aa", LastOutcome: event.ActionCreate, Seq: 4}}}
-	r, digest := linkproto.ReportOf("home", "web-1", s, at)
+	sent := linkproto.ReportOf("home", "web-1", s, at)
+	r, digest := sent.Report, sent.Digest
 	if r.State.Desired.Document != nil || s.Desired.Document == nil {
 		t.Errorf("the report carries the document, or changed the state it was made of")
 	}
@@ -380,11 +381,11 @@ func TestReport(t *testing.T) {
 	if err := linkproto.Decode(linkproto.Marshal(r), linkproto.MaxDeclarationSize, &back); err != nil || !projector.Equal(back.State, r.State) {
 		t.Errorf("report round trip: %v\n%v", err, projector.Diff(back.State, r.State))
 	}
-	if _, again := linkproto.ReportOf("home", "web-1", s, at.Add(time.Hour)); again != digest {
+	if again := linkproto.ReportOf("home", "web-1", s, at.Add(time.Hour)).Digest; again != digest {
 		t.Errorf("the digest changed with nothing but the time: %s, %s", digest, again)
 	}
 	s.Head = 10
-	if _, changed := linkproto.ReportOf("home", "web-1", s, at); changed == digest {
+	if changed := linkproto.ReportOf("home", "web-1", s, at).Digest; changed == digest {
 		t.Errorf("the digest did not change with the state")
 	}
 }

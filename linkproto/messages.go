@@ -276,7 +276,7 @@ type Heartbeat struct {
 // events stream and compares. The declaration's document is left out (the
 // control plane holds it), and so are the owned resources when they would
 // not fit in one message even compressed (Omitted says so). It is sent as
-// EncodeReport makes it.
+// ReportOf makes it.
 type Report struct {
 	Protocol int             `json:"protocol"`
 	Mesh     string          `json:"mesh"`
@@ -286,27 +286,31 @@ type Report struct {
 	Omitted  string          `json:"omitted,omitempty"`
 }
 
-// ReportOf makes the Report of s and its digest, which the heartbeat
-// carries. The digest is over the state alone, so that it changes when the
-// state does and only then.
-func ReportOf(mesh, node string, s projector.State, now time.Time) (Report, string) {
-	s = StrippedForReport(s)
-	r := Report{Protocol: ProtocolVersion, Mesh: mesh, Node: node, Sent: now.UTC(), State: s}
-	if doc := Marshal(r); len(doc) > MaxDeclarationSize && !fits(doc) {
-		r.State.Owned = nil
-		r.Omitted = fmt.Sprintf("the %d owned resources: the report would not fit in one message", len(s.Owned))
-	}
-	return r, ReportDigest(r)
+// SentReport is a Report as its node sends it.
+type SentReport struct {
+	Report
+	// Digest is ReportDigest(Report), which the heartbeats name.
+	Digest string
+	// Body is the Report's JSON, gzip-compressed past CompressReportsOver
+	// bytes; Encoding is then EncodingGzip, the EncodingHeader's value.
+	Body     []byte
+	Encoding string
 }
 
-// fits says whether a Report of JSON doc fits in one message as sent
-// (EncodeReport).
-func fits(doc []byte) bool {
-	if len(doc) > MaxReportJSON {
-		return false
+// ReportOf makes the Report of s as sent, with its digest. The digest is
+// over the state alone, so that it changes when the state does and only
+// then.
+func ReportOf(mesh, node string, s projector.State, now time.Time) SentReport {
+	s = StrippedForReport(s)
+	r := Report{Protocol: ProtocolVersion, Mesh: mesh, Node: node, Sent: now.UTC(), State: s}
+	doc := Marshal(r)
+	body, encoding := encodeBody(doc)
+	if len(doc) > MaxReportJSON || len(body) > MaxDeclarationSize {
+		r.State.Owned = nil
+		r.Omitted = fmt.Sprintf("the %d owned resources: the report would not fit in one message", len(s.Owned))
+		body, encoding = encodeBody(Marshal(r))
 	}
-	body, _ := encodeBody(doc)
-	return len(body) <= MaxDeclarationSize
+	return SentReport{Report: r, Digest: ReportDigest(r), Body: body, Encoding: encoding}
 }
 
 // ReportDigest is the digest of r's state, as its node's heartbeats name

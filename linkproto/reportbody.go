@@ -27,12 +27,8 @@ const (
 	MaxReportJSON = 64 << 20
 )
 
-// EncodeReport is the body of r as sent, and its encoding ("" for plain
-// JSON).
-func EncodeReport(r Report) (body []byte, encoding string) {
-	return encodeBody(Marshal(r))
-}
-
+// encodeBody is the body of a Report of JSON doc as sent, and its
+// encoding ("" for plain JSON).
 func encodeBody(doc []byte) (body []byte, encoding string) {
 	if len(doc) <= CompressReportsOver {
 		return doc, ""

@@ -2,6 +2,8 @@ package linkproto_test
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,24 +31,23 @@ func owning(n int) projector.State {
 // one compressed, and read back as it was.
 func TestLargeReportsAreSentCompressed(t *testing.T) {
 	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	small, _ := linkproto.ReportOf("home", "web-1", owning(3), at)
-	if body, enc := linkproto.EncodeReport(small); enc != "" || !bytes.Equal(body, linkproto.Marshal(small)) {
-		t.Errorf("a small report was encoded %q", enc)
+	small := linkproto.ReportOf("home", "web-1", owning(3), at)
+	if small.Encoding != "" || !bytes.Equal(small.Body, linkproto.Marshal(small.Report)) {
+		t.Errorf("a small report was encoded %q", small.Encoding)
 	}
 
-	r, digest := linkproto.ReportOf("home", "web-1", owning(19000), at)
-	doc := linkproto.Marshal(r)
-	body, enc := linkproto.EncodeReport(r)
-	if enc != linkproto.EncodingGzip || len(body) > len(doc)/4 {
-		t.Fatalf("a report of %d bytes was sent as %d bytes, encoding %q; want gzip and a quarter at most", len(doc), len(body), enc)
+	large := linkproto.ReportOf("home", "web-1", owning(19000), at)
+	doc := linkproto.Marshal(large.Report)
+	if large.Encoding != linkproto.EncodingGzip || len(large.Body) > len(doc)/4 {
+		t.Fatalf("a report of %d bytes was sent as %d bytes, encoding %q; want gzip and a quarter at most", len(doc), len(large.Body), large.Encoding)
 	}
-	t.Logf("19,000 owned files: %d bytes of JSON sent as %d", len(doc), len(body))
+	t.Logf("19,000 owned files: %d bytes of JSON sent as %d", len(doc), len(large.Body))
 	var back linkproto.Report
-	if err := linkproto.DecodeReport(body, enc, &back); err != nil {
+	if err := linkproto.DecodeReport(large.Body, large.Encoding, &back); err != nil {
 		t.Fatal(err)
 	}
-	if !projector.Equal(back.State, r.State) || linkproto.ReportDigest(back) != digest {
-		t.Errorf("the report read back differs: %v", projector.Diff(back.State, r.State))
+	if !projector.Equal(back.State, large.State) || linkproto.ReportDigest(back) != large.Digest {
+		t.Errorf("the report read back differs: %v", projector.Diff(back.State, large.State))
 	}
 }
 
@@ -55,17 +56,33 @@ func TestLargeReportsAreSentCompressed(t *testing.T) {
 // resource; one that fits in neither form says what it left out.
 func TestReportsTooLargeAsJSONKeepTheirOwnedResources(t *testing.T) {
 	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	s := owning(60000)
-	r, _ := linkproto.ReportOf("home", "web-1", s, at)
-	if n := len(linkproto.Marshal(r)); n <= linkproto.MaxDeclarationSize {
+	r := linkproto.ReportOf("home", "web-1", owning(60000), at)
+	if n := len(linkproto.Marshal(r.Report)); n <= linkproto.MaxDeclarationSize {
 		t.Fatalf("the report's JSON is %d bytes, not over the limit of %d: the test tests nothing", n, linkproto.MaxDeclarationSize)
 	}
 	if r.Omitted != "" || len(r.State.Owned) != 60000 {
 		t.Errorf("the report left out %q (%d owned kept)", r.Omitted, len(r.State.Owned))
 	}
-	body, _ := linkproto.EncodeReport(r)
-	if len(body) > linkproto.MaxDeclarationSize {
-		t.Errorf("it is sent as %d bytes, over the limit", len(body))
+	if len(r.Body) > linkproto.MaxDeclarationSize {
+		t.Errorf("it is sent as %d bytes, over the limit", len(r.Body))
+	}
+
+	// Errors of random text do not compress: 15 MB of JSON stays over
+	// the limit gzipped.
+	s := owning(3000)
+	noise := make([]byte, 3750)
+	for id, o := range s.Owned {
+		_, _ = rand.Read(noise)
+		o.LastOutcome, o.Error = event.ActionFailed, base64.StdEncoding.EncodeToString(noise)
+		s.Owned[id] = o
+	}
+	r = linkproto.ReportOf("home", "web-1", s, at)
+	if r.Omitted == "" || r.State.Owned != nil || len(r.Body) > linkproto.MaxDeclarationSize {
+		t.Errorf("a report that fits in no form kept %d owned resources, sent as %d bytes, omitted %q", len(r.State.Owned), len(r.Body), r.Omitted)
+	}
+	var back linkproto.Report
+	if err := linkproto.DecodeReport(r.Body, r.Encoding, &back); err != nil || back.Omitted != r.Omitted {
+		t.Errorf("the report without its owned resources reads back as omitting %q: %v", back.Omitted, err)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/mesh-host/mesh-host/testbeds"
 )
 
 // The figures the declarations issue asks for: a first apply of 1,000 files
@@ -111,15 +113,11 @@ func binary(b testing.TB) string {
 			binErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "mesh-host")
-		// As packaging/build ships it: static and stripped (a build linked
-		// to libc is some 1.3 MB more resident).
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", binPath, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		// As it ships: static and stripped (a build linked to libc is
+		// some 1.3 MB more resident).
+		var bins testbeds.Binaries
+		bins, binErr = testbeds.Build(dir, "dev") // the version a plain build says
+		binPath = bins.MeshHost
 	})
 	if binErr != nil {
 		b.Fatal(binErr)

@@ -26,30 +26,41 @@ const (
 	benchResources = 1000
 )
 
-var (
-	millionOnce sync.Once
-	millionPath string
-	millionErr  error
-)
+// builtOnce is a journal a benchmark builds once per test binary, in a
+// directory of onceDirs.
+type builtOnce struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// get builds the journal with build, in a new directory named with
+// prefix, the first time; it returns its path.
+func (o *builtOnce) get(b *testing.B, prefix string, build func(dir string) (string, error)) string {
+	b.Helper()
+	o.once.Do(func() {
+		dir, err := onceDirs.make(prefix)
+		if err == nil {
+			o.path, err = build(dir)
+		}
+		o.err = err
+	})
+	if o.err != nil {
+		b.Fatal(o.err)
+	}
+	return o.path
+}
+
+var millionBuilt builtOnce
 
 // millionJournal builds, once per test binary, a journal of a million
 // records shaped like a host's life: declarations, reconciles of 1,000
 // resources with their outcomes, drift and its repair.
 func millionJournal(b *testing.B) string {
-	b.Helper()
-	millionOnce.Do(func() {
-		dir, err := onceDirs.make("mesh-host-bench-")
-		if err != nil {
-			millionErr = err
-			return
-		}
-		millionPath = filepath.Join(dir, "journal.db")
-		millionErr = buildHistory(millionPath, millionRecords)
+	return millionBuilt.get(b, "mesh-host-bench-", func(dir string) (string, error) {
+		path := filepath.Join(dir, "journal.db")
+		return path, buildHistory(path, millionRecords)
 	})
-	if millionErr != nil {
-		b.Fatal(millionErr)
-	}
-	return millionPath
 }
 
 func resourceID(i int) string { return fmt.Sprintf("file:/etc/app/conf.d/%04d.conf", i) }
@@ -133,11 +144,7 @@ const (
 	appliedChanged   = 10
 )
 
-var (
-	appliedOnce sync.Once
-	appliedPath string
-	appliedErr  error
-)
+var appliedBuilt builtOnce
 
 // appliedJournal builds, once per test binary, a journal made by real
 // applies (not records written for the benchmark): a declaration of
@@ -146,17 +153,10 @@ var (
 // apply` to a root of its own. Each revision's document is stored once,
 // by its digest.
 func appliedJournal(b *testing.B) string {
-	b.Helper()
-	appliedOnce.Do(func() {
-		dir, err := onceDirs.make("mesh-host-applied-")
-		if err != nil {
-			appliedErr = err
-			return
-		}
+	return appliedBuilt.get(b, "mesh-host-applied-", func(dir string) (string, error) {
 		root, state := filepath.Join(dir, "root"), filepath.Join(dir, "state")
 		if err := os.MkdirAll(filepath.Join(root, "etc", "app"), 0o755); err != nil {
-			appliedErr = err
-			return
+			return "", err
 		}
 		decl := filepath.Join(dir, "decl.yaml")
 		for rev := 1; rev <= 1+appliedRevisions; rev++ {
@@ -172,21 +172,15 @@ func appliedJournal(b *testing.B) string {
 				fmt.Fprintf(&sb, "  - file: {path: /etc/app/f%05d.conf, content: \"setting-%d = %d\\n\", mode: \"0644\"}\n", i, i, changedIn)
 			}
 			if err := os.WriteFile(decl, []byte(sb.String()), 0o600); err != nil {
-				appliedErr = err
-				return
+				return "", err
 			}
 			var out strings.Builder
 			if code := runCLI(context.Background(), []string{"--root", root, "--state-dir", state, "apply", decl}, &out, &out, nil); code != 0 {
-				appliedErr = fmt.Errorf("apply revision %d: exit %d\n%s", rev, code, out.String())
-				return
+				return "", fmt.Errorf("apply revision %d: exit %d\n%s", rev, code, out.String())
 			}
 		}
-		appliedPath = filepath.Join(state, "journal.db")
+		return filepath.Join(state, "journal.db"), nil
 	})
-	if appliedErr != nil {
-		b.Fatal(appliedErr)
-	}
-	return appliedPath
 }
 
 // BenchmarkReplayApplied: `mesh-host replay`'s fold of a journal made by

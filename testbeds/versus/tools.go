@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/mesh-host/mesh-host/testbeds"
 )
 
 // contender is one tool as the rows drive it: a first apply into an empty
@@ -89,18 +91,12 @@ func (m *meshHost) noop() (sample, error) {
 func (m *meshHost) journal() string { return filepath.Join(m.state, "journal.db") }
 
 // buildMeshHost builds the mesh-host command of the module the program runs
-// in, into dir, as packaging/build ships it: static and stripped. A build
+// in, into dir, as it ships (testbeds.Build: static and stripped). A build
 // linked to libc maps libc and its loader too, some 1.3 MB more resident
 // that no installed host has.
 func buildMeshHost(dir string) (string, error) {
-	bin := filepath.Join(dir, "mesh-host")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "github.com/mesh-host/mesh-host/cmd/mesh-host")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
+	bins, err := testbeds.Build(dir, "versus")
+	return bins.MeshHost, err
 }
 
 // findAgent returns the path of the agent named, installing Debian's

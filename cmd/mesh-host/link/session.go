@@ -210,13 +210,13 @@ func (l *Link) heartbeat(nc *nats.Conn, reported *string, last *lastState) {
 			l.log.Error("heartbeat: read the state", "err", err)
 			return
 		}
-		report, digest := linkproto.ReportOf(l.cfg.Mesh, l.cfg.Node, s, now)
+		report := linkproto.ReportOf(l.cfg.Mesh, l.cfg.Node, s, now)
+		digest := report.Digest
 		if digest != *reported {
 			msg := nats.NewMsg(linkproto.StateSubject(l.cfg.Mesh, l.cfg.Node))
-			var encoding string
-			msg.Data, encoding = linkproto.EncodeReport(report)
-			if encoding != "" {
-				msg.Header.Set(linkproto.EncodingHeader, encoding)
+			msg.Data = report.Body
+			if report.Encoding != "" {
+				msg.Header.Set(linkproto.EncodingHeader, report.Encoding)
 			}
 			err := nc.PublishMsg(msg)
 			if err != nil && !errors.Is(err, nats.ErrReconnectBufExceeded) {
