@@ -433,3 +433,42 @@ func TestDecodePlanRequestChecksAsAPush(t *testing.T) {
 		t.Errorf("no revision: got %v, want %v", err, linkproto.ErrMalformed)
 	}
 }
+
+// A duration reads as the string it is written as (µ included), as the
+// same string with escapes, or as nanoseconds; anything else is refused.
+func TestDurationForms(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		`"1m0s"`:         time.Minute,
+		`"1.5µs"`:        1500 * time.Nanosecond,
+		`"-2h0m0s"`:      -2 * time.Hour,
+		`"1\u006d0s"`:    time.Minute, // an escaped "m"
+		`60000000000`:    time.Minute,
+		`"1h\u00b5s"`:    0, // refused: no such unit
+		`"1m`:            0, // refused: not JSON
+		`true`:           0, // refused
+		`"1m0s" `:        time.Minute,
+		`"\"1m0s\""`:     0, // refused: quotes inside
+		`"9999999999h"`:  0, // refused: out of range
+		`-1000000000000`: -1000 * time.Second,
+	} {
+		var d linkproto.Duration
+		err := json.Unmarshal([]byte(in), &d)
+		switch {
+		case want == 0 && err == nil:
+			t.Errorf("%s read as %v, want refused", in, time.Duration(d))
+		case want != 0 && (err != nil || time.Duration(d) != want):
+			t.Errorf("%s = %v, %v; want %v", in, time.Duration(d), err, want)
+		}
+	}
+	for _, d := range []time.Duration{0, time.Nanosecond, 1500 * time.Nanosecond, time.Minute, -90 * time.Second, 1<<63 - 1} {
+		b, err := json.Marshal(linkproto.Duration(d))
+		var s string
+		if err != nil || json.Unmarshal(b, &s) != nil || s != d.String() {
+			t.Errorf("%v wrote %s, %v", d, b, err)
+		}
+		var back linkproto.Duration
+		if err := json.Unmarshal(b, &back); err != nil || time.Duration(back) != d {
+			t.Errorf("%v came back as %v, %v", d, time.Duration(back), err)
+		}
+	}
+}

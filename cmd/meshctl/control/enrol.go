@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -308,20 +309,30 @@ func (c *Client) credentials(ctx context.Context) (map[string]NodeCredential, er
 	if err != nil {
 		return nil, fmt.Errorf("the nodes bucket: %w", err)
 	}
-	w, err := kv.WatchFiltered(ctx, []string{nodeKey(c.Mesh, "*")}, jetstream.IgnoreDeletes())
+	type credential struct {
+		rec NodeCredential
+		err error
+	}
+	var failed error
+	err = decodeAside(func(put func(jetstream.KeyValueEntry)) error {
+		return eachEntry(ctx, kv, nodeKey(c.Mesh, "*"), put)
+	}, func(e jetstream.KeyValueEntry) (cr credential) {
+		if err := json.Unmarshal(e.Value(), &cr.rec); err != nil {
+			cr.err = fmt.Errorf("the credential %s: %w", e.Key(), err)
+		}
+		return cr
+	}, func(cr credential) {
+		if cr.err != nil {
+			failed = cmp.Or(failed, cr.err)
+			return
+		}
+		out[cr.rec.Node] = cr.rec
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list the credentials: %w", err)
 	}
-	defer w.Stop()
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		var rec NodeCredential
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			return nil, fmt.Errorf("the credential %s: %w", e.Key(), err)
-		}
-		out[rec.Node] = rec
+	if failed != nil {
+		return nil, failed
 	}
 	return out, nil
 }

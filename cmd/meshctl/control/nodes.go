@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -152,17 +153,26 @@ func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *li
 	if err != nil {
 		return err
 	}
-	err = readLast(ctx, heartbeats, linkproto.AllHeartbeats(c.Mesh), func(subject string, data []byte) {
-		_, node, err := linkproto.NodeOf(subject)
+	type beat struct {
+		node, problem string
+		hb            *linkproto.Heartbeat
+	}
+	err = decodeAside(func(put func(jetstream.Msg)) error {
+		return readLast(ctx, heartbeats, linkproto.AllHeartbeats(c.Mesh), put)
+	}, func(m jetstream.Msg) beat {
+		_, node, err := linkproto.NodeOf(m.Subject())
 		if err != nil {
-			return
+			return beat{}
 		}
 		var hb linkproto.Heartbeat
-		if err := linkproto.Decode(data, linkproto.MaxReportSize, &hb); err != nil {
-			fn(node, nil, err.Error())
-			return
+		if err := linkproto.Decode(m.Data(), linkproto.MaxReportSize, &hb); err != nil {
+			return beat{node: node, problem: err.Error()}
 		}
-		fn(node, &hb, "")
+		return beat{node: node, hb: &hb}
+	}, func(b beat) {
+		if b.node != "" {
+			fn(b.node, b.hb, b.problem)
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("read the heartbeats: %w", err)
@@ -176,27 +186,51 @@ func (c *Client) eachDesired(ctx context.Context, fn func(node string, d *linkpr
 	if err != nil {
 		return err
 	}
-	w, err := kv.WatchFiltered(ctx, []string{linkproto.DesiredKey(c.Mesh, "*")}, jetstream.IgnoreDeletes())
+	type stored struct {
+		node string
+		d    *linkproto.Declaration
+		err  error
+	}
+	var failed error
+	err = decodeAside(func(put func(jetstream.KeyValueEntry)) error {
+		return eachEntry(ctx, kv, linkproto.DesiredKey(c.Mesh, "*"), put)
+	}, func(e jetstream.KeyValueEntry) stored {
+		node, ok := strings.CutPrefix(e.Key(), c.Mesh+".")
+		if !ok {
+			return stored{}
+		}
+		d, err := listedDeclaration(e.Value(), c.Mesh, node)
+		return stored{node, d, err}
+	}, func(s stored) {
+		switch {
+		case s.err != nil:
+			failed = cmp.Or(failed, s.err)
+		case s.node != "":
+			fn(s.node, s.d)
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("list the desired state: %w", err)
+	}
+	return failed
+}
+
+// eachEntry hands put every entry of kv whose key filter matches, as it
+// is now, without its deleted keys.
+func eachEntry(ctx context.Context, kv jetstream.KeyValue, filter string, put func(jetstream.KeyValueEntry)) error {
+	w, err := kv.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return err
 	}
 	defer w.Stop()
 	for e := range w.Updates() {
 		if e == nil {
 			// The watcher's marker: every stored value has been seen.
-			break
+			return nil
 		}
-		node, ok := strings.CutPrefix(e.Key(), c.Mesh+".")
-		if !ok {
-			continue
-		}
-		d, err := listedDeclaration(e.Value(), c.Mesh, node)
-		if err != nil {
-			return err
-		}
-		fn(node, d)
+		put(e)
 	}
-	return nil
+	return ctx.Err()
 }
 
 // listedDeclaration reads a desired-state entry for a listing, in one
@@ -231,7 +265,7 @@ const readBatch = 5000
 // filter matches, through one consumer: a request for thousands of
 // messages rather than one a subject, which at 10,000 nodes was most of
 // `meshctl nodes`. A message stored meanwhile may be handed too.
-func readLast(ctx context.Context, stream jetstream.Stream, filter string, fn func(subject string, data []byte)) error {
+func readLast(ctx context.Context, stream jetstream.Stream, filter string, fn func(jetstream.Msg)) error {
 	p, err := newPuller(ctx, stream, jetstream.ConsumerConfig{
 		FilterSubject: filter,
 		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
@@ -241,18 +275,15 @@ func readLast(ctx context.Context, stream jetstream.Stream, filter string, fn fu
 	}
 	defer p.close(ctx)
 	for pending := p.pending(); pending > 0; {
-		msgs, err := p.next(ctx, int(min(pending, readBatch)), dialTimeout)
+		handed, err := p.each(ctx, int(min(pending, readBatch)), dialTimeout, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+			pending = md.NumPending
+			fn(m)
+		})
 		if err != nil {
 			return err
 		}
-		if len(msgs) == 0 {
+		if handed == 0 {
 			return fmt.Errorf("%d messages pending, none delivered within %s", pending, dialTimeout)
-		}
-		for _, m := range msgs {
-			if meta, err := m.Metadata(); err == nil {
-				pending = meta.NumPending
-			}
-			fn(m.Subject(), m.Data())
 		}
 	}
 	return nil
@@ -348,13 +379,7 @@ func releaseOf(doc []byte) string {
 // lines). Ages are measured from now.
 func PrintNodes(w io.Writer, nodes []NodeStatus, now time.Time, asJSON bool) error {
 	if asJSON { // JSON lines, one node each: for jq and for reading as they come
-		enc := json.NewEncoder(w)
-		for _, n := range nodes {
-			if err := enc.Encode(n); err != nil {
-				return err
-			}
-		}
-		return nil
+		return encodeLines(w, nodes)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tVERSION\tDESIRED\tAPPLIED\tDRIFTED\tFAILED\tLAST HEARD\tCREDENTIAL\tSTATE")

@@ -57,42 +57,52 @@ func (p *puller) close(ctx context.Context) {
 // next returns up to n messages, waiting at most wait for the first; none
 // when there were none in that time.
 func (p *puller) next(ctx context.Context, n int, wait time.Duration) ([]jetstream.Msg, error) {
+	var msgs []jetstream.Msg
+	_, err := p.each(ctx, n, wait, func(m jetstream.Msg, _ *jetstream.MsgMetadata) { msgs = append(msgs, m) })
+	return msgs, err
+}
+
+// each is next handing fn each message as it arrives, and returning how
+// many it handed, with its metadata: a reader that passes them on to be decoded elsewhere
+// has the batch decoded while the rest of it is on its way.
+func (p *puller) each(ctx context.Context, n int, wait time.Duration, fn func(jetstream.Msg, *jetstream.MsgMetadata)) (int, error) {
 	deadline := time.Now().Add(pullerPatience)
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
-		msgs, err := p.fetch(n, wait)
-		if !errors.Is(err, nats.ErrNoResponders) || len(msgs) > 0 {
-			return msgs, err
+		handed, err := p.fetch(n, wait, fn)
+		if !errors.Is(err, nats.ErrNoResponders) || handed > 0 {
+			return handed, err
 		}
 		if time.Now().Add(pause).After(deadline) {
-			return nil, fmt.Errorf("consumer %s: %w (for %s)", p.cons.CachedInfo().Name, err, pullerPatience)
+			return 0, fmt.Errorf("consumer %s: %w (for %s)", p.cons.CachedInfo().Name, err, pullerPatience)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return 0, ctx.Err()
 		case <-time.After(pause):
 		}
 	}
 }
 
-func (p *puller) fetch(n int, wait time.Duration) ([]jetstream.Msg, error) {
+func (p *puller) fetch(n int, wait time.Duration, fn func(jetstream.Msg, *jetstream.MsgMetadata)) (int, error) {
 	batch, err := p.cons.Fetch(n, jetstream.FetchMaxWait(wait))
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	var msgs []jetstream.Msg
+	handed := 0
 	for m := range batch.Messages() {
 		md, err := m.Metadata()
 		if err != nil {
-			return nil, err
+			return handed, err
 		}
 		if md.Sequence.Consumer != p.last+1 {
-			return nil, fmt.Errorf("consumer %s: message %d arrived after %d: messages were lost on the way; try again", p.cons.CachedInfo().Name, md.Sequence.Consumer, p.last)
+			return handed, fmt.Errorf("consumer %s: message %d arrived after %d: messages were lost on the way; try again", p.cons.CachedInfo().Name, md.Sequence.Consumer, p.last)
 		}
 		p.last = md.Sequence.Consumer
-		msgs = append(msgs, m)
+		handed++
+		fn(m, md)
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-		return msgs, err
+		return handed, err
 	}
-	return msgs, nil
+	return handed, nil
 }
