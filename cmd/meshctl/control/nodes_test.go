@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -172,5 +174,66 @@ func TestListedDeclarationReadsBothForms(t *testing.T) {
 	huge := append([]byte(`{"pad":"`), bytes.Repeat([]byte("x"), linkproto.MaxDeclarationSize)...)
 	if _, err := listedDeclaration(append(huge, `"}`...), "home", "a"); !errors.Is(err, linkproto.ErrTooLarge) {
 		t.Errorf("an oversized entry: %v; want ErrTooLarge", err)
+	}
+}
+
+// A stored entry that does not read fails the listing, naming it, however
+// many good entries are read beside it (they are decoded aside, in no
+// order); a heartbeat that does not read lists its node as unreadable.
+func TestNodesNamesWhatDoesNotRead(t *testing.T) {
+	b := newBed(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	c := b.client(now)
+	for i := range 300 {
+		node := fmt.Sprintf("n-%03d", i)
+		if _, err := c.prepare(ctx, node, decl(t, node, 1, "x")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.kv(linkproto.NodesBucket).Put(ctx, nodeKey(testMesh, node), mustJSON(NodeCredential{Node: node, Key: "U", Expires: now.Add(time.Hour)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.nc.Publish(linkproto.HeartbeatSubject(testMesh, "n-007"), []byte(`{"protocol":`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() error {
+		nodes, err := c.Nodes(ctx)
+		if err != nil {
+			return err
+		}
+		if len(nodes) != 300 || nodes[7].State != StateUnreadable || nodes[7].Problem == "" {
+			return fmt.Errorf("%d nodes; n-007: %+v", len(nodes), nodes[min(7, len(nodes)-1)])
+		}
+		return nil
+	})
+
+	for _, damage := range []struct{ bucket, key, want string }{
+		{linkproto.DesiredBucket, linkproto.DesiredKey(testMesh, "n-123"), "the stored desired state of n-123"},
+		{linkproto.NodesBucket, nodeKey(testMesh, "n-200"), "the credential " + nodeKey(testMesh, "n-200")},
+		{linkproto.LabelsBucket, nodeKey(testMesh, "n-250"), "the labels " + nodeKey(testMesh, "n-250")},
+	} {
+		kv := b.kv(damage.bucket)
+		before, err := kv.Get(ctx, damage.key)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, damage.key, []byte("{not json")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Nodes(ctx); err == nil || !strings.Contains(err.Error(), damage.want) {
+			t.Errorf("%s damaged: Nodes = %v, want an error naming %q", damage.key, err, damage.want)
+		}
+		if before != nil {
+			_, err = kv.Put(ctx, damage.key, before.Value())
+		} else {
+			err = kv.Delete(ctx, damage.key)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Nodes(ctx); err != nil {
+		t.Errorf("every entry mended: %v", err)
 	}
 }
