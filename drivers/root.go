@@ -12,7 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,15 +29,39 @@ type Root struct {
 	// fd is the root directory, held open so that resolving a path costs
 	// one openat2 (or one openat a component), not a walk from "/" too.
 	fd int
-	// held counts the directories staged files hold open until they are
-	// committed (see maxHeldDirs).
-	held atomic.Int32
+	// held are the directories staged files hold open until they are
+	// committed or aborted, by path: one descriptor a directory, shared
+	// by every file staged there (see maxHeldDirs).
+	heldMu sync.Mutex
+	held   map[string]*heldDir
+	// heldOpen counts the held descriptors still open: those in held, and
+	// those replaced there (shareHeldFor) that staged files still hold.
+	heldOpen int
 }
 
+// heldDir is a directory's descriptor shared by the files staged in it,
+// closed when the last of them is committed or aborted.
+type heldDir struct {
+	f      *os.File
+	refs   int
+	opened time.Time
+}
+
+// shareHeldFor bounds how long after its opening a held directory is
+// shared with files staged later. A batch stages its files within
+// seconds; a file staged after that, in a batch of its own, has its
+// directory opened and checked again, so a staged file never committed
+// nor aborted (a bug) cannot have later batches write into a directory
+// that was moved away long since.
+var shareHeldFor = 10 * time.Second // a variable for the tests
+
 // maxHeldDirs bounds the directory descriptors staged files hold between
-// Stage and Commit. Past it a staged file lets its directory go and opens
-// it again, checked again, to commit: a batch of 100,000 files cannot run
-// the process out of descriptors.
+// Stage and Commit. Past it a file staged in yet another directory lets
+// its directory go and opens it again, checked again, to commit: a batch
+// of 100,000 files in as many directories cannot run the process out of
+// descriptors. Files staged in a directory already held share its
+// descriptor, so a batch's files in one directory open it once, not once
+// to stage and once again to commit each.
 const maxHeldDirs = 256
 
 // NewRoot returns the Root at dir, which must be an existing directory.
@@ -335,58 +360,145 @@ type WriteOptions struct {
 // not yet visible at its path.
 type Staged struct {
 	root *Root
-	// dir is the directory the file was staged in, nil when it was let go
-	// (maxHeldDirs) and is opened again to commit or abort.
-	dir  *os.File
-	tmp  string
-	name string
-	path string
-	sync bool
+	// dir is the directory the file was staged in, shared with the other
+	// files staged there; nil when it was not held (maxHeldDirs) or was
+	// let go, and is opened again to commit or abort.
+	dir     *heldDir
+	dirPath string
+	tmp     string
+	name    string
+	path    string
+	sync    bool
 }
 
 // StageFile writes data to a temporary file in p's directory with the
 // mode and owner of opts. Commit renames it over p; Abort removes it. A
 // reader of p sees the old bytes or, after Commit, the new, never a part.
 func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, error) {
-	d, name, err := r.parent(p)
+	if err := CheckPath(p); err != nil {
+		return nil, err
+	}
+	dirPath, name := path.Dir(p), path.Base(p)
+	held, d, err := r.holdDir(dirPath)
 	if err != nil {
 		return nil, err
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := "." + tmpPrefix(name) + ".mesh-host-" + hex.EncodeToString(rnd[:])
+	s := &Staged{root: r, dir: held, dirPath: dirPath, tmp: tmp, name: name, path: p, sync: opts.Sync}
+	if held == nil {
+		// Not held (maxHeldDirs): let go once staged, opened again to
+		// commit.
+		defer d.Close()
+	}
 	fd, err := unix.Openat(int(d.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		d.Close()
+		s.letGo()
 		return nil, r.pathErr("create", p, err)
 	}
-	f := os.NewFile(uintptr(fd), r.Host(path.Join(path.Dir(p), tmp)))
-	s := &Staged{root: r, dir: d, tmp: tmp, name: name, path: p, sync: opts.Sync}
-	r.held.Add(1) // d, until Commit or Abort, unless let go below
-	err = writeAll(f, data)
+	// The temporary file by its descriptor alone, not an os.File: at
+	// 100,000 files, an os.File each (its name, its flags asked of the
+	// kernel, its cleanup) was a tenth of staging.
+	op, err := "write", writeFD(fd, data)
 	if err == nil {
-		err = f.Chown(opts.UID, opts.GID)
+		op, err = "chown", unix.Fchown(fd, opts.UID, opts.GID)
 	}
 	if err == nil {
 		// After chown: chown clears setuid and setgid bits.
-		err = f.Chmod(os.FileMode(opts.Mode&0o777) | modeBits(opts.Mode))
+		op, err = "chmod", unix.Fchmod(fd, uint32(opts.Mode&0o7777))
 	}
 	if err == nil && opts.Sync {
-		err = f.Sync()
+		op, err = "sync", unix.Fsync(fd)
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if cerr := unix.Close(fd); err == nil && cerr != nil {
+		op, err = "close", cerr
 	}
 	if err != nil {
-		s.Abort()
-		return nil, fmt.Errorf("write %s: %w", p, err)
-	}
-	if r.held.Load() > maxHeldDirs {
-		r.held.Add(-1)
-		d.Close()
-		s.dir = nil
+		_ = unix.Unlinkat(int(d.Fd()), tmp, 0)
+		s.letGo()
+		return nil, fmt.Errorf("write %s: %w", p, &os.PathError{Op: op, Path: r.Host(path.Join(dirPath, tmp)), Err: err})
 	}
 	return s, nil
+}
+
+// writeFD writes all of data to fd.
+func writeFD(fd int, data []byte) error {
+	for len(data) > 0 {
+		n, err := unix.Write(fd, data)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// holdDir opens the directory p, checked beneath the root, for files to
+// be staged in, or shares the descriptor already held for it. held is nil
+// when maxHeldDirs directories are held already: the caller closes d once
+// its file is staged.
+func (r *Root) holdDir(p string) (held *heldDir, d *os.File, err error) {
+	shared := func() *heldDir {
+		h := r.held[p]
+		if h == nil || time.Since(h.opened) > shareHeldFor {
+			return nil
+		}
+		h.refs++
+		return h
+	}
+	r.heldMu.Lock()
+	h := shared()
+	r.heldMu.Unlock()
+	if h != nil {
+		return h, h.f, nil
+	}
+	f, err := r.OpenDir(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	if h := shared(); h != nil {
+		// Another file's staging opened it meanwhile.
+		f.Close()
+		return h, h.f, nil
+	}
+	if r.heldOpen >= maxHeldDirs {
+		return nil, f, nil
+	}
+	if r.held == nil {
+		r.held = map[string]*heldDir{}
+	}
+	r.heldOpen++
+	// In place of one held too long, which its staged files still hold.
+	h = &heldDir{f: f, refs: 1, opened: time.Now()}
+	r.held[p] = h
+	return h, f, nil
+}
+
+// letGo lets the staged file's directory go: closed once no other staged
+// file holds it.
+func (s *Staged) letGo() {
+	h := s.dir
+	if h == nil {
+		return
+	}
+	s.dir = nil
+	r := s.root
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	if h.refs--; h.refs > 0 {
+		return
+	}
+	h.f.Close()
+	r.heldOpen--
+	if r.held[s.dirPath] == h {
+		delete(r.held, s.dirPath)
+	}
 }
 
 // openDir is the staged file's directory, and a func to let it go: the
@@ -395,8 +507,7 @@ func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, err
 // rename fails rather than land elsewhere.
 func (s *Staged) openDir() (*os.File, func(), error) {
 	if s.dir != nil {
-		d := s.dir
-		return d, func() { d.Close(); s.root.held.Add(-1); s.dir = nil }, nil
+		return s.dir.f, s.letGo, nil
 	}
 	d, _, err := s.root.parent(s.path)
 	if err != nil {
@@ -413,26 +524,6 @@ func tmpPrefix(name string) string {
 		return name[:room]
 	}
 	return name
-}
-
-func writeAll(f *os.File, data []byte) error {
-	_, err := f.Write(data)
-	return err
-}
-
-// modeBits maps setuid, setgid and sticky to os.FileMode bits.
-func modeBits(m Mode) os.FileMode {
-	var fm os.FileMode
-	if m&0o4000 != 0 {
-		fm |= os.ModeSetuid
-	}
-	if m&0o2000 != 0 {
-		fm |= os.ModeSetgid
-	}
-	if m&0o1000 != 0 {
-		fm |= os.ModeSticky
-	}
-	return fm
 }
 
 // Commit renames the staged file over its path (replacing a file, or a
@@ -487,7 +578,7 @@ func (s *Staged) FlushRename() error {
 // keeps, or the directory opened again by its path.
 func (s *Staged) useDir(fn func(dir *os.File) error) error {
 	if s.dir != nil {
-		return fn(s.dir)
+		return fn(s.dir.f)
 	}
 	d, _, err := s.root.parent(s.path)
 	if err != nil {
@@ -711,4 +802,19 @@ func FileType(mode uint32) string {
 		return "socket"
 	}
 	return "device"
+}
+
+// modeBits maps setuid, setgid and sticky to os.FileMode bits.
+func modeBits(m Mode) os.FileMode {
+	var fm os.FileMode
+	if m&0o4000 != 0 {
+		fm |= os.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		fm |= os.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		fm |= os.ModeSticky
+	}
+	return fm
 }

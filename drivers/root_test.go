@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -453,5 +454,110 @@ func TestStagedFileFlushesItself(t *testing.T) {
 	}
 	if err := s.Flush(); err == nil {
 		t.Error("Flush followed a symlink planted as the temporary file")
+	}
+}
+
+// Files staged in one directory, many at once, share its descriptor: a
+// batch of them holds a few descriptors, not one a file, and opens the
+// directory once. Every file commits, and nothing stays open.
+func TestStagedFilesInOneDirectoryShareIt(t *testing.T) {
+	const n = 2*drivers.MaxHeldDirs + 10
+	r := newRoot(t, "etc/app")
+	before := openFDs(t)
+	staged := make([]*drivers.Staged, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				s, err := r.StageFile(fmt.Sprintf("/etc/app/f%04d", i), []byte(fmt.Sprint(i)), drivers.WriteOptions{Mode: 0o4640, UID: os.Getuid(), GID: os.Getgid()})
+				if err != nil {
+					errs <- err
+					return
+				}
+				staged[i] = s
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if held := openFDs(t) - before; held > 8 {
+		t.Errorf("%d files staged in one directory hold %d descriptors", n, held)
+	}
+	for _, s := range staged {
+		if err := s.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := openFDs(t); after > before+4 {
+		t.Errorf("%d descriptors left open after every commit", after-before)
+	}
+	for i := range n {
+		p := r.Host(fmt.Sprintf("/etc/app/f%04d", i))
+		got, err := os.ReadFile(p)
+		fi, serr := os.Stat(p)
+		if err != nil || serr != nil || string(got) != fmt.Sprint(i) || fi.Mode() != 0o640|fs.ModeSetuid {
+			t.Fatalf("%s: %q, %v, %v, %v", p, got, fi.Mode(), err, serr)
+		}
+	}
+}
+
+// A directory swapped for a symlink while a batch stages in it: the files
+// staged after the swap go into the directory the batch checked and holds,
+// never where the symlink points. Once the directory is no longer shared
+// (shareHeldFor), a file staged there is refused, as it always was when
+// each file opened its directory.
+func TestStagingAfterTheDirectoryIsSwapped(t *testing.T) {
+	opts := drivers.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()}
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			if !shared {
+				drivers.ShareHeldFor(t, 0)
+			}
+			r := newRoot(t, "d")
+			first, err := r.StageFile("/d/first", []byte("1"), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outside := t.TempDir()
+			if err := os.Rename(r.Host("/d"), r.Host("/d.old")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, r.Host("/d")); err != nil {
+				t.Fatal(err)
+			}
+			second, err := r.StageFile("/d/second", []byte("2"), opts)
+			switch {
+			case shared && err != nil:
+				t.Fatalf("staged in the held directory: %v", err)
+			case !shared && !errors.Is(err, drivers.ErrUnsafePath):
+				t.Fatalf("staged through a symlinked directory: %v, want ErrUnsafePath", err)
+			}
+			for _, s := range []*drivers.Staged{first, second} {
+				if s != nil {
+					if err := s.Commit(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+				t.Errorf("%d entries written where the symlink points", len(ents))
+			}
+			want := []string{"first"}
+			if shared {
+				want = append(want, "second")
+			}
+			var got []string
+			ents, _ := os.ReadDir(r.Host("/d.old"))
+			for _, e := range ents {
+				got = append(got, e.Name())
+			}
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("the directory checked holds %v, want %v", got, want)
+			}
+		})
 	}
 }
