@@ -1,7 +1,6 @@
 package control
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -309,30 +308,9 @@ func (c *Client) credentials(ctx context.Context) (map[string]NodeCredential, er
 	if err != nil {
 		return nil, fmt.Errorf("the nodes bucket: %w", err)
 	}
-	type credential struct {
-		rec NodeCredential
-		err error
-	}
-	var failed error
-	err = decodeAside(func(put func(jetstream.KeyValueEntry)) error {
-		return eachEntry(ctx, kv, nodeKey(c.Mesh, "*"), put)
-	}, func(e jetstream.KeyValueEntry) (cr credential) {
-		if err := json.Unmarshal(e.Value(), &cr.rec); err != nil {
-			cr.err = fmt.Errorf("the credential %s: %w", e.Key(), err)
-		}
-		return cr
-	}, func(cr credential) {
-		if cr.err != nil {
-			failed = cmp.Or(failed, cr.err)
-			return
-		}
-		out[cr.rec.Node] = cr.rec
-	})
+	err = decodeEntries(ctx, kv, nodeKey(c.Mesh, "*"), "the credential", func(rec NodeCredential) { out[rec.Node] = rec })
 	if err != nil {
 		return nil, fmt.Errorf("list the credentials: %w", err)
-	}
-	if failed != nil {
-		return nil, failed
 	}
 	return out, nil
 }

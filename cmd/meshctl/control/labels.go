@@ -1,7 +1,6 @@
 package control
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,30 +41,9 @@ func (c *Client) Labels(ctx context.Context) (map[string]labels.Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the labels bucket: %w", err)
 	}
-	type labelled struct {
-		rec LabelRecord
-		err error
-	}
-	var failed error
-	err = decodeAside(func(put func(jetstream.KeyValueEntry)) error {
-		return eachEntry(ctx, kv, nodeKey(c.Mesh, "*"), put)
-	}, func(e jetstream.KeyValueEntry) (l labelled) {
-		if err := json.Unmarshal(e.Value(), &l.rec); err != nil {
-			l.err = fmt.Errorf("the labels %s: %w", e.Key(), err)
-		}
-		return l
-	}, func(l labelled) {
-		if l.err != nil {
-			failed = cmp.Or(failed, l.err)
-			return
-		}
-		out[l.rec.Node] = l.rec.Labels
-	})
+	err = decodeEntries(ctx, kv, nodeKey(c.Mesh, "*"), "the labels", func(rec LabelRecord) { out[rec.Node] = rec.Labels })
 	if err != nil {
 		return nil, fmt.Errorf("list the labels: %w", err)
-	}
-	if failed != nil {
-		return nil, failed
 	}
 	return out, nil
 }

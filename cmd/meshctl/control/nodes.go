@@ -215,6 +215,32 @@ func (c *Client) eachDesired(ctx context.Context, fn func(node string, d *linkpr
 	return failed
 }
 
+// decodeEntries hands use every entry of kv whose key filter matches,
+// decoded as JSON into a T (aside, decodeAside), and fails, naming it as
+// what and its key, if one does not decode.
+func decodeEntries[T any](ctx context.Context, kv jetstream.KeyValue, filter, what string, use func(T)) error {
+	type entry struct {
+		v   T
+		err error
+	}
+	var failed error
+	err := decodeAside(func(put func(jetstream.KeyValueEntry)) error {
+		return eachEntry(ctx, kv, filter, put)
+	}, func(e jetstream.KeyValueEntry) (d entry) {
+		if err := json.Unmarshal(e.Value(), &d.v); err != nil {
+			d.err = fmt.Errorf("%s %s: %w", what, e.Key(), err)
+		}
+		return d
+	}, func(d entry) {
+		if d.err != nil {
+			failed = cmp.Or(failed, d.err)
+			return
+		}
+		use(d.v)
+	})
+	return cmp.Or(err, failed)
+}
+
 // eachEntry hands put every entry of kv whose key filter matches, as it
 // is now, without its deleted keys.
 func eachEntry(ctx context.Context, kv jetstream.KeyValue, filter string, put func(jetstream.KeyValueEntry)) error {
