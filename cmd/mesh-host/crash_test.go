@@ -19,9 +19,18 @@ func TestKilledApplyIsFinishedByTheNextRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills real processes; skipped with -short")
 	}
+	// 300 files journal their outcomes in one transaction; 5,000 in three
+	// (agent.outcomesPerAppend), so a kill can land between them too.
+	t.Run("files=300", func(t *testing.T) { killApplies(t, 300, 16) })
+	t.Run("files=5000", func(t *testing.T) { killApplies(t, 5000, 6) })
+}
+
+// killApplies kills an apply of files files at random points, rounds
+// times, and checks what each kill leaves.
+func killApplies(t *testing.T, n, rounds int) {
 	bin := binary(t)
 	decl := filepath.Join(t.TempDir(), "decl.yaml")
-	writeFilesDeclaration(t, decl, 300)
+	writeFilesDeclaration(t, decl, n)
 	want := func(i int) string { return fmt.Sprintf("setting-%d = %d\n", i, i*7) } // as writeFilesDeclaration declares
 
 	// How long a whole apply takes here, so the kills land all over it.
@@ -36,7 +45,7 @@ func TestKilledApplyIsFinishedByTheNextRun(t *testing.T) {
 		}
 		return time.Since(start)
 	}()
-	for round := range 16 {
+	for round := range rounds {
 		dir := t.TempDir()
 		root, state := filepath.Join(dir, "root"), filepath.Join(dir, "state")
 		if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
@@ -54,7 +63,7 @@ func TestKilledApplyIsFinishedByTheNextRun(t *testing.T) {
 		// Every file there is whole: the old bytes (none) or the new. Any
 		// temporary file left is swept by the next run.
 		files, _ := filepath.Glob(filepath.Join(root, "etc/app/f*.conf"))
-		t.Logf("round %d: killed with %d of 300 files in place", round, len(files))
+		t.Logf("round %d: killed with %d of %d files in place", round, len(files), n)
 		for _, f := range files {
 			var i int
 			if _, err := fmt.Sscanf(filepath.Base(f), "f%05d.conf", &i); err != nil {
@@ -77,8 +86,8 @@ func TestKilledApplyIsFinishedByTheNextRun(t *testing.T) {
 		if err := again.Run(); err != nil {
 			t.Fatalf("round %d: apply after the kill: %v\n%s", round, err, out.String())
 		}
-		if files, _ := filepath.Glob(filepath.Join(root, "etc/app/f*.conf")); len(files) != 300 {
-			t.Fatalf("round %d: %d files after the second apply, want 300", round, len(files))
+		if files, _ := filepath.Glob(filepath.Join(root, "etc/app/f*.conf")); len(files) != n {
+			t.Fatalf("round %d: %d files after the second apply, want %d", round, len(files), n)
 		}
 		if left, _ := filepath.Glob(filepath.Join(root, "etc/app/.*mesh-host-*")); len(left) != 0 {
 			t.Fatalf("round %d: temporary files left after the second apply: %v", round, left)

@@ -663,13 +663,24 @@ func outcomesOf(level []*Step, req Request, startSeq uint64) outcomes {
 	return o
 }
 
-// outcomesPerAppend bounds the outcomes one transaction appends. bbolt
-// holds every page a transaction touches in memory until it commits, with
-// the projection's keys each outcome rewrites: 100,000 outcomes in one
-// transaction held hundreds of megabytes. In transactions of this many,
-// a level of 100,000 files costs ten flushes rather than one, and the
-// memory of one.
-const outcomesPerAppend = 10_000
+// outcomesPerAppend bounds the outcomes one transaction appends, for
+// held outcomes in all: about a tenth of them, at least minOutcomesPerAppend
+// and at most maxOutcomesPerAppend. bbolt holds every page a transaction
+// touches in memory until it commits, with the projection's keys each
+// outcome rewrites: 100,000 outcomes in one transaction held hundreds of
+// megabytes. More transactions cost more than their flushes, though: a
+// first apply of 100,000 files in transactions of 2,000 took 16.3 s and
+// 500 MiB where transactions of 10,000 took 13.8 s and 360 MiB, while at
+// 10,000 files transactions of 2,000 took the peak from about 58 to 52 MiB
+// in the same time (interleaved runs, docs/performance.md).
+func outcomesPerAppend(held int) int {
+	return min(max(held/10, minOutcomesPerAppend), maxOutcomesPerAppend)
+}
+
+const (
+	minOutcomesPerAppend = 2_000
+	maxOutcomesPerAppend = 10_000
+)
 
 // journalOutcomes appends held, with more records after them, and empties
 // it: in one transaction, or, past outcomesPerAppend, in transactions of
@@ -677,15 +688,16 @@ const outcomesPerAppend = 10_000
 // in progress, as a crash between two levels does, and the next start
 // finishes it.
 func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]event.Record, error) {
-	for len(held.recs) > outcomesPerAppend {
-		out, err := rc.Journal.Append(held.recs[:outcomesPerAppend]...)
+	per := outcomesPerAppend(len(held.recs))
+	for len(held.recs) > per {
+		out, err := rc.Journal.Append(held.recs[:per]...)
 		if err != nil {
 			return nil, fmt.Errorf("journal outcomes: %w", err)
 		}
-		for i, s := range held.steps[:outcomesPerAppend] {
+		for i, s := range held.steps[:per] {
 			s.Seq = out[i].Seq
 		}
-		held.recs, held.steps = held.recs[outcomesPerAppend:], held.steps[outcomesPerAppend:]
+		held.recs, held.steps = held.recs[per:], held.steps[per:]
 	}
 	if len(held.recs)+len(more) == 0 {
 		return nil, nil
