@@ -233,7 +233,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 		}
 		err := ctx.Err()
 		if err == nil && len(todo) == 0 {
-			held.add(outcomesOf(level, req, res.Started))
+			held.add(outcomesOf(level, res.Started))
 			continue
 		}
 		if _, jerr := rc.journalOutcomes(&held); jerr != nil {
@@ -243,7 +243,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 			return res, err
 		}
 		rc.apply(ctx, todo)
-		held.add(outcomesOf(level, req, res.Started))
+		held.add(outcomesOf(level, res.Started))
 	}
 	return res, rc.complete(res, req, started, res.Started, false, &held)
 }
@@ -626,41 +626,56 @@ func (rc *Reconciler) journalDrift(steps []*Step, req Request) error {
 	return nil
 }
 
-// outcomes are outcome records not yet journaled, and the steps they are
-// of.
+// outcomes are the steps whose outcome records are not yet journaled. The
+// records are made as they are journaled, a transaction's at a time: a
+// level of 10,000 files held 10,000 of them at once, some 3 MB.
 type outcomes struct {
-	recs  []event.Record
 	steps []*Step
+	// start is the reconcile.started the outcomes are of.
+	start uint64
 }
 
 func (o *outcomes) add(more outcomes) {
-	o.recs = append(o.recs, more.recs...)
 	o.steps = append(o.steps, more.steps...)
+	o.start = more.start
 }
 
-// outcomesOf are one level's outcomes to journal. A repair's cause is the
-// drift it repairs; every other outcome's is the reconcile.
-func outcomesOf(level []*Step, req Request, startSeq uint64) outcomes {
-	var o outcomes
+// records are the outcome records of the first n steps.
+func (o *outcomes) records(n int) []event.Record {
+	recs := make([]event.Record, 0, n)
+	for _, s := range o.steps[:n] {
+		recs = append(recs, outcomeRecord(s, o.start))
+	}
+	return recs
+}
+
+// outcomesOf are one level's outcomes to journal.
+func outcomesOf(level []*Step, startSeq uint64) outcomes {
+	o := outcomes{start: startSeq}
 	for _, s := range level {
 		if s.Outcome == "" || (s.Outcome == event.ActionUnchanged && !needsRecord(s)) {
 			continue
 		}
-		cause := startSeq
-		if s.DriftSeq != 0 {
-			cause = s.DriftSeq
-		}
-		p := event.ResourceAppliedPayload{Action: s.Outcome}
-		if s.Spec != nil {
-			p.SpecDigest = s.Digest
-		}
-		if s.Err != nil {
-			p.Error = s.Err.Error()
-		}
-		o.recs = append(o.recs, event.New(event.ResourceApplied, cause, s.ID, p))
 		o.steps = append(o.steps, s)
 	}
 	return o
+}
+
+// outcomeRecord is s's resource.applied. A repair's cause is the drift it
+// repairs; every other outcome's is the reconcile.
+func outcomeRecord(s *Step, startSeq uint64) event.Record {
+	cause := startSeq
+	if s.DriftSeq != 0 {
+		cause = s.DriftSeq
+	}
+	p := event.ResourceAppliedPayload{Action: s.Outcome}
+	if s.Spec != nil {
+		p.SpecDigest = s.Digest
+	}
+	if s.Err != nil {
+		p.Error = s.Err.Error()
+	}
+	return event.New(event.ResourceApplied, cause, s.ID, p)
 }
 
 // outcomesPerAppend bounds the outcomes one transaction appends, for
@@ -688,30 +703,30 @@ const (
 // in progress, as a crash between two levels does, and the next start
 // finishes it.
 func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]event.Record, error) {
-	per := outcomesPerAppend(len(held.recs))
-	for len(held.recs) > per {
-		out, err := rc.Journal.Append(held.recs[:per]...)
+	per := outcomesPerAppend(len(held.steps))
+	for len(held.steps) > per {
+		out, err := rc.Journal.Append(held.records(per)...)
 		if err != nil {
 			return nil, fmt.Errorf("journal outcomes: %w", err)
 		}
 		for i, s := range held.steps[:per] {
 			s.Seq = out[i].Seq
 		}
-		held.recs, held.steps = held.recs[per:], held.steps[per:]
+		held.steps = held.steps[per:]
 	}
-	if len(held.recs)+len(more) == 0 {
+	if len(held.steps)+len(more) == 0 {
 		return nil, nil
 	}
-	out, err := rc.Journal.Append(append(held.recs, more...)...)
+	n := len(held.steps)
+	out, err := rc.Journal.Append(append(held.records(n), more...)...)
 	if err != nil {
 		return nil, fmt.Errorf("journal outcomes: %w", err)
 	}
 	for i, s := range held.steps {
 		s.Seq = out[i].Seq
 	}
-	rest := out[len(held.recs):]
 	*held = outcomes{}
-	return rest, nil
+	return out[n:], nil
 }
 
 // complete journals the reconcile's end, after the outcomes held (nil for
@@ -738,7 +753,7 @@ func (rc *Reconciler) complete(res *Result, req Request, started time.Time, caus
 	if held == nil {
 		held = &outcomes{}
 	}
-	hadOutcomes := len(held.recs) > 0
+	hadOutcomes := len(held.steps) > 0
 	recs, err := rc.journalOutcomes(held, end)
 	switch {
 	case err != nil && hadOutcomes:
