@@ -19,10 +19,10 @@ func TestKilledApplyIsFinishedByTheNextRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills real processes; skipped with -short")
 	}
-	// 300 files journal their outcomes in one transaction; 5,000 in three
+	// 300 files journal their outcomes in one transaction; 10,500 in two
 	// (agent.outcomesPerAppend), so a kill can land between them too.
 	t.Run("files=300", func(t *testing.T) { killApplies(t, 300, 16) })
-	t.Run("files=5000", func(t *testing.T) { killApplies(t, 5000, 6) })
+	t.Run("files=10500", func(t *testing.T) { killApplies(t, 10_500, 4) })
 }
 
 // killApplies kills an apply of files files at random points, rounds

@@ -678,24 +678,20 @@ func outcomeRecord(s *Step, startSeq uint64) event.Record {
 	return event.New(event.ResourceApplied, cause, s.ID, p)
 }
 
-// outcomesPerAppend bounds the outcomes one transaction appends, for
-// held outcomes in all: about a tenth of them, at least minOutcomesPerAppend
-// and at most maxOutcomesPerAppend. bbolt holds every page a transaction
-// touches in memory until it commits, with the projection's keys each
-// outcome rewrites: 100,000 outcomes in one transaction held hundreds of
-// megabytes. More transactions cost more than their flushes, though: a
-// first apply of 100,000 files in transactions of 2,000 took 16.3 s and
-// 500 MiB where transactions of 10,000 took 13.8 s and 360 MiB, while at
-// 10,000 files transactions of 2,000 took the peak from about 58 to 52 MiB
-// in the same time (interleaved runs, docs/performance.md).
-func outcomesPerAppend(held int) int {
-	return min(max(held/10, minOutcomesPerAppend), maxOutcomesPerAppend)
-}
-
-const (
-	minOutcomesPerAppend = 2_000
-	maxOutcomesPerAppend = 10_000
-)
+// outcomesPerAppend bounds the outcomes one transaction appends. bbolt
+// holds every page a transaction touches in memory until it commits, with
+// the projection's keys each outcome rewrites: 100,000 outcomes in one
+// transaction held hundreds of megabytes. In transactions of this many,
+// a level of 100,000 files costs ten flushes rather than one, and the
+// memory of one.
+//
+// Smaller transactions were measured and not kept (docs/performance.md):
+// at 10,000 files, transactions of 2,000 took an apply's peak from about
+// 58 to 52 MiB, but every later check of that journal peaked 2 to 3 MiB
+// higher (likely the projection's pages, rewritten five times, scattered
+// through the file), and at 100,000 files they took 16.3 s and 500 MiB
+// where these take 13.8 s and 360 MiB.
+const outcomesPerAppend = 10_000
 
 // journalOutcomes appends held, with more records after them, and empties
 // it: in one transaction, or, past outcomesPerAppend, in transactions of
@@ -703,7 +699,7 @@ const (
 // in progress, as a crash between two levels does, and the next start
 // finishes it.
 func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]event.Record, error) {
-	per := outcomesPerAppend(len(held.steps))
+	const per = outcomesPerAppend
 	for len(held.steps) > per {
 		out, err := rc.Journal.Append(held.records(per)...)
 		if err != nil {
