@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"bufio"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"strconv"
@@ -62,5 +63,37 @@ func TestCheckLeavesTheFileOutOfMemory(t *testing.T) {
 	}
 	if got, file := residentKB(t, path), int(info.Size/1024); got > file/4 {
 		t.Errorf("after Check, %d KB of the %d KB file are resident, want at most a quarter", got, file)
+	}
+}
+
+// Reading a large document lets go of the file's pages it read: the
+// document is a copy, and the caller (a check, a service's reconcile)
+// decodes it and goes on with a heap of its own. A small one leaves them.
+func TestLargeDocumentLeavesTheFileOutOfMemory(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc/self/smaps")
+	}
+	j, path := newJournal(t, journal.Options{})
+	// Random, so that no two of its chunks are one stored once.
+	large := make([]byte, 1<<20)
+	_, _ = rand.NewChaCha8([32]byte{1}).Read(large)
+	small := []byte(`{"resources":[]}`)
+	for _, doc := range [][]byte{large, small} {
+		if _, err := j.AppendDocuments([][]byte{doc}, rec("test.document", 0, "", `{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := j.Document(journal.SumOf(large))
+	if err != nil || string(got) != string(large) {
+		t.Fatalf("the large document read back: %d bytes, %v", len(got), err)
+	}
+	if kb := residentKB(t, path); kb > 256 {
+		t.Errorf("after reading a 1 MiB document, %d KB of the file are resident, want at most 256", kb)
+	}
+	if _, err := j.Document(journal.SumOf(small)); err != nil {
+		t.Fatal(err)
+	}
+	if kb := residentKB(t, path); kb == 0 {
+		t.Errorf("after reading a small document, none of the file is resident: its pages were let go too")
 	}
 }

@@ -233,12 +233,26 @@ func loadState(j *journal.Journal, view func(func(journal.View, uint64) error) e
 type StoredOwned struct{ J *journal.Journal }
 
 // EachOwned calls fn with every owned resource, in the order of their IDs.
+// Past releaseAfterOwned of them, the file's pages read meanwhile are let
+// go once walked (journal.Release): fn keeps what it needs of each, and at
+// 10,000 files the pages were some 2.5 MB of a check's peak.
 func (o StoredOwned) EachOwned(fn func(id string, ow projector.Owned) error) error {
+	walked := 0
 	err := o.J.Projection(func(v journal.View, _ uint64) error {
-		return projector.EachOwned(v, fn)
+		return projector.EachOwned(v, func(id string, ow projector.Owned) error {
+			walked++
+			return fn(id, ow)
+		})
 	})
+	if err == nil && walked > releaseAfterOwned {
+		err = o.J.Release()
+	}
 	return AsDamage(o.J, err)
 }
+
+// releaseAfterOwned is how many owned resources a walk reads before it
+// lets go of the pages it read.
+const releaseAfterOwned = 2_000
 
 // IsDamage reports whether err, anywhere in its chain, is damage found in
 // the journal's file, its records or its stored projection.
