@@ -627,8 +627,9 @@ func (rc *Reconciler) journalDrift(steps []*Step, req Request) error {
 }
 
 // outcomes are the steps whose outcome records are not yet journaled. The
-// records are made as they are journaled, a transaction's at a time: a
-// level of 10,000 files held 10,000 of them at once, some 3 MB.
+// records are made as they are journaled, a transaction's at a time: made
+// a level's at once, those of 100,000 files took an apply's peak from some
+// 330 to 390 MiB.
 type outcomes struct {
 	steps []*Step
 	// start is the reconcile.started the outcomes are of.
@@ -699,16 +700,15 @@ const outcomesPerAppend = 10_000
 // in progress, as a crash between two levels does, and the next start
 // finishes it.
 func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]event.Record, error) {
-	const per = outcomesPerAppend
-	for len(held.steps) > per {
-		out, err := rc.Journal.Append(held.records(per)...)
+	for len(held.steps) > outcomesPerAppend {
+		out, err := rc.Journal.Append(held.records(outcomesPerAppend)...)
 		if err != nil {
 			return nil, fmt.Errorf("journal outcomes: %w", err)
 		}
-		for i, s := range held.steps[:per] {
+		for i, s := range held.steps[:outcomesPerAppend] {
 			s.Seq = out[i].Seq
 		}
-		held.steps = held.steps[per:]
+		held.steps = held.steps[outcomesPerAppend:]
 	}
 	if len(held.steps)+len(more) == 0 {
 		return nil, nil
