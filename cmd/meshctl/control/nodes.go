@@ -86,7 +86,7 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 	}
 	var (
 		beats   = map[string]beat{}
-		desired = map[string]*linkproto.Declaration{}
+		desired = map[string]uint64{}
 		creds   map[string]NodeCredential
 		ls      map[string]labels.Set
 		errs    [4]error
@@ -96,7 +96,7 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 		errs[0] = c.lastHeartbeats(ctx, func(node string, hb *linkproto.Heartbeat, problem string) { beats[node] = beat{hb, problem} })
 	})
 	wg.Go(func() {
-		errs[1] = c.eachDesired(ctx, func(node string, d *linkproto.Declaration) { desired[node] = d })
+		errs[1] = c.eachDesired(ctx, func(node string, revision uint64) { desired[node] = revision })
 	})
 	wg.Go(func() { creds, errs[2] = c.credentials(ctx) })
 	wg.Go(func() { ls, errs[3] = c.Labels(ctx) })
@@ -120,12 +120,12 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 		s := get(node)
 		s.Heartbeat, s.Problem = b.hb, b.problem
 	}
-	for node, d := range desired {
+	for node, revision := range desired {
 		st := get(node)
-		st.Desired = d.Revision
+		st.Desired = revision
 		if hb := st.Heartbeat; hb != nil && len(hb.Bad) > 0 {
 			// Only then is the release worth finding: it may be bad.
-			st.Release = releaseOf(d.Document)
+			st.Release = c.releaseFor(ctx, node)
 		}
 	}
 	for node, rec := range creds {
@@ -180,16 +180,17 @@ func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *li
 	return nil
 }
 
-// eachDesired hands fn every node's stored declaration.
-func (c *Client) eachDesired(ctx context.Context, fn func(node string, d *linkproto.Declaration)) error {
+// eachDesired hands fn every node's stored revision. The documents are
+// read and let go: a listing of 10,000 nodes held every one of them.
+func (c *Client) eachDesired(ctx context.Context, fn func(node string, revision uint64)) error {
 	kv, err := c.desired(ctx)
 	if err != nil {
 		return err
 	}
 	type stored struct {
-		node string
-		d    *linkproto.Declaration
-		err  error
+		node     string
+		revision uint64
+		err      error
 	}
 	var failed error
 	err = decodeAside(func(put func(jetstream.KeyValueEntry)) error {
@@ -200,13 +201,16 @@ func (c *Client) eachDesired(ctx context.Context, fn func(node string, d *linkpr
 			return stored{}
 		}
 		d, err := listedDeclaration(e.Value(), c.Mesh, node)
-		return stored{node, d, err}
+		if err != nil {
+			return stored{err: err}
+		}
+		return stored{node: node, revision: d.Revision}
 	}, func(s stored) {
 		switch {
 		case s.err != nil:
 			failed = cmp.Or(failed, s.err)
 		case s.node != "":
-			fn(s.node, s.d)
+			fn(s.node, s.revision)
 		}
 	})
 	if err != nil {
@@ -383,6 +387,24 @@ func short(v string) string {
 		return v[:12]
 	}
 	return v
+}
+
+// releaseFor is the host version node's stored declaration delivers, read
+// again by itself; "" for none, or one that cannot be read.
+func (c *Client) releaseFor(ctx context.Context, node string) string {
+	kv, err := c.desired(ctx)
+	if err != nil {
+		return ""
+	}
+	e, err := kv.Get(ctx, linkproto.DesiredKey(c.Mesh, node))
+	if err != nil {
+		return ""
+	}
+	d, err := listedDeclaration(e.Value(), c.Mesh, node)
+	if err != nil {
+		return ""
+	}
+	return releaseOf(d.Document)
 }
 
 // releaseOf is the host version a stored declaration's document delivers
