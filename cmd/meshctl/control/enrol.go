@@ -308,7 +308,7 @@ func (c *Client) credentials(ctx context.Context) (map[string]NodeCredential, er
 	if err != nil {
 		return nil, fmt.Errorf("the nodes bucket: %w", err)
 	}
-	err = decodeEntries(ctx, kv, nodeKey(c.Mesh, "*"), "the credential", func(rec NodeCredential) { out[rec.Node] = rec })
+	err = decodeEntries(ctx, kv, nodeKey(c.Mesh, "*"), jsonEntry[NodeCredential]("the credential"), func(rec NodeCredential) { out[rec.Node] = rec })
 	if err != nil {
 		return nil, fmt.Errorf("list the credentials: %w", err)
 	}

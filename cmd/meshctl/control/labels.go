@@ -41,7 +41,7 @@ func (c *Client) Labels(ctx context.Context) (map[string]labels.Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the labels bucket: %w", err)
 	}
-	err = decodeEntries(ctx, kv, nodeKey(c.Mesh, "*"), "the labels", func(rec LabelRecord) { out[rec.Node] = rec.Labels })
+	err = decodeEntries(ctx, kv, nodeKey(c.Mesh, "*"), jsonEntry[LabelRecord]("the labels"), func(rec LabelRecord) { out[rec.Node] = rec.Labels })
 	if err != nil {
 		return nil, fmt.Errorf("list the labels: %w", err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/labels"
@@ -190,39 +189,32 @@ func (c *Client) eachDesired(ctx context.Context, fn func(node string, revision 
 	type stored struct {
 		node     string
 		revision uint64
-		err      error
 	}
-	var failed error
-	err = decodeAside(func(put func(jetstream.KeyValueEntry)) error {
-		return eachEntry(ctx, kv, linkproto.DesiredKey(c.Mesh, "*"), put)
-	}, func(e jetstream.KeyValueEntry) stored {
+	err = decodeEntries(ctx, kv, linkproto.DesiredKey(c.Mesh, "*"), func(e jetstream.KeyValueEntry) (stored, error) {
 		node, ok := strings.CutPrefix(e.Key(), c.Mesh+".")
 		if !ok {
-			return stored{}
+			return stored{}, nil
 		}
 		d, err := listedDeclaration(e.Value(), c.Mesh, node)
 		if err != nil {
-			return stored{err: err}
+			return stored{}, err
 		}
-		return stored{node: node, revision: d.Revision}
+		return stored{node, d.Revision}, nil
 	}, func(s stored) {
-		switch {
-		case s.err != nil:
-			failed = cmp.Or(failed, s.err)
-		case s.node != "":
+		if s.node != "" {
 			fn(s.node, s.revision)
 		}
 	})
 	if err != nil {
 		return fmt.Errorf("list the desired state: %w", err)
 	}
-	return failed
+	return nil
 }
 
-// decodeEntries hands use every entry of kv whose key filter matches,
-// decoded as JSON into a T (aside, decodeAside), and fails, naming it as
-// what and its key, if one does not decode.
-func decodeEntries[T any](ctx context.Context, kv jetstream.KeyValue, filter, what string, use func(T)) error {
+// decodeEntries hands use every entry of kv whose key filter matches, as
+// decode makes it (aside, decodeAside), and fails with decode's error if
+// an entry does not decode.
+func decodeEntries[T any](ctx context.Context, kv jetstream.KeyValue, filter string, decode func(jetstream.KeyValueEntry) (T, error), use func(T)) error {
 	type entry struct {
 		v   T
 		err error
@@ -231,9 +223,7 @@ func decodeEntries[T any](ctx context.Context, kv jetstream.KeyValue, filter, wh
 	err := decodeAside(func(put func(jetstream.KeyValueEntry)) error {
 		return eachEntry(ctx, kv, filter, put)
 	}, func(e jetstream.KeyValueEntry) (d entry) {
-		if err := json.Unmarshal(e.Value(), &d.v); err != nil {
-			d.err = fmt.Errorf("%s %s: %w", what, e.Key(), err)
-		}
+		d.v, d.err = decode(e)
 		return d
 	}, func(d entry) {
 		if d.err != nil {
@@ -243,6 +233,18 @@ func decodeEntries[T any](ctx context.Context, kv jetstream.KeyValue, filter, wh
 		use(d.v)
 	})
 	return cmp.Or(err, failed)
+}
+
+// jsonEntry decodes an entry's value as JSON into a T; an entry that does
+// not decode is named as what and its key.
+func jsonEntry[T any](what string) func(jetstream.KeyValueEntry) (T, error) {
+	return func(e jetstream.KeyValueEntry) (T, error) {
+		var v T
+		if err := json.Unmarshal(e.Value(), &v); err != nil {
+			return v, fmt.Errorf("%s %s: %w", what, e.Key(), err)
+		}
+		return v, nil
+	}
 }
 
 // eachEntry hands put every entry of kv whose key filter matches, as it
@@ -392,26 +394,8 @@ func short(v string) string {
 // releaseFor is the host version node's stored declaration delivers, read
 // again by itself; "" for none, or one that cannot be read.
 func (c *Client) releaseFor(ctx context.Context, node string) string {
-	kv, err := c.desired(ctx)
-	if err != nil {
-		return ""
-	}
-	e, err := kv.Get(ctx, linkproto.DesiredKey(c.Mesh, node))
-	if err != nil {
-		return ""
-	}
-	d, err := listedDeclaration(e.Value(), c.Mesh, node)
-	if err != nil {
-		return ""
-	}
-	return releaseOf(d.Document)
-}
-
-// releaseOf is the host version a stored declaration's document delivers
-// ("" for none, or a document that does not read).
-func releaseOf(doc []byte) string {
-	d, err := declaration.DecodeStored(doc)
-	if err != nil {
+	d, err := c.storedFor(ctx, node)
+	if err != nil || d == nil {
 		return ""
 	}
 	for _, r := range d.Resources {

@@ -46,23 +46,14 @@ func (c *Client) Profiles(ctx context.Context) ([]ProfileRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := kv.WatchFiltered(ctx, []string{nodeKey(c.Mesh, "*")}, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("list the profiles: %w", err)
-	}
-	defer w.Stop()
 	var out []ProfileRecord
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		rec, err := decodeProfile(e)
-		if err != nil {
-			return nil, err
-		}
+	err = decodeEntries(ctx, kv, nodeKey(c.Mesh, "*"), decodeProfile, func(rec ProfileRecord) {
 		if !rec.Removed {
 			out = append(out, rec)
 		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the profiles: %w", err)
 	}
 	slices.SortFunc(out, func(a, b ProfileRecord) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

@@ -336,21 +336,10 @@ func (c *Client) Rollouts(ctx context.Context) ([]*Rollout, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := kv.WatchFiltered(ctx, []string{nodeKey(c.Mesh, "*")}, jetstream.IgnoreDeletes())
+	var out []*Rollout
+	err = decodeEntries(ctx, kv, nodeKey(c.Mesh, "*"), decodeRollout, func(r *Rollout) { out = append(out, r) })
 	if err != nil {
 		return nil, fmt.Errorf("list the rollouts: %w", err)
-	}
-	defer w.Stop()
-	var out []*Rollout
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		r, err := decodeRollout(e)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b *Rollout) int { return a.Created.Compare(b.Created) })
 	return out, nil
