@@ -45,7 +45,8 @@ func (g *giver) now() {
 
 func (g *giver) stop() { g.later.Stop() }
 
-// heapReturns returns the process's freed heap. The heap is the
+// heapReturns returns the process's freed heap, and the pages of its
+// code that the reconcile ran (releaseProgramText). The heap is the
 // process's, not a service's: where one process runs many services (the
 // beds' fleet runner runs thousands), each service's forced collection
 // is of every service's heap and goroutine stacks, and a rollout to them
@@ -56,7 +57,10 @@ func (g *giver) stop() { g.later.Stop() }
 // 1 % of a core. A request meanwhile is served by the next. A host's own
 // process (a millisecond a return, reconciles seconds apart) returns at
 // once.
-var heapReturns = &returner{every: time.Second, free: debug.FreeOSMemory}
+var heapReturns = &returner{every: time.Second, free: func() {
+	debug.FreeOSMemory()
+	_ = releaseProgramText() // without /proc, the pages stay until reclaimed
+}}
 
 // costFactor is how many times a return's own duration the next one
 // waits after it.
