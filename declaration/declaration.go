@@ -130,16 +130,21 @@ func checkUTF8(name string, data []byte) error {
 // yamlSyntaxError places a syntax error from the YAML library. Its own
 // positions are only a line, often the line where the enclosing collection
 // began, and sometimes one line early; so the error is placed at the end
-// of the shortest prefix of the document that fails with the same problem.
+// of the shortest prefix of the document that fails with the same problem
+// on the same line. The line too, because a prefix cut inside an earlier
+// entry can fail with the same problem: in a list of {...} entries, any
+// prefix that ends inside one fails with "did not find expected ',' or
+// '}'", and the search would stop at whichever it met first.
 func yamlSyntaxError(name string, data []byte, err error) error {
 	problem := yamlProblem(err)
+	whole := err.Error()
 	lo, hi := 0, len(data)
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		for mid > lo && !utf8.RuneStart(data[mid]) {
 			mid--
 		}
-		if yamlProblem(parseAll(data[:mid])) == problem {
+		if e := parseAll(data[:mid]); e != nil && e.Error() == whole {
 			hi = mid
 			continue
 		}

@@ -184,3 +184,35 @@ func BenchmarkParseYAMLFiles(b *testing.B) {
 		}
 	}
 }
+
+// A syntax error deep in a long list of {...} entries is placed on its
+// own line, not inside an earlier entry: every prefix that ends inside an
+// entry fails with the same problem as the whole.
+func TestSyntaxErrorDeepInALongListNamesItsLine(t *testing.T) {
+	for _, c := range []struct{ name, entry, want string }{
+		{"unclosed", `  - file: {path: /etc/app/bad.conf, content: "x\n", mode: "0640"`, `did not find expected ',' or '}'`},
+		{"quotes", `  - file: {path: /etc/app/bad.conf, content: "x\n', mode: "0640"}`, `did not find expected ',' or '}'`},
+		{"indent", `   - file: {path: /etc/app/bad.conf, content: "x", mode: "0640"}`, `did not find expected '-' indicator`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const entries, bad = 3000, 2345
+			var b strings.Builder
+			b.WriteString("mesh: lab\nnode: web-1\nrevision: 1\nresources:\n")
+			for i := range entries {
+				if i == bad {
+					b.WriteString(c.entry + "\n")
+					continue
+				}
+				fmt.Fprintf(&b, "  - file: {path: /etc/app/f%05d.conf, content: \"setting-%d\\n\", mode: \"0640\"}\n", i, i)
+			}
+			_, err := ParseYAML("long.yaml", []byte(b.String()))
+			errs, ok := err.(Errors)
+			if !ok || len(errs) != 1 {
+				t.Fatalf("got %v, want one error", err)
+			}
+			if want := 4 + bad + 1; errs[0].Line != want || !strings.Contains(errs[0].Msg, c.want) {
+				t.Errorf("got %v, want line %d: %s", errs[0], want, c.want)
+			}
+		})
+	}
+}
