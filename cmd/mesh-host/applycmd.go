@@ -59,11 +59,17 @@ func (c *applyCmd) Run(e *env) error {
 		}
 		specs := decl.Expanded()
 		declared := hostjournal.Declared(specs)
-		recv, err := hostjournal.AppendDeclaration(j, decl, declared, source, nil)
+		recv, digest, err := hostjournal.AppendDeclaration(j, decl, declared, source, nil)
 		unlock()
 		if err != nil {
 			return failed("journal the declaration: %v", err)
 		}
+		// The parsed declaration is let go for the reconcile, which
+		// applies specs, copies of its resources: held with them, it was
+		// 2 MB more of an apply of 10,000 files, live through its peak.
+		applied := fmt.Sprintf("revision %d of %s/%s from %s (%s)", decl.Revision, decl.Mesh, decl.Node, c.File, hostjournal.ShortDigest(digest))
+		revision := decl.Revision
+		decl = nil
 		if err := e.openSecrets(specs); err != nil {
 			return failed("%v", err)
 		}
@@ -74,13 +80,13 @@ func (c *applyCmd) Run(e *env) error {
 			return failed("%v", err)
 		}
 		res, err := rc.Reconcile(e.ctx, agent.Request{
-			Trigger: event.TriggerManual, Cause: recv, Revision: decl.Revision,
+			Trigger: event.TriggerManual, Cause: recv, Revision: revision,
 			Specs: specs, Digests: hostjournal.SpecDigests(specs, declared), Owned: hostjournal.StoredOwned{J: j}, Repair: true,
 		})
 		if err != nil {
 			return failed("reconcile: %v", err)
 		}
-		fmt.Fprintf(e.stdout, "revision %d of %s/%s from %s (%s)\n", decl.Revision, decl.Mesh, decl.Node, c.File, hostjournal.ShortDigest(decl.Digest()))
+		fmt.Fprintln(e.stdout, applied)
 		printOutcomes(e.stdout, res, false, false)
 		if res.Failed > 0 {
 			return silent(exitFailed)

@@ -171,7 +171,7 @@ func TestDeclarationChangedInOneResourceAddsAboutAChunk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := hostjournal.AppendDeclaration(j, d, hostjournal.Declared(d.Expanded()), "file:"+file, nil); err != nil {
+		if _, _, err := hostjournal.AppendDeclaration(j, d, hostjournal.Declared(d.Expanded()), "file:"+file, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

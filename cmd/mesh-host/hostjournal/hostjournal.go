@@ -342,32 +342,34 @@ func AppendRefusal(j *journal.Journal, source string, d *declaration.Declaration
 // declaration.reapplied instead: a small record whose cause is the
 // declaration.received holding the document, so applying an unchanged
 // declaration again does not store it again. It returns the seq of the
-// record appended.
-func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, declared []event.DeclaredResource, source string, signed *linkproto.Declaration) (uint64, error) {
+// record appended and the declaration's digest (d.Digest(), which it
+// computes anyway: at 100,000 resources each marshal is tens of
+// megabytes).
+func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, declared []event.DeclaredResource, source string, signed *linkproto.Declaration) (seq uint64, digest string, err error) {
 	var cur *projector.Desired
-	err := j.Projection(func(v journal.View, _ uint64) error {
+	err = j.Projection(func(v journal.View, _ uint64) error {
 		var err error
 		cur, err = projector.LoadDesired(v)
 		return err
 	})
 	if err != nil {
-		return 0, AsDamage(j, err)
+		return 0, "", AsDamage(j, err)
 	}
 	// The document as JSON, made once: a declaration's digest is its
 	// digest, and at 100,000 resources each marshal is tens of megabytes.
 	mine, err := d.MarshalJSON()
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	digest := journal.FormatSum(journal.SumOf(mine))
+	digest = journal.FormatSum(journal.SumOf(mine))
 	if same(cur, d.Revision, digest, signed) {
 		recs, err := j.Append(event.New(event.DeclarationReapplied, cur.Seq, "", event.DeclarationReappliedPayload{
 			Revision: d.Revision, Digest: cur.Digest, Source: source,
 		}))
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
-		return recs[0].Seq, nil
+		return recs[0].Seq, digest, nil
 	}
 	p := event.DeclarationReceivedPayload{Revision: d.Revision, Digest: digest, Source: source}
 	doc := mine
@@ -383,14 +385,14 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, declared 
 	// back (expand).
 	list, err := json.Marshal(declared)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	p.ResourcesSHA256 = journal.FormatSum(journal.SumOf(list))
 	recs, err := j.AppendDocuments([][]byte{doc, list}, event.New(event.DeclarationReceived, 0, "", p))
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	return recs[0].Seq, nil
+	return recs[0].Seq, digest, nil
 }
 
 // same reports whether the declaration of revision and digest, with

@@ -93,7 +93,7 @@ func (h *LinkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 	if err := h.admit(decl, s); err != nil {
 		return refuse(decl, err)
 	}
-	seq, err := hostjournal.AppendDeclaration(j, decl, hostjournal.Declared(decl.Expanded()), source, d)
+	seq, _, err := hostjournal.AppendDeclaration(j, decl, hostjournal.Declared(decl.Expanded()), source, d)
 	if err != nil {
 		ack.Reason = fmt.Sprintf("journal the declaration: %v", err)
 		return ack
