@@ -13,7 +13,7 @@ import (
 // program's own file that it maps read-only: its code and constant data.
 // A reconcile runs most of the program (parsing, planning, the drivers,
 // the journal's writers), and each page of code it ran stays counted as
-// the service's memory until the kernel needs it back: 12.3 of the 22.5 MiB
+// the service's memory until the kernel needs it back: 12.3 of the 22.0 MiB
 // an idle host held after reconciling 19,000 files. Between reconciles
 // the service runs a small part of it (timers, heartbeats, the link).
 //
