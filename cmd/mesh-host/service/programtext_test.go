@@ -48,6 +48,9 @@ func TestReleaseProgramTextLeavesDataAlone(t *testing.T) {
 	initialised = 2
 	touchProgramText(t)
 	before := programResident(t)
+	if before.readOnly < 1<<20 {
+		t.Fatalf("%d KiB of this program's read-only pages resident after reading them all: smaps is not read right", before.readOnly>>10)
+	}
 	if err := releaseProgramText(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,15 +64,22 @@ func TestReleaseProgramTextLeavesDataAlone(t *testing.T) {
 	t.Logf("read-only pages resident: %d KiB before, %d KiB after", before.readOnly>>10, after.readOnly>>10)
 }
 
-// touchProgramText makes every page of the program's read-only mappings
-// resident, as a reconcile that ran much of the program would, by reading
-// them through /proc/self/mem (which faults them into this process).
-func touchProgramText(t *testing.T) {
+// programFile is the device and inode of this program's file.
+func programFile(t *testing.T) (dev, ino uint64) {
 	t.Helper()
 	var self unix.Stat_t
 	if err := unix.Stat("/proc/self/exe", &self); err != nil {
 		t.Fatal(err)
 	}
+	return uint64(self.Dev), self.Ino
+}
+
+// touchProgramText makes every page of the program's read-only mappings
+// resident, as a reconcile that ran much of the program would, by reading
+// them through /proc/self/mem (which faults them into this process).
+func touchProgramText(t *testing.T) {
+	t.Helper()
+	dev, ino := programFile(t)
 	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +89,7 @@ func touchProgramText(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mem.Close()
-	found := readOnlyMappingsOf(maps, uint64(self.Dev), self.Ino)
+	found := readOnlyMappingsOf(maps, dev, ino)
 	if len(found) == 0 {
 		t.Fatal("no read-only mapping of this program's file in /proc/self/maps")
 	}
@@ -96,13 +106,11 @@ func touchProgramText(t *testing.T) {
 type resident struct{ readOnly int64 }
 
 // programResident sums the resident bytes of this program's read-only
-// mappings, from /proc/self/smaps.
+// mappings, from /proc/self/smaps, whose mapping lines are those of
+// /proc/self/maps.
 func programResident(t *testing.T) resident {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, ino := programFile(t)
 	b, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		t.Skipf("no /proc/self/smaps: %v", err)
@@ -113,8 +121,8 @@ func programResident(t *testing.T) resident {
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		switch {
-		case len(f) >= 6 && strings.Contains(f[0], "-"):
-			counting = f[5] == exe && f[1][1] == '-'
+		case len(f) >= 5 && strings.Contains(f[0], "-"):
+			counting = len(readOnlyMappingsOf(sc.Bytes(), dev, ino)) == 1
 		case counting && len(f) == 3 && f[0] == "Rss:":
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			if err != nil {
