@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
@@ -362,6 +363,23 @@ func (h *Host) global() []string {
 // runs, as a person would).
 func (h *Host) Run(args ...string) Result {
 	return run(h.bed.bins.MeshHost, append(h.global(), args...)...)
+}
+
+// JournalInfo is the host's journal's head, first record, acknowledged
+// mark and size, as `mesh-host status --json` shows them. Like TryRecords
+// it is for a poll: a host between two starts gives an error.
+func (h *Host) JournalInfo() (journal.Info, error) {
+	r := h.Run("status", "--json")
+	if r.Code != 0 {
+		return journal.Info{}, errors.New(r.String())
+	}
+	var st struct {
+		Journal journal.Info `json:"journal"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
+		return journal.Info{}, fmt.Errorf("status --json: %v: %s", err, r)
+	}
+	return st.Journal, nil
 }
 
 // Records is the host's whole journal, as `mesh-host journal --json` shows

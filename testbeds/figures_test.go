@@ -234,18 +234,12 @@ func BenchmarkIdleHost(b *testing.B) {
 func awaitSentUpward(b *testing.B, h *testbeds.Host) {
 	b.Helper()
 	testbeds.Eventually(b, 2*time.Minute, "the journal acknowledged upward", func() error {
-		r := h.Run("status", "--json")
-		if r.Code != 0 {
-			return errors.New(r.String())
+		info, err := h.JournalInfo()
+		if err != nil {
+			return err
 		}
-		var st struct {
-			Journal struct{ Head, Acked uint64 } `json:"journal"`
-		}
-		if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
-			return fmt.Errorf("status --json: %v", err)
-		}
-		if st.Journal.Acked < st.Journal.Head {
-			return fmt.Errorf("acknowledged through #%d of #%d", st.Journal.Acked, st.Journal.Head)
+		if info.Acked < info.Head {
+			return fmt.Errorf("acknowledged through #%d of #%d", info.Acked, info.Head)
 		}
 		return nil
 	})

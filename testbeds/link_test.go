@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/testbeds"
@@ -168,15 +169,10 @@ func TestEventsStreamHoldsTheJournalExactlyOnce(t *testing.T) {
 	// the fault lands while records are being appended and sent (a
 	// revision's apply appends 200), and logs how far the upward stream
 	// had got.
-	var st struct {
-		Journal struct{ Head, Acked uint64 } `json:"journal"`
-	}
-	status := func() error {
-		r := h.Run("status", "--json")
-		if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
-			return fmt.Errorf("%v: %s", err, r)
-		}
-		return nil
+	var info journal.Info
+	status := func() (err error) {
+		info, err = h.JournalInfo()
+		return err
 	}
 	// base is the head before the latest push: the growth is counted from
 	// there, since the apply may be done before its head is first read.
@@ -185,7 +181,7 @@ func TestEventsStreamHoldsTheJournalExactlyOnce(t *testing.T) {
 		// Right after a restart the service may hold the journal before
 		// its socket answers: status then fails for a moment.
 		testbeds.Eventually(t, 30*time.Second, "status answers", status)
-		base = st.Journal.Head
+		base = info.Head
 	}
 	faultAfter := func(more uint64, fault string, do func()) {
 		head := base + more
@@ -193,12 +189,12 @@ func TestEventsStreamHoldsTheJournalExactlyOnce(t *testing.T) {
 			if err := status(); err != nil {
 				return err
 			}
-			if st.Journal.Head < head {
-				return fmt.Errorf("head #%d", st.Journal.Head)
+			if info.Head < head {
+				return fmt.Errorf("head #%d", info.Head)
 			}
 			return nil
 		})
-		t.Logf("%s at head #%d, sent through #%d", fault, st.Journal.Head, st.Journal.Acked)
+		t.Logf("%s at head #%d, sent through #%d", fault, info.Head, info.Acked)
 		do()
 	}
 	mark()

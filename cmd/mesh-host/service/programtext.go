@@ -24,21 +24,31 @@ import (
 // values. madvise's errors are ignored, as in journal.Release: nothing
 // depends on them.
 func releaseProgramText() error {
-	var self unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &self); err != nil {
-		return fmt.Errorf("program text: %w", err)
-	}
-	maps, err := os.ReadFile("/proc/self/maps")
+	text, err := programText()
 	if err != nil {
-		return fmt.Errorf("program text: %w", err)
+		return err
 	}
-	for _, m := range readOnlyMappingsOf(maps, uint64(self.Dev), self.Ino) {
+	for _, m := range text {
 		_, _, _ = unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, uintptr(unix.MADV_DONTNEED))
 	}
 	return nil
 }
 
 type mapping struct{ start, end uintptr }
+
+// programText is this process's read-only private mappings of its own
+// file (/proc/self/exe), from /proc/self/maps.
+func programText() ([]mapping, error) {
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/self/exe", &self); err != nil {
+		return nil, fmt.Errorf("program text: %w", err)
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return nil, fmt.Errorf("program text: %w", err)
+	}
+	return readOnlyMappingsOf(maps, uint64(self.Dev), self.Ino), nil
+}
 
 // readOnlyMappingsOf returns the private mappings in maps (the text of
 // /proc/self/maps) that are of the file with device dev and inode ino

@@ -1,9 +1,9 @@
 package service
 
 import (
-	"bufio"
 	"bytes"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,55 +46,43 @@ var initialised = 1
 // data keeps what was written to it.
 func TestReleaseProgramTextLeavesDataAlone(t *testing.T) {
 	initialised = 2
-	touchProgramText(t)
-	before := programResident(t)
-	if before.readOnly < 1<<20 {
-		t.Fatalf("%d KiB of this program's read-only pages resident after reading them all: smaps is not read right", before.readOnly>>10)
+	text, err := programText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(text) == 0 {
+		t.Fatal("no read-only mapping of this program's file in /proc/self/maps")
+	}
+	touch(t, text)
+	before := residentKiB(t, text)
+	if before < 1<<10 {
+		t.Fatalf("%d KiB of this program's read-only pages resident after reading them all: smaps is not read right", before)
 	}
 	if err := releaseProgramText(); err != nil {
 		t.Fatal(err)
 	}
-	after := programResident(t)
-	if after.readOnly > before.readOnly/2 {
-		t.Errorf("read-only pages resident: %d KiB before, %d KiB after the release", before.readOnly>>10, after.readOnly>>10)
+	after := residentKiB(t, text)
+	if after > before/2 {
+		t.Errorf("read-only pages resident: %d KiB before, %d KiB after the release", before, after)
 	}
 	if initialised != 2 {
 		t.Errorf("a variable in the program's data reads %d after the release, want 2", initialised)
 	}
-	t.Logf("read-only pages resident: %d KiB before, %d KiB after", before.readOnly>>10, after.readOnly>>10)
+	t.Logf("read-only pages resident: %d KiB before, %d KiB after", before, after)
 }
 
-// programFile is the device and inode of this program's file.
-func programFile(t *testing.T) (dev, ino uint64) {
+// touch makes every page of the mappings resident, as a reconcile that
+// ran much of the program would, by reading them through /proc/self/mem
+// (which faults them into this process).
+func touch(t *testing.T, text []mapping) {
 	t.Helper()
-	var self unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &self); err != nil {
-		t.Fatal(err)
-	}
-	return uint64(self.Dev), self.Ino
-}
-
-// touchProgramText makes every page of the program's read-only mappings
-// resident, as a reconcile that ran much of the program would, by reading
-// them through /proc/self/mem (which faults them into this process).
-func touchProgramText(t *testing.T) {
-	t.Helper()
-	dev, ino := programFile(t)
-	maps, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		t.Fatal(err)
-	}
 	mem, err := os.Open("/proc/self/mem")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mem.Close()
-	found := readOnlyMappingsOf(maps, dev, ino)
-	if len(found) == 0 {
-		t.Fatal("no read-only mapping of this program's file in /proc/self/maps")
-	}
 	page := make([]byte, 4096)
-	for _, m := range found {
+	for _, m := range text {
 		for at := m.start; at < m.end; at += uintptr(len(page)) {
 			if _, err := mem.ReadAt(page, int64(at)); err != nil {
 				t.Fatalf("read this program's page at %#x: %v", at, err)
@@ -103,33 +91,31 @@ func touchProgramText(t *testing.T) {
 	}
 }
 
-type resident struct{ readOnly int64 }
-
-// programResident sums the resident bytes of this program's read-only
-// mappings, from /proc/self/smaps, whose mapping lines are those of
-// /proc/self/maps.
-func programResident(t *testing.T) resident {
+// residentKiB sums the resident KiB of the mappings, from
+// /proc/self/smaps: the Rss of each section whose range is one of them.
+func residentKiB(t *testing.T, text []mapping) int64 {
 	t.Helper()
-	dev, ino := programFile(t)
-	b, err := os.ReadFile("/proc/self/smaps")
+	smaps, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		t.Skipf("no /proc/self/smaps: %v", err)
 	}
-	var r resident
-	var counting bool
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
+	var total int64
+	counting := false
+	for line := range bytes.Lines(smaps) {
+		f := strings.Fields(string(line))
 		switch {
 		case len(f) >= 5 && strings.Contains(f[0], "-"):
-			counting = len(readOnlyMappingsOf(sc.Bytes(), dev, ino)) == 1
+			lo, hi, _ := strings.Cut(f[0], "-")
+			start, err1 := strconv.ParseUint(lo, 16, 64)
+			end, err2 := strconv.ParseUint(hi, 16, 64)
+			counting = err1 == nil && err2 == nil && slices.Contains(text, mapping{uintptr(start), uintptr(end)})
 		case counting && len(f) == 3 && f[0] == "Rss:":
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.readOnly += kb << 10
+			total += kb
 		}
 	}
-	return r
+	return total
 }
