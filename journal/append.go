@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -84,8 +85,15 @@ func (j *Journal) appendTx(tx *bolt.Tx, out []event.Record) error {
 		if r.Cause >= r.Seq {
 			return fmt.Errorf("%w: record %d (%s) names cause %d, not an earlier record", ErrInvalid, r.Seq, r.Kind, r.Cause)
 		}
-		if err := records.Put(event.Key(r.Seq), event.Encode(*r)); err != nil {
+		enc := event.Encode(*r)
+		if err := records.Put(event.Key(r.Seq), enc); err != nil {
 			return err
+		}
+		// The encoding ends with the payload: the record keeps that copy,
+		// which bbolt holds until the commit anyway, so that a batch of
+		// records is not in memory twice while it is folded and written.
+		if n := len(r.Payload); n > 0 {
+			r.Payload = enc[len(enc)-n : len(enc) : len(enc)]
 		}
 		if err := byKind.Put(indexKey(epochPrefix(string(r.Kind), r.Seq), r.Seq), nil); err != nil {
 			return err
@@ -107,13 +115,17 @@ func (j *Journal) appendTx(tx *bolt.Tx, out []event.Record) error {
 	}
 	fold := out
 	if j.opts.Expand != nil {
-		// The fold sees records as readers do, documents put back.
-		fold = make([]event.Record, len(out))
+		// The fold sees records as readers do, documents put back; the
+		// records are copied only when one is expanded.
 		for i := range out {
-			var err error
-			if fold[i], err = j.expand(tx, out[i]); err != nil {
+			r, err := j.expand(tx, out[i])
+			if err != nil {
 				return err
 			}
+			if &fold[0] == &out[0] && !sameRecord(r, out[i]) {
+				fold = slices.Clone(out)
+			}
+			fold[i] = r
 		}
 	}
 	if err := j.opts.Fold(tx.Bucket(bucketProjection), fold); errors.Is(err, ErrCorrupt) {
@@ -122,6 +134,13 @@ func (j *Journal) appendTx(tx *bolt.Tx, out []event.Record) error {
 		return fmt.Errorf("fold projection: %w", err)
 	}
 	return nil
+}
+
+// sameRecord: a and b are the same record, payload and all, as expand
+// returns a record it leaves alone.
+func sameRecord(a, b event.Record) bool {
+	return a.Seq == b.Seq && a.Kind == b.Kind && a.Resource == b.Resource && a.Cause == b.Cause &&
+		len(a.Payload) == len(b.Payload) && (len(a.Payload) == 0 || &a.Payload[0] == &b.Payload[0])
 }
 
 func validate(r event.Record) error {

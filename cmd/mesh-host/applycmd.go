@@ -12,6 +12,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/membudget"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
@@ -40,6 +41,9 @@ func readDeclaration(path string) (*declaration.Declaration, error) {
 
 func (c *applyCmd) Run(e *env) error {
 	decl, err := readDeclaration(c.File)
+	if err == nil {
+		e.budgetFor(len(decl.Resources))
+	}
 	source := "file:" + c.File
 	return e.withWriteJournal([]string{"apply", c.File}, func(j *journal.Journal) error {
 		if err != nil {
@@ -93,6 +97,16 @@ func (c *applyCmd) Run(e *env) error {
 		}
 		return nil
 	})
+}
+
+// budgetFor bounds a command's memory by the size of the declaration it
+// works on (package membudget). Inside the service it does nothing: the
+// service returns its memory after each reconcile (service.heapReturns),
+// and a limit would outlive the command.
+func (e *env) budgetFor(resources int) {
+	if e.held == nil {
+		membudget.Set(membudget.ForResources(resources))
+	}
 }
 
 // admissible refuses a declaration older than the one applied, or one that

@@ -86,6 +86,7 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 		return nil, fmt.Errorf("the stored declaration (#%d) cannot be used: %w", s.Desired.Seq, err)
 	}
 	specs := decl.Expanded()
+	e.budgetFor(len(specs))
 	if err := e.openSecrets(specs); err != nil {
 		return nil, fmt.Errorf("the stored declaration (#%d): %w", s.Desired.Seq, err)
 	}
