@@ -31,6 +31,7 @@ func (c *planCmd) Run(e *env) error {
 	if err != nil {
 		return &exitError{code: exitRefused, err: fmt.Errorf("refused:\n%v", err)}
 	}
+	e.budgetFor(len(decl.Resources))
 	var s projector.State
 	err = e.withJournal(func(j *journal.Journal) error {
 		s, _, err = hostjournal.StoredState(j)
