@@ -37,6 +37,13 @@ type Root struct {
 	// heldOpen counts the held descriptors still open: those in held, and
 	// those replaced there (shareHeldFor) that staged files still hold.
 	heldOpen int
+	// unnamed counts the staged files held open without a name
+	// (O_TMPFILE) until their commit; noUnnamed is set once linking one
+	// into place failed for want of a privilege, and every later file is
+	// staged under a temporary name.
+	unnamed    int
+	noUnnamed  bool
+	maxUnnamed int // MaxUnnamed, or fewer under a low RLIMIT_NOFILE
 }
 
 // heldDir is a directory's descriptor shared by the files staged in it,
@@ -64,6 +71,19 @@ var shareHeldFor = 10 * time.Second // a variable for the tests
 // to stage and once again to commit each.
 const maxHeldDirs = 256
 
+// MaxUnnamed bounds the staged files held open without a name between
+// Stage and Commit. A file staged unnamed (O_TMPFILE) is made in its
+// directory without a directory entry, and its commit links it in: one
+// operation on the directory where a temporary name costs three (the name
+// made, then renamed: removed and made again), which in a directory of
+// 100,000 files is most of the kernel's part of a first apply, and the
+// directory's lock is not taken to stage it. A crash leaves no temporary
+// file behind. But the file is held by its descriptor until the commit: past
+// MaxUnnamed files staged, the next is staged under a temporary name, as on
+// a filesystem without O_TMPFILE. A caller staging more commits in batches
+// of at most Root.StageBatch to keep every file unnamed.
+const MaxUnnamed = 2048
+
 // NewRoot returns the Root at dir, which must be an existing directory.
 func NewRoot(dir string) (*Root, error) {
 	abs, err := filepath.Abs(dir)
@@ -81,8 +101,24 @@ func NewRoot(dir string) (*Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open root prefix %s: %w", abs, err)
 	}
-	return &Root{dir: abs, fd: fd}, nil
+	return &Root{dir: abs, fd: fd, maxUnnamed: maxUnnamedFor()}, nil
 }
+
+// maxUnnamedFor is how many files may be staged unnamed at once: at most
+// MaxUnnamed, and a quarter of the descriptors the process may open, so
+// that a unit run with a low limit stages the rest named rather than run
+// out.
+func maxUnnamedFor() int {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return 0
+	}
+	return int(min(uint64(MaxUnnamed), lim.Cur/4))
+}
+
+// StageBatch is how many files a caller stages before committing them so
+// that each is staged unnamed (see MaxUnnamed); at least 1.
+func (r *Root) StageBatch() int { return max(r.maxUnnamed, 1) }
 
 // Close releases the root directory.
 func (r *Root) Close() error { return unix.Close(r.fd) }
@@ -369,6 +405,9 @@ type Staged struct {
 	name    string
 	path    string
 	sync    bool
+	// unnamed is the descriptor of a file staged without a name, linked
+	// into place by Commit; -1 for a file staged under the name tmp.
+	unnamed int
 }
 
 // StageFile writes data to a temporary file in p's directory with the
@@ -386,13 +425,18 @@ func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, err
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := "." + tmpPrefix(name) + ".mesh-host-" + hex.EncodeToString(rnd[:])
-	s := &Staged{root: r, dir: held, dirPath: dirPath, tmp: tmp, name: name, path: p, sync: opts.Sync}
+	s := &Staged{root: r, dir: held, dirPath: dirPath, tmp: tmp, name: name, path: p, sync: opts.Sync, unnamed: -1}
 	if held == nil {
 		// Not held (maxHeldDirs): let go once staged, opened again to
 		// commit.
 		defer d.Close()
 	}
-	fd, err := unix.Openat(int(d.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := r.createUnnamed(d)
+	if fd >= 0 {
+		s.unnamed = fd
+	} else {
+		fd, err = unix.Openat(int(d.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	}
 	if err != nil {
 		s.letGo()
 		return nil, r.pathErr("create", p, err)
@@ -411,6 +455,14 @@ func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, err
 	if err == nil && opts.Sync {
 		op, err = "sync", unix.Fsync(fd)
 	}
+	if s.unnamed >= 0 {
+		if err != nil {
+			s.closeUnnamed()
+			s.letGo()
+			return nil, fmt.Errorf("write %s: %w", p, &os.PathError{Op: op, Path: r.Host(p), Err: err})
+		}
+		return s, nil
+	}
 	if cerr := unix.Close(fd); err == nil && cerr != nil {
 		op, err = "close", cerr
 	}
@@ -420,6 +472,87 @@ func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, err
 		return nil, fmt.Errorf("write %s: %w", p, &os.PathError{Op: op, Path: r.Host(path.Join(dirPath, tmp)), Err: err})
 	}
 	return s, nil
+}
+
+// createUnnamed makes a file without a name in the directory d
+// (O_TMPFILE), mode 0600, when fewer than MaxUnnamed are held and linking
+// one in has not failed; else it returns -1 and no error, and the caller
+// makes a named temporary file. A filesystem without O_TMPFILE refuses it
+// (EOPNOTSUPP, or EISDIR from a kernel that does not know the flag): -1
+// too.
+func (r *Root) createUnnamed(d *os.File) (int, error) {
+	r.heldMu.Lock()
+	if r.noUnnamed || r.unnamed >= r.maxUnnamed {
+		r.heldMu.Unlock()
+		return -1, nil
+	}
+	r.unnamed++
+	r.heldMu.Unlock()
+	fd, err := unix.Openat(int(d.Fd()), ".", unix.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		r.heldMu.Lock()
+		r.unnamed--
+		r.heldMu.Unlock()
+		switch {
+		case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EISDIR), errors.Is(err, unix.EINVAL),
+			errors.Is(err, unix.EMFILE), errors.Is(err, unix.ENFILE):
+			return -1, nil
+		}
+		return -1, err
+	}
+	return fd, nil
+}
+
+// closeUnnamed closes the descriptor of a file staged without a name: if
+// it was not linked in, the file is gone.
+func (s *Staged) closeUnnamed() {
+	if s.unnamed < 0 {
+		return
+	}
+	_ = unix.Close(s.unnamed)
+	s.unnamed = -1
+	s.root.heldMu.Lock()
+	s.root.unnamed--
+	s.root.heldMu.Unlock()
+}
+
+// linkUnnamed gives the file staged without a name the name name in dir:
+// linked in directly when nothing is at name, or linked in as the
+// temporary name and renamed over what is there (a file, or a symlink
+// planted there, never followed).
+func (s *Staged) linkUnnamed(dir *os.File) error {
+	d := int(dir.Fd())
+	err := s.link(d, s.name)
+	if !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	if err := s.link(d, s.tmp); err != nil {
+		return err
+	}
+	if err := unix.Renameat(d, s.tmp, d, s.name); err != nil {
+		_ = unix.Unlinkat(d, s.tmp, 0)
+		return err
+	}
+	return nil
+}
+
+// link links the unnamed file in as dir/name. AT_EMPTY_PATH asks for
+// CAP_DAC_READ_SEARCH on kernels before 6.10, which the host, as root,
+// has; without it (ENOENT or EPERM) the file is linked through its
+// /proc/self/fd entry, and should that fail too, files are staged named
+// from then on.
+func (s *Staged) link(dir int, name string) error {
+	err := unix.Linkat(s.unnamed, "", dir, name, unix.AT_EMPTY_PATH)
+	if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(s.unnamed), dir, name, unix.AT_SYMLINK_FOLLOW)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPERM) {
+		s.root.heldMu.Lock()
+		s.root.noUnnamed = true
+		s.root.heldMu.Unlock()
+	}
+	return err
 }
 
 // writeFD writes all of data to fd.
@@ -534,7 +667,12 @@ func (s *Staged) Commit() error {
 		return s.root.pathErr("rename into place", s.path, err)
 	}
 	defer done()
-	if err := unix.Renameat(int(dir.Fd()), s.tmp, int(dir.Fd()), s.name); err != nil {
+	if s.unnamed >= 0 {
+		defer s.closeUnnamed()
+		if err := s.linkUnnamed(dir); err != nil {
+			return s.root.pathErr("link into place", s.path, err)
+		}
+	} else if err := unix.Renameat(int(dir.Fd()), s.tmp, int(dir.Fd()), s.name); err != nil {
 		_ = unix.Unlinkat(int(dir.Fd()), s.tmp, 0)
 		return s.root.pathErr("rename into place", s.path, err)
 	}
@@ -550,6 +688,12 @@ func (s *Staged) Commit() error {
 // file alone: for a few files, cheaper than SyncFS, and it flushes
 // nothing of the machine's other work. Before Commit.
 func (s *Staged) Flush() error {
+	if s.unnamed >= 0 {
+		if err := unix.Fsync(s.unnamed); err != nil {
+			return fmt.Errorf("sync %s: %w", s.path, err)
+		}
+		return nil
+	}
 	return s.useDir(func(dir *os.File) error {
 		fd, err := unix.Openat(int(dir.Fd()), s.tmp, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -590,6 +734,11 @@ func (s *Staged) useDir(fn func(dir *os.File) error) error {
 
 // Abort removes the staged file.
 func (s *Staged) Abort() {
+	if s.unnamed >= 0 {
+		s.closeUnnamed()
+		s.letGo()
+		return
+	}
 	dir, done, err := s.openDir()
 	if err != nil {
 		return // the directory is gone or replaced: so is the file

@@ -322,6 +322,7 @@ func TestStagedFilesHoldFewDescriptors(t *testing.T) {
 		dirs = append(dirs, fmt.Sprintf("d%04d", i))
 	}
 	r := newRoot(t, dirs...)
+	drivers.StageNamed(r) // the directories' bound; unnamed files have their own
 	before := openFDs(t)
 	var staged []*drivers.Staged
 	for i, d := range dirs {
@@ -429,7 +430,9 @@ func TestStagedFileFlushesItself(t *testing.T) {
 		}
 	}
 
-	// A temporary file swapped for a symlink to a file outside.
+	// A temporary file swapped for a symlink to a file outside. (A file
+	// staged unnamed has no name to swap.)
+	drivers.StageNamed(r)
 	s, err := r.StageFile("/"+dirs[0]+"/g", []byte("x"), drivers.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
 	if err != nil {
 		t.Fatal(err)
@@ -463,6 +466,7 @@ func TestStagedFileFlushesItself(t *testing.T) {
 func TestStagedFilesInOneDirectoryShareIt(t *testing.T) {
 	const n = 2*drivers.MaxHeldDirs + 10
 	r := newRoot(t, "etc/app")
+	drivers.StageNamed(r) // unnamed files hold one each (TestUnnamedStagingIsBounded)
 	before := openFDs(t)
 	staged := make([]*drivers.Staged, n)
 	var wg sync.WaitGroup
@@ -559,5 +563,134 @@ func TestStagingAfterTheDirectoryIsSwapped(t *testing.T) {
 				t.Errorf("the directory checked holds %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// Files are staged without a name (O_TMPFILE) up to StageBatch at once,
+// one descriptor each; past it, under a temporary name, holding none.
+// Nothing unnamed shows in the directory before its commit; every file
+// commits, and no descriptor stays open.
+func TestUnnamedStagingIsBounded(t *testing.T) {
+	r := newRoot(t, "etc/app")
+	batch := r.StageBatch()
+	if batch < 2 {
+		t.Skipf("the descriptor limit leaves %d file(s) staged unnamed", batch)
+	}
+	n := batch + 64
+	before := openFDs(t)
+	staged := make([]*drivers.Staged, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				s, err := r.StageFile(fmt.Sprintf("/etc/app/f%05d", i), []byte(fmt.Sprint(i)), drivers.WriteOptions{Mode: 0o640, UID: os.Getuid(), GID: os.Getgid()})
+				if err != nil {
+					errs <- err
+					return
+				}
+				staged[i] = s
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := drivers.Unnamed(r); got != batch {
+		t.Errorf("%d files staged unnamed of %d, want %d", got, n, batch)
+	}
+	if held := openFDs(t) - before; held > batch+8 {
+		t.Errorf("%d staged files hold %d descriptors, want at most %d", n, held, batch+8)
+	}
+	ents, err := os.ReadDir(r.Host("/etc/app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != n-batch {
+		t.Errorf("%d entries in the directory before any commit, want the %d staged named", len(ents), n-batch)
+	}
+	for _, s := range staged {
+		if err := s.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := drivers.Unnamed(r); got != 0 {
+		t.Errorf("%d still counted unnamed after every commit", got)
+	}
+	if after := openFDs(t); after > before+4 {
+		t.Errorf("%d descriptors left open after every commit", after-before)
+	}
+	if ents, _ := os.ReadDir(r.Host("/etc/app")); len(ents) != n {
+		t.Errorf("%d entries after the commits, want %d", len(ents), n)
+	}
+	for i := range n {
+		p := r.Host(fmt.Sprintf("/etc/app/f%05d", i))
+		got, err := os.ReadFile(p)
+		fi, serr := os.Lstat(p)
+		if err != nil || serr != nil || string(got) != fmt.Sprint(i) || fi.Mode() != 0o640 {
+			t.Fatalf("%s: %q, %v, %v, %v", p, got, fi.Mode(), err, serr)
+		}
+	}
+}
+
+// A file staged unnamed replaces what is at its path only at its commit:
+// a file, or a symlink planted there meanwhile, which is replaced and not
+// followed. An aborted one leaves nothing.
+func TestUnnamedCommitReplacesAndNeverFollows(t *testing.T) {
+	r := newRoot(t, "etc")
+	opts := drivers.WriteOptions{Mode: 0o600, UID: os.Getuid(), GID: os.Getgid()}
+	writeHostFile(t, r.Host("/etc/old"), "old")
+	outside := filepath.Join(t.TempDir(), "target")
+	writeHostFile(t, outside, "outside")
+
+	over, err := r.StageFile("/etc/old", []byte("new"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planted, err := r.StageFile("/etc/planted", []byte("mine"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aborted, err := r.StageFile("/etc/aborted", []byte("never"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := drivers.Unnamed(r); got != 3 {
+		t.Fatalf("%d of 3 files staged unnamed: this test needs O_TMPFILE on %s", got, r.Dir())
+	}
+	if got, _ := os.ReadFile(r.Host("/etc/old")); string(got) != "old" {
+		t.Errorf("before the commit /etc/old holds %q", got)
+	}
+	if err := os.Symlink(outside, r.Host("/etc/planted")); err != nil {
+		t.Fatal(err)
+	}
+	aborted.Abort()
+	for _, s := range []*drivers.Staged{over, planted} {
+		if err := s.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, want := range map[string]string{"/etc/old": "new", "/etc/planted": "mine"} {
+		fi, err := os.Lstat(r.Host(p))
+		got, _ := os.ReadFile(r.Host(p))
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 || string(got) != want {
+			t.Errorf("%s: %v, %q, %v; want a regular file 0600 holding %q", p, fi.Mode(), got, err, want)
+		}
+	}
+	if got, _ := os.ReadFile(outside); string(got) != "outside" {
+		t.Errorf("the symlink's target now holds %q", got)
+	}
+	ents, _ := os.ReadDir(r.Host("/etc"))
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "old planted" {
+		t.Errorf("/etc holds %v, want [old planted]", names)
+	}
+	if got := drivers.Unnamed(r); got != 0 {
+		t.Errorf("%d still counted unnamed", got)
 	}
 }

@@ -394,9 +394,43 @@ func (rc *Reconciler) each(ctx context.Context, steps []*Step, fn func(context.C
 	return ctx.Err()
 }
 
-// apply changes the steps of one dependency level. Drivers that can stage
-// (files) are staged all, synced once, committed all, synced once.
+// apply changes the steps of one dependency level, Root.StageBatch at a
+// time, so that every file staged is staged without a name and no more
+// descriptors are held than that. Drivers that can stage (files) are
+// staged all, synced once, committed all; the commits are made durable by
+// the next batch's flush, or by one after the last.
 func (rc *Reconciler) apply(ctx context.Context, steps []*Step) {
+	var unflushed []*Step // committed, the commits not yet flushed
+	for len(steps) > 0 {
+		n := len(steps)
+		if rc.Root != nil {
+			n = min(n, rc.Root.StageBatch())
+		}
+		unflushed = rc.applyBatch(ctx, steps[:n], unflushed)
+		steps = steps[n:]
+	}
+	if len(unflushed) == 0 {
+		return
+	}
+	if err := rc.Root.SyncFS(); err != nil {
+		failUnflushed(unflushed, err)
+	}
+}
+
+// failUnflushed fails the steps committed whose commits a flush did not
+// make durable.
+func failUnflushed(unflushed []*Step, err error) {
+	for _, s := range unflushed {
+		if s.Err == nil {
+			s.fail(fmt.Errorf("renamed into place but not flushed: %w", err))
+		}
+	}
+}
+
+// applyBatch is apply's work on one batch of steps. unflushed are the
+// earlier batches' commits, which its flush makes durable; it returns
+// those still to flush.
+func (rc *Reconciler) applyBatch(ctx context.Context, steps []*Step, unflushed []*Step) []*Step {
 	var staged []*Step
 	pendings := make(map[*Step]drivers.Pending)
 	var mu sync.Mutex
@@ -451,21 +485,24 @@ func (rc *Reconciler) apply(ctx context.Context, steps []*Step) {
 		}
 	})
 	if len(staged) == 0 {
-		return
+		return unflushed
 	}
-	if flushEach(staged, pendings) {
+	if len(unflushed) == 0 && flushEach(staged, pendings) {
 		commitFlushingEach(staged, pendings)
-		return
+		return nil
 	}
 	// What must be on disk before a rename: the new file's bytes. One
-	// flush for all of them, then the renames, then one flush for those.
+	// flush for all of them (and the earlier batches' renames), then the
+	// renames, flushed by the next batch's or apply's last.
 	if err := rc.Root.SyncFS(); err != nil {
 		for _, s := range staged {
 			pendings[s].Abort()
 			s.fail(err)
 		}
-		return
+		failUnflushed(unflushed, err)
+		return nil
 	}
+	unflushed = unflushed[:0]
 	for _, s := range staged {
 		a, err := pendings[s].Commit()
 		if err != nil {
@@ -473,14 +510,9 @@ func (rc *Reconciler) apply(ctx context.Context, steps []*Step) {
 			continue
 		}
 		s.Outcome = outcome(a)
+		unflushed = append(unflushed, s)
 	}
-	if err := rc.Root.SyncFS(); err != nil {
-		for _, s := range staged {
-			if s.Err == nil {
-				s.fail(fmt.Errorf("renamed into place but not flushed: %w", err))
-			}
-		}
-	}
+	return unflushed
 }
 
 // flushEachMax is how many staged changes are made durable each by
