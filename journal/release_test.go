@@ -97,3 +97,32 @@ func TestLargeDocumentLeavesTheFileOutOfMemory(t *testing.T) {
 		t.Errorf("after reading a small document, none of the file is resident: its pages were let go too")
 	}
 }
+
+// An append of many records lets go of the file's pages it read (the
+// indexes and projection it rewrote); an append of a few leaves them, for
+// the next small append to find.
+func TestLargeAppendLeavesTheFileOutOfMemory(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc/self/smaps")
+	}
+	j, path := newJournal(t, journal.Options{})
+	payload := `{"note":"` + strings.Repeat("x", 400) + `"}`
+	batch := func(n, from int) []event.Record {
+		recs := make([]event.Record, n)
+		for i := range recs {
+			recs[i] = rec("test.filler", 0, "file:/etc/f"+strconv.Itoa(from+i), payload)
+		}
+		return recs
+	}
+	for k := range 4 {
+		mustAppend(t, j, batch(999, k*999)...) // under the threshold: pages stay
+	}
+	before := residentKB(t, path)
+	if before < 256 {
+		t.Fatalf("%d KB of the file resident after four appends of 999 records: the test reads the wrong mapping", before)
+	}
+	mustAppend(t, j, batch(2000, 10_000)...)
+	if after := residentKB(t, path); after > before/4 {
+		t.Errorf("after an append of 2,000 records %d KB of the file are resident (%d before), want at most a quarter", after, before)
+	}
+}

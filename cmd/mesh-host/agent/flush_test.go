@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -17,6 +20,9 @@ import (
 type stagingDriver struct {
 	*memDriver
 	failFlush map[string]error
+	commits   atomic.Int64
+	// beforeCommit, if set, runs before each commit.
+	beforeCommit func(id string)
 }
 
 func (d *stagingDriver) Stage(_ context.Context, s drivers.Spec) (drivers.Pending, error) {
@@ -40,7 +46,11 @@ func (p *flushingPending) FlushStaged() error {
 }
 
 func (p *flushingPending) Commit() (drivers.Action, error) {
+	if p.d.beforeCommit != nil {
+		p.d.beforeCommit(drivers.ID(p.spec))
+	}
 	p.note("commit")
+	p.d.commits.Add(1)
 	p.d.mu.Lock()
 	defer p.d.mu.Unlock()
 	p.d.state[p.spec.Key()] = drivers.SpecDigest(p.spec)
@@ -152,5 +162,119 @@ func TestLastOutcomesCommitWithTheCompletion(t *testing.T) {
 	}
 	if !slices.Equal(b.calls, want) {
 		t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(b.calls, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// appendSizes notes how many records each Append carries; appends come
+// from the reconcile and from its journaling ahead at once.
+type appendSizes struct {
+	Appender
+	mu     sync.Mutex
+	sizes  []int
+	refuse int // refuse the append of this index (1-based; 0: none)
+	// commits counts the staged files committed, and after is what it was
+	// at each append.
+	commits *atomic.Int64
+	after   []int64
+}
+
+func (a *appendSizes) Append(recs ...event.Record) ([]event.Record, error) {
+	a.mu.Lock()
+	a.sizes = append(a.sizes, len(recs))
+	if a.commits != nil {
+		a.after = append(a.after, a.commits.Load())
+	}
+	n := len(a.sizes)
+	a.mu.Unlock()
+	if n == a.refuse {
+		return nil, errors.New("disk full")
+	}
+	return a.Appender.Append(recs...)
+}
+
+func withOutcomesPerAppend(t *testing.T, n int) {
+	was := outcomesPerAppend
+	outcomesPerAppend = n
+	t.Cleanup(func() { outcomesPerAppend = was })
+}
+
+// A level of more files than outcomesPerAppend journals their outcomes,
+// that many a transaction, while it goes on staging and committing the
+// rest; what is left goes with the completion. Each file has one outcome
+// record, before the completion.
+func TestOutcomesJournaledAhead(t *testing.T) {
+	withOutcomesPerAppend(t, 10)
+	b, sd := newStagingBed(t)
+	b.rc.StageBatch = 5
+	sizes := &appendSizes{Appender: b.rc.Journal, commits: &sd.commits}
+	b.rc.Journal = sizes
+	// The level's last file waits to be committed until outcomes are
+	// journaled: they are journaled while the level goes on, or never.
+	last := drivers.ID(files(45)[44])
+	sd.beforeCommit = func(id string) {
+		if id != last {
+			return
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			sizes.mu.Lock()
+			n := len(sizes.sizes)
+			sizes.mu.Unlock()
+			if n > 1 {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Error("no outcome was journaled before the level's last commit")
+	}
+	res := b.reconcile(event.TriggerManual, files(45)...)
+	if want := []int{1, 10, 10, 10, 10, 6}; !slices.Equal(sizes.sizes, want) {
+		t.Errorf("appends of %v records, want %v", sizes.sizes, want)
+	}
+	if len(sizes.after) < 2 || sizes.after[1] >= 45 {
+		t.Errorf("commits done at each append: %v; want the first outcomes journaled before the last commit", sizes.after)
+	}
+	seqs := map[uint64]bool{}
+	for _, s := range res.Steps {
+		if s.Outcome != event.ActionCreate || s.Seq == 0 || s.Seq >= res.Completed || seqs[s.Seq] {
+			t.Errorf("%s: %s at #%d (completed #%d): want created, once, before the completion", s.ID, s.Outcome, s.Seq, res.Completed)
+		}
+		seqs[s.Seq] = true
+	}
+	applied := map[string]int{}
+	for _, r := range b.records() {
+		if r.Kind == event.ResourceApplied {
+			applied[r.Resource]++
+			if r.Cause != res.Started {
+				t.Errorf("%s caused by #%d, want #%d", r.Resource, r.Cause, res.Started)
+			}
+		}
+	}
+	if len(applied) != 45 {
+		t.Errorf("%d files have outcome records, want 45", len(applied))
+	}
+	for id, n := range applied {
+		if n != 1 {
+			t.Errorf("%s: %d outcome records", id, n)
+		}
+	}
+	if s := b.state(); s.Pending != nil || s.LastReconcile == nil || s.LastReconcile.Result != event.ResultConverged {
+		t.Errorf("after it: pending %+v, last %+v", s.Pending, s.LastReconcile)
+	}
+}
+
+// An outcome transaction journaled ahead that the journal refuses ends
+// the reconcile as failed, with the reason, as one at the level's end.
+func TestRefusedOutcomesAheadEndTheReconcile(t *testing.T) {
+	withOutcomesPerAppend(t, 10)
+	b, _ := newStagingBed(t)
+	b.rc.Journal = &appendSizes{Appender: b.rc.Journal, refuse: 3}
+	_, err := b.rc.Reconcile(context.Background(), Request{Trigger: event.TriggerManual, Revision: 1, Specs: files(45), Repair: true})
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("got %v, want the journal's refusal", err)
+	}
+	s := b.state()
+	if s.Pending != nil || s.LastReconcile == nil || s.LastReconcile.Result != event.ResultFailed {
+		t.Errorf("after it: pending %+v, last %+v; want it ended, failed", s.Pending, s.LastReconcile)
 	}
 }

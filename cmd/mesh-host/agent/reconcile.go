@@ -49,6 +49,9 @@ type Reconciler struct {
 	// Root is synced once between staging files and committing them, and
 	// once after, so a reconcile's files cost two flushes, not two each.
 	Root *drivers.Root
+	// StageBatch is how many steps of a level are staged and committed at
+	// a time; 0 for Root.StageBatch, as many as can be staged unnamed.
+	StageBatch int
 	// Parallel bounds concurrent observes and applies; 0 means 8.
 	Parallel int
 	// Release reports whether an owned resource that is no longer declared
@@ -242,7 +245,11 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 		if err != nil {
 			return res, err
 		}
-		rc.apply(ctx, todo)
+		ahead := rc.journalAhead(res.Started)
+		rc.apply(ctx, todo, ahead.add)
+		if jerr := ahead.wait(); jerr != nil {
+			return res, rc.endEarly(res, req, started, jerr)
+		}
 		held.add(outcomesOf(level, res.Started))
 	}
 	return res, rc.complete(res, req, started, res.Started, false, &held)
@@ -398,15 +405,24 @@ func (rc *Reconciler) each(ctx context.Context, steps []*Step, fn func(context.C
 // time, so that every file staged is staged without a name and no more
 // descriptors are held than that. Drivers that can stage (files) are
 // staged all, synced once, committed all; the commits are made durable by
-// the next batch's flush, or by one after the last.
-func (rc *Reconciler) apply(ctx context.Context, steps []*Step) {
+// the next batch's flush, or by one after the last. durable, if not nil,
+// is handed the steps staged and committed as each flush makes them
+// durable, for their outcomes to be journaled while the level goes on.
+func (rc *Reconciler) apply(ctx context.Context, steps []*Step, durable func([]*Step)) {
 	var unflushed []*Step // committed, the commits not yet flushed
 	for len(steps) > 0 {
 		n := len(steps)
-		if rc.Root != nil {
+		switch {
+		case rc.StageBatch > 0:
+			n = min(n, rc.StageBatch)
+		case rc.Root != nil:
 			n = min(n, rc.Root.StageBatch())
 		}
-		unflushed = rc.applyBatch(ctx, steps[:n], unflushed)
+		var flushed []*Step
+		flushed, unflushed = rc.applyBatch(ctx, steps[:n], unflushed)
+		if len(flushed) > 0 && durable != nil {
+			durable(flushed)
+		}
 		steps = steps[n:]
 	}
 	if len(unflushed) == 0 {
@@ -414,6 +430,8 @@ func (rc *Reconciler) apply(ctx context.Context, steps []*Step) {
 	}
 	if err := rc.Root.SyncFS(); err != nil {
 		failUnflushed(unflushed, err)
+	} else if durable != nil {
+		durable(unflushed)
 	}
 }
 
@@ -429,8 +447,8 @@ func failUnflushed(unflushed []*Step, err error) {
 
 // applyBatch is apply's work on one batch of steps. unflushed are the
 // earlier batches' commits, which its flush makes durable; it returns
-// those still to flush.
-func (rc *Reconciler) applyBatch(ctx context.Context, steps []*Step, unflushed []*Step) []*Step {
+// those it flushed and its own commits, still to flush.
+func (rc *Reconciler) applyBatch(ctx context.Context, steps []*Step, unflushed []*Step) (flushed, committed []*Step) {
 	var staged []*Step
 	pendings := make(map[*Step]drivers.Pending)
 	var mu sync.Mutex
@@ -485,11 +503,10 @@ func (rc *Reconciler) applyBatch(ctx context.Context, steps []*Step, unflushed [
 		}
 	})
 	if len(staged) == 0 {
-		return unflushed
+		return nil, unflushed
 	}
 	if len(unflushed) == 0 && flushEach(staged, pendings) {
-		commitFlushingEach(staged, pendings)
-		return nil
+		return commitFlushingEach(staged, pendings), nil
 	}
 	// What must be on disk before a rename: the new file's bytes. One
 	// flush for all of them (and the earlier batches' renames), then the
@@ -500,9 +517,8 @@ func (rc *Reconciler) applyBatch(ctx context.Context, steps []*Step, unflushed [
 			s.fail(err)
 		}
 		failUnflushed(unflushed, err)
-		return nil
+		return nil, nil
 	}
-	unflushed = unflushed[:0]
 	for _, s := range staged {
 		a, err := pendings[s].Commit()
 		if err != nil {
@@ -510,9 +526,9 @@ func (rc *Reconciler) applyBatch(ctx context.Context, steps []*Step, unflushed [
 			continue
 		}
 		s.Outcome = outcome(a)
-		unflushed = append(unflushed, s)
+		committed = append(committed, s)
 	}
-	return unflushed
+	return unflushed, committed
 }
 
 // flushEachMax is how many staged changes are made durable each by
@@ -541,7 +557,7 @@ func flushEach(staged []*Step, pendings map[*Step]drivers.Pending) bool {
 // commitFlushingEach makes each staged change durable, commits it, and
 // makes the commit durable. A change whose bytes cannot be flushed is
 // not committed.
-func commitFlushingEach(staged []*Step, pendings map[*Step]drivers.Pending) {
+func commitFlushingEach(staged []*Step, pendings map[*Step]drivers.Pending) (durable []*Step) {
 	for _, s := range staged {
 		p := pendings[s]
 		f := p.(drivers.Flusher)
@@ -560,7 +576,9 @@ func commitFlushingEach(staged []*Step, pendings map[*Step]drivers.Pending) {
 			continue
 		}
 		s.Outcome = outcome(a)
+		durable = append(durable, s)
 	}
+	return durable
 }
 
 func (s *Step) fail(err error) {
@@ -682,11 +700,12 @@ func (o *outcomes) records(n int) []event.Record {
 	return recs
 }
 
-// outcomesOf are one level's outcomes to journal.
+// outcomesOf are one level's outcomes to journal: those not journaled
+// already (journalAhead).
 func outcomesOf(level []*Step, startSeq uint64) outcomes {
 	o := outcomes{start: startSeq}
 	for _, s := range level {
-		if s.Outcome == "" || (s.Outcome == event.ActionUnchanged && !needsRecord(s)) {
+		if s.Seq != 0 || s.Outcome == "" || (s.Outcome == event.ActionUnchanged && !needsRecord(s)) {
 			continue
 		}
 		o.steps = append(o.steps, s)
@@ -715,16 +734,19 @@ func outcomeRecord(s *Step, startSeq uint64) event.Record {
 // holds every page a transaction touches in memory until it commits, with
 // the projection's keys each outcome rewrites: 100,000 outcomes in one
 // transaction held hundreds of megabytes. In transactions of this many,
-// a level of 100,000 files costs ten flushes rather than one, and the
-// memory of one.
+// a level of 100,000 files costs twenty flushes rather than one, most of
+// them while the level goes on (ahead), and the memory of one.
 //
-// Smaller transactions were measured and not kept (docs/performance.md):
-// at 10,000 files, transactions of 2,000 took an apply's peak from about
-// 58 to 52 MiB, but every later check of that journal peaked 2 to 3 MiB
-// higher (likely the projection's pages, rewritten five times, scattered
-// through the file), and at 100,000 files they took 16.3 s and 500 MiB
-// where these take 13.8 s and 360 MiB.
-const outcomesPerAppend = 10_000
+// Measured (docs/performance.md): at 10,000 files, transactions of 5,000
+// rather than 10,000 took an apply's peak from 44 to 46 MiB to 40 to 42
+// MiB, and a later check's by under 1 MiB the other way; at 19,000 files,
+// with the journal's pages given back after each (journal.releaseAfter),
+// from 55 to 58 MiB to 53 to 54 MiB; at 100,000 files the peak is some 30
+// MiB higher (310 to 330 MiB) in the same time. Transactions of 2,000 had
+// made every later check of a 10,000-file journal 2 to 3 MiB larger
+// (likely the projection's pages, rewritten five times, scattered through
+// the file) and a 100,000-file apply slower.
+var outcomesPerAppend = 5_000 // a variable for the tests
 
 // journalOutcomes appends held, with more records after them, and empties
 // it: in one transaction, or, past outcomesPerAppend, in transactions of
@@ -755,6 +777,66 @@ func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]e
 	}
 	*held = outcomes{}
 	return out[n:], nil
+}
+
+// ahead journals the outcomes of a level's files made durable while the
+// level goes on staging and committing the rest: outcomesPerAppend at a
+// time, once more than that are waiting, one transaction at a time on a
+// goroutine of its own. Journaled at the level's end instead, the outcomes
+// of 100,000 files were some 2 s of an apply in which the disk and a core
+// were idle. What is left when the level ends, at most outcomesPerAppend,
+// is journaled as before, the last level's with the reconcile's end: a
+// level of up to outcomesPerAppend files is journaled as it always was.
+type ahead struct {
+	rc      *Reconciler
+	start   uint64  // the reconcile.started the outcomes are of
+	waiting []*Step // durable, not yet handed to the goroutine
+	batches chan []*Step
+	done    chan struct{}
+	err     error // the first append that failed; read after done
+}
+
+// journalAhead starts an ahead for the outcomes of the reconcile started
+// at start.
+func (rc *Reconciler) journalAhead(start uint64) *ahead {
+	a := &ahead{rc: rc, start: start, batches: make(chan []*Step, 1), done: make(chan struct{})}
+	go a.run()
+	return a
+}
+
+// add takes steps whose outcomes are final and durable.
+func (a *ahead) add(steps []*Step) {
+	a.waiting = append(a.waiting, steps...)
+	for len(a.waiting) > outcomesPerAppend {
+		a.batches <- a.waiting[:outcomesPerAppend:outcomesPerAppend]
+		a.waiting = slices.Clone(a.waiting[outcomesPerAppend:])
+	}
+}
+
+func (a *ahead) run() {
+	defer close(a.done)
+	for steps := range a.batches {
+		if a.err != nil {
+			continue // the level ends early: these are journaled, or not, with it
+		}
+		o := outcomes{steps: steps, start: a.start}
+		out, err := a.rc.Journal.Append(o.records(len(steps))...)
+		if err != nil {
+			a.err = fmt.Errorf("journal outcomes: %w", err)
+			continue
+		}
+		for i, s := range steps {
+			s.Seq = out[i].Seq
+		}
+	}
+}
+
+// wait waits for what was handed to the goroutine to be journaled, and
+// returns the first error. The rest is the level's to journal.
+func (a *ahead) wait() error {
+	close(a.batches)
+	<-a.done
+	return a.err
 }
 
 // complete journals the reconcile's end, after the outcomes held (nil for
