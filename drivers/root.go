@@ -410,8 +410,9 @@ type Staged struct {
 	unnamed int
 }
 
-// StageFile writes data to a temporary file in p's directory with the
-// mode and owner of opts. Commit renames it over p; Abort removes it. A
+// StageFile writes data to a file in p's directory with the mode and owner
+// of opts: a file without a name (see MaxUnnamed), or else a temporary
+// file beside p. Commit links or renames it over p; Abort removes it. A
 // reader of p sees the old bytes or, after Commit, the new, never a part.
 func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, error) {
 	if err := CheckPath(p); err != nil {
@@ -659,8 +660,8 @@ func tmpPrefix(name string) string {
 	return name
 }
 
-// Commit renames the staged file over its path (replacing a file, or a
-// symlink planted there, never following it).
+// Commit links or renames the staged file over its path (replacing a
+// file, or a symlink planted there, never following it).
 func (s *Staged) Commit() error {
 	dir, done, err := s.openDir()
 	if err != nil {
