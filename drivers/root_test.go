@@ -460,21 +460,17 @@ func TestStagedFileFlushesItself(t *testing.T) {
 	}
 }
 
-// Files staged in one directory, many at once, share its descriptor: a
-// batch of them holds a few descriptors, not one a file, and opens the
-// directory once. Every file commits, and nothing stays open.
-func TestStagedFilesInOneDirectoryShareIt(t *testing.T) {
-	const n = 2*drivers.MaxHeldDirs + 10
-	r := newRoot(t, "etc/app")
-	drivers.StageNamed(r) // unnamed files hold one each (TestUnnamedStagingIsBounded)
-	before := openFDs(t)
+// stageConcurrently stages n files, eight at a time, at the paths format
+// gives each index, each holding its index; the staged files by index.
+func stageConcurrently(t *testing.T, r *drivers.Root, n int, format string, mode drivers.Mode) []*drivers.Staged {
+	t.Helper()
 	staged := make([]*drivers.Staged, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for w := range 8 {
 		wg.Go(func() {
 			for i := w; i < n; i += 8 {
-				s, err := r.StageFile(fmt.Sprintf("/etc/app/f%04d", i), []byte(fmt.Sprint(i)), drivers.WriteOptions{Mode: 0o4640, UID: os.Getuid(), GID: os.Getgid()})
+				s, err := r.StageFile(fmt.Sprintf(format, i), []byte(fmt.Sprint(i)), drivers.WriteOptions{Mode: mode, UID: os.Getuid(), GID: os.Getgid()})
 				if err != nil {
 					errs <- err
 					return
@@ -488,6 +484,18 @@ func TestStagedFilesInOneDirectoryShareIt(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	return staged
+}
+
+// Files staged in one directory, many at once, share its descriptor: a
+// batch of them holds a few descriptors, not one a file, and opens the
+// directory once. Every file commits, and nothing stays open.
+func TestStagedFilesInOneDirectoryShareIt(t *testing.T) {
+	const n = 2*drivers.MaxHeldDirs + 10
+	r := newRoot(t, "etc/app")
+	drivers.StageNamed(r) // unnamed files hold one each (TestUnnamedStagingIsBounded)
+	before := openFDs(t)
+	staged := stageConcurrently(t, r, n, "/etc/app/f%04d", 0o4640)
 	if held := openFDs(t) - before; held > 8 {
 		t.Errorf("%d files staged in one directory hold %d descriptors", n, held)
 	}
@@ -578,26 +586,7 @@ func TestUnnamedStagingIsBounded(t *testing.T) {
 	}
 	n := batch + 64
 	before := openFDs(t)
-	staged := make([]*drivers.Staged, n)
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := w; i < n; i += 8 {
-				s, err := r.StageFile(fmt.Sprintf("/etc/app/f%05d", i), []byte(fmt.Sprint(i)), drivers.WriteOptions{Mode: 0o640, UID: os.Getuid(), GID: os.Getgid()})
-				if err != nil {
-					errs <- err
-					return
-				}
-				staged[i] = s
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	staged := stageConcurrently(t, r, n, "/etc/app/f%05d", 0o640)
 	if got := drivers.Unnamed(r); got != batch {
 		t.Errorf("%d files staged unnamed of %d, want %d", got, n, batch)
 	}
