@@ -66,7 +66,9 @@ func (j *Journal) append(docs [][]byte, recs []event.Record) ([]event.Record, er
 		return nil, j.noteDamage(err)
 	}
 	if len(recs)+len(docs) >= releaseAfter {
-		_ = j.view(func(tx *bolt.Tx) error { releasePages(tx); return nil })
+		// j.db directly, not j.view: the read lock is held already, and
+		// taking it again would wait behind a compaction waiting for it.
+		_ = j.db.View(func(tx *bolt.Tx) error { releasePages(tx); return nil })
 	}
 	j.wake()
 	return out, nil
