@@ -125,8 +125,10 @@ type Options struct {
 	// readers see, given its documents: a caller that stores part of a
 	// payload apart (AppendDocuments, Documents) puts it back here. Every
 	// read (Get, Scan, Follow and the rest) and every Fold sees records
-	// expanded; Append returns them as stored. A document it asks for that
-	// is not there is damage.
+	// expanded; Append returns them as stored. It changes nothing of a
+	// record but its payload, and returns the payload it was given when
+	// it puts nothing back. A document it asks for that is not there is
+	// damage.
 	Expand func(r event.Record, document func(Sum) ([]byte, error)) (event.Record, error)
 }
 

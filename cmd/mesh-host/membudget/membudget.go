@@ -26,21 +26,21 @@ import (
 	"sync"
 )
 
-// Budget for a command that applies or checks n resources: Floor, what any
+// Budget for a command that applies or checks n resources: floor, what any
 // such command holds (its program's data, the journal's projection, a
-// transaction), and PerResource for each resource (its spec, digest, step,
+// transaction), and perResource for each resource (its spec, digest, step,
 // outcome record and the journal's entries for it, until its transaction
 // commits). Measured with the apply's peak live heap (runtime/metrics
 // /gc/heap/live:bytes): 2.8 MB at 1,000 files, 25.6 MB at 10,000 and 31
 // to 35 MB at 19,000; the budget is some 30 % above it.
 const (
-	Floor       = 24 << 20
-	PerResource = 900
+	floor       = 24 << 20
+	perResource = 900
 )
 
 // ForResources is the budget for n resources.
 func ForResources(n int) int64 {
-	return Floor + int64(n)*PerResource
+	return floor + int64(n)*perResource
 }
 
 // liftAt is the share of the limit, in hundredths, past which the live
@@ -73,16 +73,6 @@ func Set(bytes int64) {
 		watched = true
 		watch()
 	}
-}
-
-// Limit is the limit set here: 0 when none is, or it was lifted.
-func Limit() int64 {
-	mu.Lock()
-	defer mu.Unlock()
-	if lifted {
-		return 0
-	}
-	return limit
 }
 
 // watch runs afterCollection after the next collection, and again after
