@@ -126,3 +126,26 @@ func TestLargeAppendLeavesTheFileOutOfMemory(t *testing.T) {
 		t.Errorf("after an append of 2,000 records %d KB of the file are resident (%d before), want at most a quarter", after, before)
 	}
 }
+
+// A small journal keeps its pages: dropping them would save little and
+// cost every later read a fault.
+func TestSmallJournalKeepsItsPages(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc/self/smaps")
+	}
+	j, path := newJournal(t, journal.Options{})
+	mustAppend(t, j, rec("test.filler", 0, "file:/etc/f", `{"note":"small"}`))
+	if err := j.Check(); err != nil {
+		t.Fatal(err)
+	}
+	before := residentKB(t, path)
+	if before == 0 {
+		t.Fatal("none of a journal just read is resident: the test reads the wrong mapping")
+	}
+	if err := j.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if after := residentKB(t, path); after < before {
+		t.Errorf("Release of a small journal dropped its pages: %d KB resident, %d before", after, before)
+	}
+}
