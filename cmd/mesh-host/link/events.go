@@ -19,9 +19,16 @@ import (
 // of the journal the events stream holds; the stream sends no
 // acknowledgements of its own (linkproto's syncToken says why).
 const (
-	// syncEvery is how often the publisher asks while records are sent
-	// and not yet known to be held.
+	// syncEvery is how often the publisher asks while many records are
+	// sent and not yet known to be held (syncBurst or more).
 	syncEvery = 50 * time.Millisecond
+	// syncSettle is how long it waits to ask about fewer: a push's
+	// records (received, started, its outcomes) are journaled within
+	// milliseconds of each other, and one question after them all costs
+	// the host and the control service a third of one after each. Nothing
+	// waits on the answer but the acknowledged mark.
+	syncSettle = 500 * time.Millisecond
+	syncBurst  = maxInFlight / 8
 	// syncTimeout bounds one sync's wait for an answer.
 	syncTimeout = 2 * time.Second
 	// stallAfter: when the stream says it holds less than was sent, and
@@ -191,6 +198,9 @@ func (l *Link) syncAcks(ctx context.Context, nc *nats.Conn, sent *atomic.Uint64,
 			continue
 		}
 		wait := syncEvery
+		if sent.Load()-l.acked.Load() < syncBurst {
+			wait = syncSettle
+		}
 		if idle > 0 {
 			wait = backoff(idle-1, syncEvery, syncTimeout)
 		}

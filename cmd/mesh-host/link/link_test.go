@@ -1003,3 +1003,32 @@ func TestEventsWaitForAControlPlane(t *testing.T) {
 	eventually(t, "records acknowledged once a control plane answers", func() bool { return b.link.Acked() >= in.Head })
 	exactlyOnce(t, streamRecords(t, url), in.Head)
 }
+
+// A few records journaled a little apart, as a push's are (received,
+// started, the outcome), are asked about together: each sync costs the
+// host a signature check and the control service a lookup and a
+// signature, on the path of every push to a fleet.
+func TestAFewRecordsAreAskedAboutTogether(t *testing.T) {
+	var syncs atomic.Int64
+	b := newBed(t, func(b *bed, _ *Config) {
+		createEventsStream(t, b.srv.ClientURL())
+		syncResponder(t, b.nc)
+		if _, err := b.nc.Subscribe(linkproto.AllSyncs(testMesh), func(*nats.Msg) { syncs.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+	})
+	head := func() uint64 { in, _ := b.j.Info(); return in.Head }
+	eventually(t, "the link's first records acknowledged", func() bool { return head() > 0 && b.link.Acked() >= head() })
+	before := syncs.Load()
+	for i := range 4 {
+		if _, err := b.j.Append(event.New(event.DriftObserved, 0, fmt.Sprintf("file:/etc/f%d", i), event.DriftObservedPayload{Differs: []string{"content"}})); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	eventually(t, "the four records acknowledged", func() bool { return b.link.Acked() >= head() })
+	// Asked every 50 ms, four records 100 ms apart took four syncs.
+	if n := syncs.Load() - before; n > 2 {
+		t.Errorf("four records journaled 100 ms apart took %d syncs, want at most 2", n)
+	}
+}
