@@ -44,6 +44,7 @@ type ServeConfig struct {
 func Serve(ctx context.Context, a *Authority, cfg ServeConfig) error {
 	log := cfg.Log
 	urls := cfg.URLs
+	var local *Broker // the embedded broker, if any
 	if len(urls) == 0 {
 		// The broker outlives the group, so that the service's connection
 		// closes before the broker does rather than watching it go.
@@ -55,6 +56,7 @@ func Serve(ctx context.Context, a *Authority, cfg ServeConfig) error {
 			return err
 		}
 		defer b.Close()
+		local = b
 		// This service connects over loopback (or the listen address);
 		// nodes are given the names the operator says they reach it by.
 		urls = []string{b.URL()}
@@ -72,7 +74,7 @@ func Serve(ctx context.Context, a *Authority, cfg ServeConfig) error {
 	} else if err := a.SetURLs(urls); err != nil {
 		return fmt.Errorf("record the broker's address: %w", err)
 	}
-	nc, err := DialService(a, urls, log)
+	nc, err := DialService(a, urls, log, local)
 	if err != nil {
 		return err
 	}

@@ -73,17 +73,19 @@ const dialTimeout = 5 * time.Second
 // DialService connects to urls as the control user for a long-running
 // service: it keeps trying until the broker is there, and reconnects
 // forever. The broker must prove itself as Dial says.
-func DialService(a *Authority, urls []string, log *slog.Logger) (*nats.Conn, error) {
+//
+// With local, the broker embedded in this process, it connects in
+// process instead: through a pipe, without TCP or TLS, still
+// authenticated by the control user's credentials. Every push, answer
+// and heartbeat the service sends or hears crosses this connection, and
+// over loopback TLS each was encrypted, written, read and decrypted on
+// both sides of one process.
+func DialService(a *Authority, urls []string, log *slog.Logger, local *Broker) (*nats.Conn, error) {
 	if len(urls) == 0 {
 		return nil, fmt.Errorf("%w to connect to", ErrNoBroker)
 	}
-	tc, err := a.ClientTLS()
-	if err != nil {
-		return nil, err
-	}
-	return nats.Connect(strings.Join(urls, ","),
+	opts := []nats.Option{
 		nats.UserCredentials(a.ControlCreds()),
-		nats.Secure(tc),
 		nats.Name("meshctl serve"),
 		nats.Timeout(dialTimeout),
 		nats.MaxReconnects(-1),
@@ -97,7 +99,19 @@ func DialService(a *Authority, urls []string, log *slog.Logger) (*nats.Conn, err
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to the broker", "url", nc.ConnectedUrlRedacted()) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Error("broker error", "err", err) }),
-	)
+	}
+	if local != nil {
+		// A tls:// address would have nats.go start TLS over the pipe.
+		urls = []string{"nats://in-process"}
+		opts = append(opts, nats.InProcessServer(local.srv))
+	} else {
+		tc, err := a.ClientTLS()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.Secure(tc))
+	}
+	return nats.Connect(strings.Join(urls, ","), opts...)
 }
 
 // Ensure creates or updates the events, heartbeats and states streams and
