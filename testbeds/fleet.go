@@ -48,6 +48,12 @@ type FleetOptions struct {
 	PerProcess int
 	// Prefix names the nodes Prefix-00000 on (default "fleet").
 	Prefix string
+	// Dir holds the hosts' roots, journals and logs, in a directory of
+	// their own made there (default the bed's directory, in Prefix). A fleet's hosts each write to a disk
+	// of their own; on one machine they share one, whose flushes then
+	// bound a rollout, so a benchmark may put them elsewhere (tmpfs) and
+	// keep the control service on the real disk.
+	Dir string
 	// Serve are flags for every host's serve.
 	Serve []string
 	// NoFile is the runner's RLIMIT_NOFILE (default 4 a host, and 1,024
@@ -71,8 +77,19 @@ func (b *Bed) StartFleet(runner string, n int, o FleetOptions) *Fleet {
 		o.NoFile = uint64(4*o.PerProcess + 1024)
 	}
 	f := &Fleet{Dir: filepath.Join(b.Dir, o.Prefix)}
-	if err := os.MkdirAll(f.Dir, 0o755); err != nil {
-		b.tb.Fatalf("%v", err)
+	if o.Dir == "" {
+		if err := os.MkdirAll(f.Dir, 0o755); err != nil {
+			b.tb.Fatalf("%v", err)
+		}
+	} else {
+		// Beside the bed's: its own, removed once the hosts stop (the
+		// cleanups run in reverse).
+		dir, err := os.MkdirTemp(o.Dir, o.Prefix+"-")
+		if err != nil {
+			b.tb.Fatalf("%v", err)
+		}
+		b.tb.Cleanup(func() { os.RemoveAll(dir) })
+		f.Dir = dir
 	}
 	var batch strings.Builder
 	for i := range n {

@@ -102,7 +102,10 @@ func startFleet(b *testing.B, bed *testbeds.Bed, n int) (*testbeds.Fleet, time.D
 	// about 4,900 hosts.
 	raiseNoFile(b, uint64(4*n+4096))
 	start := time.Now()
-	f := bed.StartFleet(runner(b), n, testbeds.FleetOptions{PerProcess: envInt("MESH_FLEET_PER_PROCESS", 4000)})
+	// MESH_FLEET_HOSTS_DIR puts the hosts on a disk of their own (tmpfs
+	// here, say), as each host of a fleet has, rather than on the control
+	// service's.
+	f := bed.StartFleet(runner(b), n, testbeds.FleetOptions{PerProcess: envInt("MESH_FLEET_PER_PROCESS", 4000), Dir: os.Getenv("MESH_FLEET_HOSTS_DIR")})
 	waitSummary(b, bed, time.Duration(n)*50*time.Millisecond+2*time.Minute, fmt.Sprintf("%d nodes: %d ok; versions: %d bed", n, n, n))
 	return f, time.Since(start)
 }
