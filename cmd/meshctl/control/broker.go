@@ -119,6 +119,11 @@ func NewBroker(a *Authority, cfg BrokerConfig) (*Broker, error) {
 		MaxPayload: linkproto.MaxDeclarationSize,
 		// The process's own signal handling stops the broker.
 		NoSigs: true,
+		// The broker keeps the last closed connections for its monitoring
+		// (10,000 by default, each with its JWT and subscriptions), which
+		// nothing here serves: a fleet's enrolment connections alone
+		// would fill it, a kilobyte a node.
+		MaxClosedClients: 16,
 		// TLS only; clients are still authenticated by their credentials,
 		// not by certificates.
 		TLS:        true,

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -17,20 +18,7 @@ import (
 // the pipe is no way around the broker's authentication.
 func TestServiceConnectsInProcessAndStillAuthenticates(t *testing.T) {
 	t.Parallel() // the refusal takes the broker's write deadline (10 s): over a pipe, both ends write at once
-	a, _, err := Init(filepath.Join(t.TempDir(), "data"), testMesh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	b, err := NewBroker(a, BrokerConfig{Listen: "127.0.0.1:0", Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-
+	a, b, log := startBroker(t)
 	nc, err := DialService(a, []string{b.URL()}, log, b)
 	if err != nil {
 		t.Fatal(err)
@@ -76,4 +64,53 @@ func TestServiceConnectsInProcessAndStillAuthenticates(t *testing.T) {
 		foreign.Close()
 		t.Errorf("an in-process connection of a foreign account's user was let in")
 	}
+}
+
+// The broker forgets closed connections but for a few: it keeps them for a
+// monitoring that nothing serves, and a fleet's enrolments would fill it.
+func TestBrokerKeepsFewClosedConnections(t *testing.T) {
+	a, b, _ := startBroker(t)
+	for range 40 {
+		nc, err := Dial(a, []string{b.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Close()
+	}
+	waitFor(t, 5*time.Second, func() error {
+		connz, err := b.srv.Connz(&server.ConnzOptions{State: server.ConnClosed})
+		switch {
+		case err != nil:
+			return err
+		case connz.Total < 16:
+			return fmt.Errorf("%d closed connections listed so far", connz.Total)
+		}
+		return nil
+	})
+	connz, err := b.srv.Connz(&server.ConnzOptions{State: server.ConnClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if connz.Total > 16 {
+		t.Errorf("%d closed connections kept, want at most 16", connz.Total)
+	}
+}
+
+// startBroker starts a mesh's broker on a random port until the test ends.
+func startBroker(t *testing.T) (*Authority, *Broker, *slog.Logger) {
+	t.Helper()
+	a, _, err := Init(filepath.Join(t.TempDir(), "data"), testMesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	b, err := NewBroker(a, BrokerConfig{Listen: "127.0.0.1:0", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return a, b, log
 }
