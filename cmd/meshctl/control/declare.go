@@ -84,6 +84,17 @@ func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *dec
 // desired state, returning the push to send: what the node gets with its
 // next hello, whether or not it answers a push now.
 func (c *Client) prepare(ctx context.Context, node string, d *declaration.Declaration) (*linkproto.Declaration, error) {
+	read, err := c.readStored(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return c.prepareOver(ctx, node, d, read)
+}
+
+// prepareOver is prepare over read, node's entry as read already (nil:
+// none): a rollout reads it to render, and a second read would cost each
+// node another round trip and decode.
+func (c *Client) prepareOver(ctx context.Context, node string, d *declaration.Declaration, read *storedEntry) (*linkproto.Declaration, error) {
 	push, d, err := c.sealedPush(ctx, node, d)
 	if err != nil {
 		return nil, err
@@ -91,7 +102,7 @@ func (c *Client) prepare(ctx context.Context, node string, d *declaration.Declar
 	if err := c.sign(push); err != nil {
 		return nil, err
 	}
-	return c.store(ctx, node, d, push)
+	return c.store(ctx, node, d, push, read)
 }
 
 // sealedPush is d with its secrets sealed to node, and as a push, not yet
@@ -213,26 +224,20 @@ func namesSecrets(d *declaration.Declaration) bool {
 // already there, refusing to go back a revision or to reuse one, and
 // returns what to push: the stored push when the same declaration is
 // declared again (its secrets sealed anew would make it differ, and the
-// node holds the stored one). The write is conditional on the entry read,
-// so two operators declaring at once cannot both win.
-func (c *Client) store(ctx context.Context, node string, d *declaration.Declaration, push *linkproto.Declaration) (*linkproto.Declaration, error) {
+// node holds the stored one). read is the entry as read before (nil:
+// none), and the write is conditional on it, so two operators declaring
+// at once cannot both win.
+func (c *Client) store(ctx context.Context, node string, d *declaration.Declaration, push *linkproto.Declaration, read *storedEntry) (*linkproto.Declaration, error) {
 	doc := linkproto.Marshal(push)
 	kv, err := c.desired(ctx)
 	if err != nil {
 		return nil, err
 	}
 	key := linkproto.DesiredKey(c.Mesh, node)
-	entry, err := kv.Get(ctx, key)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	if read == nil {
 		_, err = kv.Create(ctx, key, doc)
-	case err != nil:
-		return nil, fmt.Errorf("read the desired state of %s: %w", node, err)
-	default:
-		stored, err := decodeStoredEntry(entry.Value(), c.Mesh, node)
-		if err != nil {
-			return nil, err
-		}
+	} else {
+		stored := read.decl
 		// Sealed anew, a secret differs in its bytes: the same revision is
 		// the same declaration when what the operator named is.
 		same := func() bool { return withoutSealed(d).Digest() == withoutSealed(stored).Digest() }
@@ -244,9 +249,9 @@ func (c *Client) store(ctx context.Context, node string, d *declaration.Declarat
 		case d.Revision == stored.Revision:
 			// The same declaration again: push the stored one again,
 			// store nothing.
-			return storedDeclaration(entry.Value(), c.Mesh, node)
+			return storedDeclaration(read.value, c.Mesh, node)
 		}
-		_, err = kv.Update(ctx, key, doc, entry.Revision())
+		_, err = kv.Update(ctx, key, doc, read.revision)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return nil, fmt.Errorf("%w: %s was declared by someone else meanwhile; look, then declare again", ErrRefused, node)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -297,5 +298,38 @@ func TestDeclareApplyFailed(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "a applied revision 1: failed; owned 2, drifted 0, failed 1\n") {
 		t.Errorf("got %q", out.String())
+	}
+}
+
+// A rollout stores a node's push over the entry it read to render it. If
+// another declaration was stored meanwhile, the push is refused and the
+// other stays: the read is not taken for the bucket's state.
+func TestStoreOverAStaleReadIsRefused(t *testing.T) {
+	b := newBed(t)
+	c := b.client(time.Now())
+	ctx := context.Background()
+	opt := DeclareOptions{PushTimeout: 100 * time.Millisecond}
+	if err := c.Declare(ctx, io.Discard, "a", decl(t, "a", 1, "one\n"), opt); err != nil {
+		t.Fatal(err)
+	}
+	read, err := c.readStored(ctx, "a")
+	if err != nil || read.declaration().Revision != 1 {
+		t.Fatalf("read %+v, %v", read, err)
+	}
+	// Someone else declares revision 2 after the read.
+	if err := c.Declare(ctx, io.Discard, "a", decl(t, "a", 2, "theirs\n"), opt); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.prepareOver(ctx, "a", decl(t, "a", 2, "mine\n"), read)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "declared by someone else meanwhile") {
+		t.Fatalf("stored over a stale read: %v, want refused", err)
+	}
+	// Nor over a read of nothing, once something is stored.
+	if _, err := c.prepareOver(ctx, "a", decl(t, "a", 3, "mine\n"), nil); !errors.Is(err, ErrRefused) {
+		t.Fatalf("created over an entry: %v, want refused", err)
+	}
+	stored, err := storedDesired(ctx, mustKV(t, b), testMesh, "a")
+	if err != nil || stored.Revision != 2 || !strings.Contains(string(stored.Document), "theirs") {
+		t.Fatalf("stored %+v, %v; want their revision 2", stored, err)
 	}
 }

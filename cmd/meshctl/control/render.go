@@ -140,6 +140,9 @@ type Rendered struct {
 	Stored *declaration.Declaration
 	// Changed says Declaration differs from Stored in content.
 	Changed bool
+	// read is the entry Stored was decoded from, which a push of
+	// Declaration is stored over (nil when there is none).
+	read *storedEntry
 }
 
 // Render renders node's declaration from the profiles.
@@ -160,10 +163,11 @@ func (c *Client) Render(ctx context.Context, node string) (*Rendered, error) {
 
 // render renders node, numbering the result after what is stored.
 func (f *fleet) render(node string) (*Rendered, error) {
-	stored, err := f.c.storedFor(f.ctx, node)
+	read, err := f.c.readStored(f.ctx, node)
 	if err != nil {
 		return nil, err
 	}
+	stored := read.declaration()
 	next := uint64(1)
 	if stored != nil {
 		next = stored.Revision + 1
@@ -175,7 +179,7 @@ func (f *fleet) render(node string) (*Rendered, error) {
 	if d, err = keepRelease(d, stored); err != nil {
 		return nil, err
 	}
-	r := &Rendered{Node: node, Declaration: d, Profiles: names, Stored: stored, Changed: true}
+	r := &Rendered{Node: node, Declaration: d, Profiles: names, Stored: stored, Changed: true, read: read}
 	if stored != nil {
 		same := *d
 		same.Revision = stored.Revision
@@ -188,6 +192,28 @@ func (f *fleet) render(node string) (*Rendered, error) {
 
 // storedFor is node's stored declaration, nil when there is none.
 func (c *Client) storedFor(ctx context.Context, node string) (*declaration.Declaration, error) {
+	e, err := c.readStored(ctx, node)
+	return e.declaration(), err
+}
+
+// storedEntry is node's entry in the desired-state bucket as read: its
+// value, the bucket's revision of it, and the declaration it holds.
+type storedEntry struct {
+	value    []byte
+	revision uint64
+	decl     *declaration.Declaration
+}
+
+// declaration is the declaration e holds, nil for no entry.
+func (e *storedEntry) declaration() *declaration.Declaration {
+	if e == nil {
+		return nil
+	}
+	return e.decl
+}
+
+// readStored reads node's entry, nil when there is none.
+func (c *Client) readStored(ctx context.Context, node string) (*storedEntry, error) {
 	kv, err := c.desired(ctx)
 	if err != nil {
 		return nil, err
@@ -199,7 +225,11 @@ func (c *Client) storedFor(ctx context.Context, node string) (*declaration.Decla
 	if err != nil {
 		return nil, fmt.Errorf("read the desired state of %s: %w", node, err)
 	}
-	return decodeStoredEntry(e.Value(), c.Mesh, node)
+	d, err := decodeStoredEntry(e.Value(), c.Mesh, node)
+	if err != nil {
+		return nil, err
+	}
+	return &storedEntry{value: e.Value(), revision: e.Revision(), decl: d}, nil
 }
 
 // NodeDiff is one node's change: what it has stored against what the

@@ -529,25 +529,26 @@ func (c *Client) RolloutEvents(ctx context.Context, id string) ([]RolloutEvent, 
 
 // rolloutDeclaration is what a rollout pushes node: its profiles'
 // declaration, or its stored one with the release; nil when that is what
-// is stored already. The stored declaration comes beside it.
-func (c *Client) rolloutDeclaration(ctx context.Context, f *fleet, r *Rollout, node string) (*declaration.Declaration, *declaration.Declaration, error) {
+// is stored already. The stored entry it was made over comes beside it
+// (nil: none), to be stored over.
+func (c *Client) rolloutDeclaration(ctx context.Context, f *fleet, r *Rollout, node string) (*declaration.Declaration, *storedEntry, error) {
 	if r.Kind == RolloutRelease {
-		stored, err := c.storedFor(ctx, node)
+		read, err := c.readStored(ctx, node)
 		if err != nil {
 			return nil, nil, err
 		}
-		d, changed, err := WithRelease(stored, c.Mesh, node, r.Release)
+		d, changed, err := WithRelease(read.declaration(), c.Mesh, node, r.Release)
 		if err != nil || !changed {
-			return nil, stored, err
+			return nil, read, err
 		}
-		return d, stored, nil
+		return d, read, nil
 	}
 	rd, err := f.render(node)
 	switch {
 	case err != nil:
 		return nil, nil, err
 	case !rd.Changed:
-		return nil, rd.Stored, nil
+		return nil, rd.read, nil
 	}
-	return rd.Declaration, rd.Stored, nil
+	return rd.Declaration, rd.read, nil
 }

@@ -284,7 +284,8 @@ func (d *driver) push(ctx context.Context, c *Client, r *Rollout, wave int, note
 			defer wg.Done()
 			defer func() { <-sem }()
 			o := &outcomes[k]
-			decl, stored, err := c.rolloutDeclaration(ctx, f, r, node)
+			decl, read, err := c.rolloutDeclaration(ctx, f, r, node)
+			stored := read.declaration()
 			switch {
 			case err != nil:
 				o.step, o.err = StepFailed, fmt.Errorf("does not render: %w", err)
@@ -309,7 +310,7 @@ func (d *driver) push(ctx context.Context, c *Client, r *Rollout, wave int, note
 			if hb := d.heartbeat(ctx, node); hb != nil {
 				o.lastGood = hb.LastGood
 			}
-			push, err := c.prepare(ctx, node, decl)
+			push, err := c.prepareOver(ctx, node, decl, read)
 			if err != nil {
 				o.step, o.err = StepFailed, err
 				return
