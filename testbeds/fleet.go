@@ -56,10 +56,19 @@ type FleetOptions struct {
 	Dir string
 	// Serve are flags for every host's serve.
 	Serve []string
-	// NoFile is the runner's RLIMIT_NOFILE (default 4 a host, and 1,024
-	// more), at most the hard limit unless the runner may raise that.
+	// NoFile is the runner's RLIMIT_NOFILE (default FleetNoFilePerHost a
+	// host and FleetNoFileMargin more), at most the hard limit unless the
+	// runner may raise that.
 	NoFile uint64
 }
+
+// A host holds four descriptors (its connection, journal, socket and root
+// prefix), and more while it applies (the file staged, its directory):
+// thousands applying at once in one process need more than four each.
+const (
+	FleetNoFilePerHost = 8
+	FleetNoFileMargin  = 1024
+)
 
 // StartFleet enrols n nodes with one `meshctl enrol --batch`, starts the
 // runner processes and waits until every one has started its hosts (not
@@ -74,7 +83,7 @@ func (b *Bed) StartFleet(runner string, n int, o FleetOptions) *Fleet {
 		o.Prefix = "fleet"
 	}
 	if o.NoFile == 0 {
-		o.NoFile = uint64(4*o.PerProcess + 1024)
+		o.NoFile = uint64(FleetNoFilePerHost*o.PerProcess + FleetNoFileMargin)
 	}
 	f := &Fleet{Dir: filepath.Join(b.Dir, o.Prefix)}
 	if o.Dir == "" {

@@ -105,9 +105,23 @@ func startFleet(b *testing.B, bed *testbeds.Bed, n int) (*testbeds.Fleet, time.D
 	// MESH_FLEET_HOSTS_DIR puts the hosts on a disk of their own (tmpfs
 	// here, say), as each host of a fleet has, rather than on the control
 	// service's.
-	f := bed.StartFleet(runner(b), n, testbeds.FleetOptions{PerProcess: envInt("MESH_FLEET_PER_PROCESS", 4000), Dir: os.Getenv("MESH_FLEET_HOSTS_DIR")})
+	f := bed.StartFleet(runner(b), n, testbeds.FleetOptions{PerProcess: envInt("MESH_FLEET_PER_PROCESS", hostsPerRunner()), Dir: os.Getenv("MESH_FLEET_HOSTS_DIR")})
 	waitSummary(b, bed, time.Duration(n)*50*time.Millisecond+2*time.Minute, fmt.Sprintf("%d nodes: %d ok; versions: %d bed", n, n, n))
 	return f, time.Since(start)
+}
+
+// hostsPerRunner is how many hosts one runner process may hold within the
+// hard RLIMIT_NOFILE, at testbeds.FleetOptions' descriptors a host (at
+// most 4,000). The hosts share the process's descriptor table, as hosts
+// on machines of their own never do: a rollout to 4,000 of them in one
+// process at 5 descriptors a host ran out, and files failed to apply with
+// "too many open files".
+func hostsPerRunner() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Max > 1<<30 {
+		return 4000
+	}
+	return max(1, min(4000, int(lim.Max-testbeds.FleetNoFileMargin)/testbeds.FleetNoFilePerHost))
 }
 
 func raiseNoFile(b *testing.B, want uint64) {
@@ -418,7 +432,11 @@ func BenchmarkRolloutToNodes(b *testing.B) {
 				converged.await(uint64(i + 1)) // every node starts with none: the rollout's is its revision i+1
 				b.StartTimer()
 				start := time.Now()
-				out := bed.MustMeshctl("rollout", "--select", "", "--wait-healthy", "5m")
+				res := bed.Meshctl("rollout", "--select", "", "--wait-healthy", "5m")
+				if res.Code != 0 {
+					b.Fatalf("meshctl rollout: exit %d\n%s%s", res.Code, lastLines(res.Stdout, 20), failedNodeJournal(bed, res.Stderr))
+				}
+				out := res.Stdout
 				wall = append(wall, time.Since(start))
 				if !strings.Contains(out, fmt.Sprintf("done: %d converged", n)) {
 					b.Fatalf("rollout:\n%s", out)
@@ -439,6 +457,25 @@ func BenchmarkRolloutToNodes(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// lastLines is the last n lines of s: a rollout to thousands prints a line
+// a node.
+func lastLines(s string, n int) string {
+	lines := strings.SplitAfter(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "")
+}
+
+// failedNodeJournal is the journal of the node a failed rollout names
+// (its message: "... NODE failed in wave ..."), to say why it failed.
+func failedNodeJournal(bed *testbeds.Bed, stderr string) string {
+	before, _, ok := strings.Cut(stderr, " failed in wave ")
+	if !ok {
+		return stderr
+	}
+	node := before[strings.LastIndex(before, " ")+1:]
+	j := bed.Meshctl("journal", "--json", node)
+	return fmt.Sprintf("%s\nmeshctl journal %s:\n%s%s", stderr, node, lastLines(j.Stdout, 30), j.Stderr)
 }
 
 // firstHeard records when each node's heartbeat first met a condition on
