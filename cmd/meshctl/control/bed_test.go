@@ -39,19 +39,7 @@ type bed struct {
 // the bucket in place, but no control service.
 func newBed(t testing.TB) *bed {
 	t.Helper()
-	a, _, err := Init(filepath.Join(t.TempDir(), "data"), testMesh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	b, err := NewBroker(a, BrokerConfig{Listen: "127.0.0.1:0", Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	a, b, log := startBroker(t)
 	nc, err := Dial(a, []string{b.URL()})
 	if err != nil {
 		t.Fatal(err)

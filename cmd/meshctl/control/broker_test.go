@@ -97,13 +97,13 @@ func TestBrokerKeepsFewClosedConnections(t *testing.T) {
 }
 
 // startBroker starts a mesh's broker on a random port until the test ends.
-func startBroker(t *testing.T) (*Authority, *Broker, *slog.Logger) {
+func startBroker(t testing.TB) (*Authority, *Broker, *slog.Logger) {
 	t.Helper()
 	a, _, err := Init(filepath.Join(t.TempDir(), "data"), testMesh)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b, err := NewBroker(a, BrokerConfig{Listen: "127.0.0.1:0", Log: log})
 	if err != nil {
 		t.Fatal(err)
