@@ -57,8 +57,8 @@ func Serve(ctx context.Context, a *Authority, cfg ServeConfig) error {
 		}
 		defer b.Close()
 		local = b
-		// This service connects over loopback (or the listen address);
-		// nodes are given the names the operator says they reach it by.
+		// This service connects in process (DialService); nodes are
+		// given the names the operator says they reach it by.
 		urls = []string{b.URL()}
 		recorded := urls
 		if len(cfg.ServerNames) > 0 {
