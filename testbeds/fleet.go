@@ -49,10 +49,11 @@ type FleetOptions struct {
 	// Prefix names the nodes Prefix-00000 on (default "fleet").
 	Prefix string
 	// Dir holds the hosts' roots, journals and logs, in a directory of
-	// their own made there (default the bed's directory, in Prefix). A fleet's hosts each write to a disk
-	// of their own; on one machine they share one, whose flushes then
-	// bound a rollout, so a benchmark may put them elsewhere (tmpfs) and
-	// keep the control service on the real disk.
+	// their own made there (default the bed's directory, in Prefix). A
+	// fleet's hosts each write to a disk of their own; on one machine they
+	// share one, whose flushes then bound a rollout, so a benchmark may
+	// put them elsewhere (tmpfs) and keep the control service on the real
+	// disk.
 	Dir string
 	// Serve are flags for every host's serve.
 	Serve []string

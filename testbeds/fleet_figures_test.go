@@ -95,11 +95,8 @@ func envInt(env string, def int) int {
 // that took from the first start.
 func startFleet(b *testing.B, bed *testbeds.Bed, n int) (*testbeds.Fleet, time.Duration) {
 	b.Helper()
-	// The runners inherit it: a host holds four descriptors (its
-	// connection, journal, socket and root prefix), more while a watch on
-	// its versions is tried; meshctl serve one a host. Without
-	// CAP_SYS_RESOURCE the hard limit (20,000 here) bounds a runner to
-	// about 4,900 hosts.
+	// meshctl serve holds a descriptor a host, and the runners inherit
+	// the limit and raise it for their own hosts (hostsPerRunner).
 	raiseNoFile(b, uint64(4*n+4096))
 	start := time.Now()
 	// MESH_FLEET_HOSTS_DIR puts the hosts on a disk of their own (tmpfs
@@ -111,8 +108,8 @@ func startFleet(b *testing.B, bed *testbeds.Bed, n int) (*testbeds.Fleet, time.D
 }
 
 // hostsPerRunner is how many hosts one runner process may hold within the
-// hard RLIMIT_NOFILE, at testbeds.FleetOptions' descriptors a host (at
-// most 4,000). The hosts share the process's descriptor table, as hosts
+// hard RLIMIT_NOFILE, at testbeds.FleetNoFilePerHost descriptors a host
+// (at most 4,000). The hosts share the process's descriptor table, as hosts
 // on machines of their own never do: a rollout to 4,000 of them in one
 // process at 5 descriptors a host ran out, and files failed to apply with
 // "too many open files".
