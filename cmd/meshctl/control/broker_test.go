@@ -62,8 +62,21 @@ func TestServiceConnectsInProcessAndStillAuthenticates(t *testing.T) {
 	t.Logf("refused after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	if err == nil {
 		foreign.Close()
-		t.Errorf("an in-process connection of a foreign account's user was let in")
+		t.Fatalf("an in-process connection of a foreign account's user was let in")
 	}
+	// Refused for who it is, not for the pipe.
+	waitFor(t, 5*time.Second, func() error {
+		closed, err := b.srv.Connz(&server.ConnzOptions{State: server.ConnClosed})
+		if err != nil {
+			return err
+		}
+		for _, c := range closed.Conns {
+			if c.Reason == server.AuthenticationViolation.String() {
+				return nil
+			}
+		}
+		return fmt.Errorf("no closed connection refused for its credentials among %d", len(closed.Conns))
+	})
 }
 
 // The broker forgets closed connections but for a few: it keeps them for a

@@ -201,8 +201,8 @@ func (c *Client) RenderedDocument(ctx context.Context) (Document, error) {
 			return nil, err
 		}
 		d := *r.Declaration
-		if r.Stored != nil {
-			d.Revision = r.Stored.Revision + 1
+		if stored := r.Stored(); stored != nil {
+			d.Revision = stored.Revision + 1
 		}
 		return &d, nil // its secrets are sealed as it is asked for
 	}, nil

@@ -136,14 +136,15 @@ type Rendered struct {
 	Declaration *declaration.Declaration
 	// Profiles are the names of the profiles it was made of, in order.
 	Profiles []string
-	// Stored is the stored declaration, nil when there is none.
-	Stored *declaration.Declaration
 	// Changed says Declaration differs from Stored in content.
 	Changed bool
-	// read is the entry Stored was decoded from, which a push of
+	// read is the stored entry it was rendered over, which a push of
 	// Declaration is stored over (nil when there is none).
 	read *storedEntry
 }
+
+// Stored is the stored declaration, nil when there is none.
+func (r *Rendered) Stored() *declaration.Declaration { return r.read.declaration() }
 
 // Render renders node's declaration from the profiles.
 func (c *Client) Render(ctx context.Context, node string) (*Rendered, error) {
@@ -179,7 +180,7 @@ func (f *fleet) render(node string) (*Rendered, error) {
 	if d, err = keepRelease(d, stored); err != nil {
 		return nil, err
 	}
-	r := &Rendered{Node: node, Declaration: d, Profiles: names, Stored: stored, Changed: true, read: read}
+	r := &Rendered{Node: node, Declaration: d, Profiles: names, Changed: true, read: read}
 	if stored != nil {
 		same := *d
 		same.Revision = stored.Revision
@@ -276,9 +277,9 @@ func PrintDiff(w io.Writer, diffs []NodeDiff) error {
 			r := d.Rendered
 			var a []string
 			from := d.Node + " (nothing stored)"
-			if r.Stored != nil {
-				a = resourceLines(withoutSealed(r.Stored))
-				from = fmt.Sprintf("%s revision %d (stored)", d.Node, r.Stored.Revision)
+			if stored := r.Stored(); stored != nil {
+				a = resourceLines(withoutSealed(stored))
+				from = fmt.Sprintf("%s revision %d (stored)", d.Node, stored.Revision)
 			}
 			text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
 				A: a, B: resourceLines(r.Declaration),
