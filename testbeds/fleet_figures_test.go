@@ -142,14 +142,17 @@ func raiseNoFile(b *testing.B, want uint64) {
 	}
 }
 
-// usage is processes' CPU share and peak resident memory over a window.
+// usage is processes' CPU share over a window, and their peak and mean
+// resident memory in it.
 type usage struct {
 	cpuPercent float64
 	peakRSS    int64
+	meanRSS    int64
 }
 
 // measurePIDs samples every pid's CPU time and resident memory over
-// window: the CPU share of one core each, and the largest RSS seen each.
+// window: the CPU share of one core each, and the largest and the mean RSS
+// seen each (sampled every second).
 func measurePIDs(b *testing.B, window time.Duration, pids ...int) []usage {
 	b.Helper()
 	t0 := make([]time.Duration, len(pids))
@@ -160,12 +163,18 @@ func measurePIDs(b *testing.B, window time.Duration, pids ...int) []usage {
 		}
 	}
 	out := make([]usage, len(pids))
+	sum := make([]int64, len(pids))
+	samples := make([]int64, len(pids))
 	start := time.Now()
 	for time.Since(start) < window {
 		for i, pid := range pids {
-			if rss, err := testbeds.RSS(pid); err == nil && rss > out[i].peakRSS {
-				out[i].peakRSS = rss
+			rss, err := testbeds.RSS(pid)
+			if err != nil {
+				continue
 			}
+			out[i].peakRSS = max(out[i].peakRSS, rss)
+			sum[i] += rss
+			samples[i]++
 		}
 		time.Sleep(time.Second)
 	}
@@ -175,6 +184,9 @@ func measurePIDs(b *testing.B, window time.Duration, pids ...int) []usage {
 			b.Fatal(err)
 		}
 		out[i].cpuPercent = 100 * (t1 - t0[i]).Seconds() / time.Since(start).Seconds()
+		if samples[i] > 0 {
+			out[i].meanRSS = sum[i] / samples[i]
+		}
 	}
 	return out
 }
@@ -271,6 +283,10 @@ func fleetFigures(b *testing.B, bed *testbeds.Bed, n int) {
 	b.ReportMetric(use[0].cpuPercent, "serve-cpu-%")
 	b.ReportMetric(float64(use[0].peakRSS)/1e6, "serve-rss-MB")
 	b.ReportMetric(float64(use[0].peakRSS-before[0])/1e3/float64(n), "serve-KB/node")
+	// Over the window: what the fleet holds on the whole, between the
+	// peaks of its heartbeats (each grows its connection's stacks until
+	// memsettle's collections shrink them).
+	b.ReportMetric(float64(use[0].meanRSS-before[0])/1e3/float64(n), "serve-mean-KB/node")
 	if len(bed.Cluster) > 0 {
 		var cpu float64
 		var rss, grown int64

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"log/slog"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/memsettle"
 )
 
 // serveCmd is the control service: with --nats it serves a mesh on an
@@ -68,7 +70,12 @@ func (c *serveCmd) Run(e *env) error {
 			cfg.Certificate = &cert
 		}
 	}
-	if err := control.Serve(e.ctx, a, cfg); err != nil {
+	// The broker's connections leave their goroutines' stacks grown by
+	// their handshakes; see memsettle.
+	ctx, stop := context.WithCancel(e.ctx)
+	defer stop()
+	go memsettle.Run(ctx, memsettle.Interval, log)
+	if err := control.Serve(ctx, a, cfg); err != nil {
 		return failed("%v", err)
 	}
 	log.Info("meshctl stopped")
