@@ -50,11 +50,28 @@ const (
 	DefaultHelloTimeout      = 5 * time.Second
 	DefaultReconnectMin      = 250 * time.Millisecond
 	DefaultReconnectMax      = 30 * time.Second
+	// DefaultPingInterval: see maxPingsOut.
+	DefaultPingInterval = 60 * time.Second
 
-	// A dead connection is noticed after pingInterval × (maxPingsOut+1),
-	// about 20 s, even when no write fails.
-	pingInterval = 5 * time.Second
-	maxPingsOut  = 3
+	// A path that died without a word (a NAT or firewall that forgot the
+	// connection, a machine that slept, a cable) is noticed by the
+	// kernel: keepAliveCount TCP keepalives keepAliveInterval apart
+	// after keepAliveIdle of silence, about 30 s, and userTimeout when
+	// data sent stays unacknowledged. That costs the broker nothing: its
+	// kernel answers them, its process never wakes.
+	keepAliveIdle     = 10 * time.Second
+	keepAliveInterval = 5 * time.Second
+	keepAliveCount    = 4
+	userTimeout       = 30 * time.Second
+	// A broker whose process stopped answering while its machine still
+	// does is noticed by the host's pings: after maxPingsOut unanswered,
+	// PingInterval apart, about 3 minutes at the default. Pings cost the
+	// broker: each wakes the connection's two goroutines, and the PONG's
+	// write grows the writer's stack to 32 KB (nats-server's flush keeps
+	// 24 KB of vectors on the stack) until collections shrink it again.
+	// At one every 5 s they were most of an idle broker's CPU and kept
+	// 64 KB of stacks a node.
+	maxPingsOut = 2
 	// maxInFlight bounds the events published beyond what the stream is
 	// known to hold.
 	maxInFlight = 4096
@@ -107,6 +124,9 @@ type Config struct {
 	// HeartbeatInterval is how often the host reports while idle;
 	// DefaultHeartbeatInterval when 0.
 	HeartbeatInterval time.Duration
+	// PingInterval is how often the host asks the broker whether it
+	// still answers; DefaultPingInterval when 0.
+	PingInterval time.Duration
 	// HelloTimeout is how long one hello waits for a welcome;
 	// DefaultHelloTimeout when 0.
 	HelloTimeout time.Duration
@@ -200,6 +220,9 @@ func New(cfg Config, host Host, j Journal) (*Link, error) {
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
 	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
 	if cfg.HelloTimeout <= 0 {
 		cfg.HelloTimeout = DefaultHelloTimeout
 	}
@@ -257,7 +280,8 @@ func (l *Link) Run(ctx context.Context) error {
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
 			return backoff(attempts-1, l.cfg.ReconnectMin, l.cfg.ReconnectMax)
 		}),
-		nats.PingInterval(pingInterval),
+		nats.SetCustomDialer(dialer()),
+		nats.PingInterval(l.cfg.PingInterval),
 		nats.MaxPingsOutstanding(maxPingsOut),
 		// Nothing is buffered while down: what matters is resent from the
 		// journal, and a stale heartbeat or ack is worse than none.

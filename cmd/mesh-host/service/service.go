@@ -67,6 +67,7 @@ type Config struct {
 	KeepLast          uint64        // keep at least this many newest records
 	StopTimeout       time.Duration // how long an apply in flight may go on once ctx ends
 	HeartbeatInterval time.Duration // how often the link reports while idle
+	PingInterval      time.Duration // how often the link asks whether the broker still answers
 	ScrubInterval     time.Duration // how often to re-read the whole journal for damage
 
 	Log *slog.Logger
@@ -177,7 +178,7 @@ func Run(ctx context.Context, c Config) error {
 		lnk, err = link.New(link.Config{
 			Mesh: enrolled.Mesh, Node: enrolled.Node, URLs: enrolled.URLs, CredsFile: creds, Credentials: enrolment.NodeCreds{Path: creds}, Trust: enrolled.SigningKey,
 			TLS: brokerTLS, AllowPlaintext: enrolled.AllowPlaintext,
-			Version: hv.name(), Build: c.Build, HeartbeatInterval: c.HeartbeatInterval, Log: log.With("component", "link"),
+			Version: hv.name(), Build: c.Build, HeartbeatInterval: c.HeartbeatInterval, PingInterval: c.PingInterval, Log: log.With("component", "link"),
 		}, host, j)
 		if err != nil {
 			return refused("%s: %v", filepath.Join(c.StateDir, enrolment.LinkConfigFile), err)
