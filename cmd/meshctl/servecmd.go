@@ -71,7 +71,7 @@ func (c *serveCmd) Run(e *env) error {
 		}
 	}
 	// The broker's connections leave their goroutines' stacks grown by
-	// their handshakes; see memsettle.
+	// their writes; see memsettle.
 	ctx, stop := context.WithCancel(e.ctx)
 	defer stop()
 	go memsettle.Run(ctx, memsettle.Interval, log)
