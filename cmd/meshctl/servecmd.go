@@ -21,7 +21,7 @@ type serveCmd struct {
 	TLSCert       string        `name:"tls-cert" placeholder:"FILE" type:"existingfile" help:"The embedded broker's certificate (PEM), when the mesh's CA was adopted without its key."`
 	TLSKey        string        `name:"tls-key" placeholder:"FILE" type:"existingfile" help:"The key of --tls-cert (PEM)."`
 	EventsMaxAge  time.Duration `name:"events-max-age" default:"0s" help:"How long the events stream keeps a record (0: forever)."`
-	CredentialTTL time.Duration `name:"credential-ttl" default:"720h" help:"How long the node credentials it signs are valid; nodes renew them when a third is left."`
+	CredentialTTL time.Duration `name:"credential-ttl" default:"720h" help:"How long the node credentials it signs are valid; nodes renew them when a half to a third is left."`
 	LogLevel      slog.Level    `name:"log-level" default:"info" placeholder:"LEVEL" help:"Least level logged: debug, info, warn or error."`
 	// Releases are files nodes fetch, beside the broker rather than
 	// through it: an archive is larger than any message the link carries.

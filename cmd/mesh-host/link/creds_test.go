@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -250,5 +251,36 @@ func TestRevokedLinkIsJournaledAndStaysDown(t *testing.T) {
 	}
 	if n := len(b.records(event.LinkDenied)); n != 1 {
 		t.Errorf("%d link.denied records, want one: the refusals while down are not journaled again", n)
+	}
+}
+
+// renewDue: every node renews when between a half and a third of its
+// lifetime is left, always at the same point for one node, and the nodes
+// of a batch enrolment (credentials issued together) spread over that
+// window rather than ask at once.
+func TestRenewalsOfABatchAreSpread(t *testing.T) {
+	issued := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	const life = 720 * time.Hour
+	expires := issued.Add(life)
+	from, to := issued.Add(life/2), issued.Add(life*2/3)
+	const nodes = 10000
+	const buckets = 10
+	var counts [buckets]int
+	for i := range nodes {
+		node := fmt.Sprintf("node-%05d", i)
+		due := renewDue(node, issued, expires)
+		if due.Before(from) || !due.Before(to) {
+			t.Fatalf("%s renews at %v, outside [%v, %v)", node, due, from, to)
+		}
+		if again := renewDue(node, issued, expires); !again.Equal(due) {
+			t.Fatalf("%s renews at %v, then at %v", node, due, again)
+		}
+		counts[int(due.Sub(from)*buckets/(to.Sub(from)))]++
+	}
+	// Each tenth of the window holds about a tenth of the nodes.
+	for k, n := range counts {
+		if n < nodes/buckets/2 || n > nodes/buckets*3/2 {
+			t.Errorf("tenth %d of the window holds %d of %d renewals: %v", k, n, nodes, counts)
+		}
 	}
 }

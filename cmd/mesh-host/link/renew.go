@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -33,11 +34,18 @@ const (
 	renewLookEvery = time.Hour
 )
 
-// renewDue is when credentials issued at issued and expiring at expires
-// are renewed: when a third of their lifetime is left, so that a control
-// plane down for a while is outlived.
-func renewDue(issued, expires time.Time) time.Time {
-	return issued.Add(expires.Sub(issued) * 2 / 3)
+// renewDue is when node's credentials issued at issued and expiring at
+// expires are renewed: when between a half and a third of their lifetime
+// is left, so that a control plane down for a while is outlived. Where in
+// that sixth is fixed by the node's name: the nodes of a batch enrolment,
+// whose credentials were all issued in the same minute, would otherwise
+// all ask at once, and then all reconnect at once.
+func renewDue(node string, issued, expires time.Time) time.Time {
+	h := fnv.New64a()
+	h.Write([]byte(node))
+	spread := float64(h.Sum64()>>11) / (1 << 53) // in [0, 1)
+	life := expires.Sub(issued)
+	return issued.Add(life/2 + time.Duration(spread*float64(life/6)))
 }
 
 // renewals renews the credentials when due, until ctx ends or a renewal
@@ -51,7 +59,7 @@ func (l *Link) renewals(ctx context.Context, nc *nats.Conn) {
 		wait := renewLookEvery
 		if err != nil {
 			l.log.Error("read the credentials", "err", err)
-		} else if due := renewDue(issued, expires); l.cfg.Now().Before(due) {
+		} else if due := renewDue(l.cfg.Node, issued, expires); l.cfg.Now().Before(due) {
 			wait = min(due.Sub(l.cfg.Now()), renewLookEvery)
 		} else {
 			err := l.renew(ctx, nc, key)
