@@ -74,7 +74,7 @@ func (c *serveCmd) Run(e *env) error {
 	// their writes; see memsettle.
 	ctx, stop := context.WithCancel(e.ctx)
 	defer stop()
-	go memsettle.Run(ctx, memsettle.Interval, log)
+	go memsettle.Run(ctx, log)
 	if err := control.Serve(ctx, a, cfg); err != nil {
 		return failed("%v", err)
 	}

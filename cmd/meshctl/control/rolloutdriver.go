@@ -212,7 +212,6 @@ func (d *driver) step(ctx context.Context, r *Rollout) error {
 			return err
 		}
 	}
-	nodes, state, reason := slices.Clone(r.Nodes), r.State, r.Reason
 	// Each node's declaration says who started the rollout, and which.
 	c := *d.c
 	c.Operator = r.operatorFor()
@@ -258,8 +257,9 @@ func (d *driver) step(ctx context.Context, r *Rollout) error {
 			break
 		}
 	}
-	changed := r.State != state || r.Reason != reason || !slices.Equal(r.Nodes, nodes)
-	if !changed && now.Before(r.LeaseUntil.Add(-rolloutLease/2)) {
+	// Every change of a node's step or of the rollout's state is noted
+	// as an event: a step that noted nothing changed nothing.
+	if len(events) == 0 && now.Before(r.LeaseUntil.Add(-rolloutLease/2)) {
 		return nil
 	}
 	r.LeaseUntil = now.Add(rolloutLease)

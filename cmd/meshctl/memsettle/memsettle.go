@@ -26,8 +26,8 @@ import (
 	"time"
 )
 
-// Interval is how often Run looks at the stacks.
-const Interval = 10 * time.Second
+// interval is how often Run looks at the stacks.
+const interval = 10 * time.Second
 
 // minGrowth is the least growth of the stacks worth a collection: a few
 // hundred connections' worth.
@@ -36,7 +36,7 @@ const minGrowth = 16 << 20
 // Run looks at the process's stacks every interval until ctx is done, and
 // collects when they have grown; log gets a debug record of each
 // collection.
-func Run(ctx context.Context, interval time.Duration, log *slog.Logger) {
+func Run(ctx context.Context, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	s := settler{minGrowth: minGrowth}
