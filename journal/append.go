@@ -59,6 +59,9 @@ func (j *Journal) append(docs [][]byte, recs []event.Record) ([]event.Record, er
 			if err := putDocuments(tx, docs); err != nil {
 				return err
 			}
+			if err := carryAcked(tx.Bucket(bucketMeta), j.ackNoted.Load()); err != nil {
+				return err
+			}
 			return j.appendTx(tx, out)
 		})
 	})

@@ -45,8 +45,9 @@ type CompactResult struct {
 	SizeAfter  int64  `json:"size_after"`
 }
 
-// MarkAcked records that every record up to seq was acknowledged upward.
-// It never moves backwards.
+// MarkAcked records that every record up to seq was acknowledged upward,
+// in a commit of its own unless the journal holds that mark already. It
+// never moves backwards.
 func (j *Journal) MarkAcked(seq uint64) error {
 	j.mu.RLock()
 	defer j.mu.RUnlock()
@@ -54,6 +55,16 @@ func (j *Journal) MarkAcked(seq uint64) error {
 		return ErrClosed
 	}
 	return guard(j.path, func() error {
+		// Read first: a commit is fsync'd even when it changes nothing,
+		// and the mark is often recorded already (NoteAcked).
+		var held bool
+		err := j.db.View(func(tx *bolt.Tx) error {
+			held = seq <= getSeq(tx.Bucket(bucketMeta), keyAcked)
+			return nil
+		})
+		if err != nil || held {
+			return err
+		}
 		return j.db.Update(func(tx *bolt.Tx) error {
 			meta := tx.Bucket(bucketMeta)
 			if head := getSeq(meta, keyHead); seq > head {
@@ -65,6 +76,30 @@ func (j *Journal) MarkAcked(seq uint64) error {
 			return putSeq(meta, keyAcked, seq)
 		})
 	})
+}
+
+// NoteAcked notes that every record up to seq was acknowledged upward, for
+// the next append to record in its own transaction: a mark of its own
+// costs a commit, fsync'd, and a host that sends a push's few records
+// upward would commit once for them more than for the push. A mark noted
+// and not yet carried is lost when the journal closes; MarkAcked records
+// it at once. A seq beyond the head is not carried.
+func (j *Journal) NoteAcked(seq uint64) {
+	for {
+		cur := j.ackNoted.Load()
+		if seq <= cur || j.ackNoted.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// carryAcked records the mark noted (NoteAcked) in meta, inside an
+// append's transaction, before the append moves the head.
+func carryAcked(meta *bolt.Bucket, noted uint64) error {
+	if noted <= getSeq(meta, keyAcked) || noted > getSeq(meta, keyHead) {
+		return nil
+	}
+	return putSeq(meta, keyAcked, noted)
 }
 
 // Compact drops records older than the window, keeping at least KeepLast and

@@ -154,6 +154,10 @@ type Journal struct {
 	// to be damaged.
 	damage      atomic.Pointer[error]
 	damageFound chan struct{} // closed when damage is set
+
+	// ackNoted is the acknowledged mark noted for the next append to
+	// record (NoteAcked).
+	ackNoted atomic.Uint64
 }
 
 // Open opens or creates the journal at path.

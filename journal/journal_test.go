@@ -1045,6 +1045,39 @@ func TestMarkAcked(t *testing.T) {
 	}
 }
 
+// A mark noted rides the next append: nothing is committed for it alone,
+// and what the append commits survives a reopen.
+func TestNoteAckedRidesTheNextAppend(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j := openAt(t, path, journal.Options{})
+	mustAppend(t, j, rec(event.LinkUp, 0, "", ""), rec(event.LinkUp, 0, "", ""), rec(event.LinkUp, 0, "", ""))
+	j.NoteAcked(2)
+	if got := info(t, j).Acked; got != 0 {
+		t.Fatalf("noted 2, no append since: acked %d, want 0", got)
+	}
+	mustAppend(t, j, rec(event.LinkDown, 0, "", ""))
+	if got := info(t, j).Acked; got != 2 {
+		t.Fatalf("after an append: acked %d, want 2", got)
+	}
+	j.NoteAcked(1) // never backwards
+	mustAppend(t, j, rec(event.LinkDown, 0, "", ""))
+	if got := info(t, j).Acked; got != 2 {
+		t.Errorf("noted 1 after 2: acked %d, want 2", got)
+	}
+	j.NoteAcked(5)
+	mustAppend(t, j, rec(event.LinkDown, 0, "", ""))
+	j.Close()
+	j = openAt(t, path, journal.Options{})
+	if got := info(t, j).Acked; got != 5 {
+		t.Errorf("reopened: acked %d, want 5", got)
+	}
+	j.NoteAcked(9) // past the head of 6: not carried
+	mustAppend(t, j, rec(event.LinkDown, 0, "", ""))
+	if got := info(t, j).Acked; got != 5 {
+		t.Errorf("noted 9 past the head of 6: acked %d, want 5", got)
+	}
+}
+
 // A Fold may hand back prev untouched: it aliases the file's pages, which
 // the journal must copy before they move.
 func TestFoldReturnsPrev(t *testing.T) {

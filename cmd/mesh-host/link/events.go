@@ -94,8 +94,7 @@ func (l *Link) startFromStream(ctx context.Context, nc *nats.Conn) error {
 				l.log.Warn("the events stream holds records beyond this journal's head; was the state directory replaced?",
 					"events_through", through, "head", info.Head)
 			case through > l.acked.Load():
-				l.acked.Store(through)
-				l.mark()
+				l.ackThrough(through)
 			}
 			return nil
 		}
@@ -167,10 +166,11 @@ func (l *Link) publishFrom(ctx context.Context, nc *nats.Conn, from uint64) erro
 func (l *Link) syncAcks(ctx context.Context, nc *nats.Conn, sent *atomic.Uint64, wake <-chan struct{}, moved chan<- struct{}) error {
 	defer l.mark()
 	// The mark is persisted markEvery after it first moved past what is
-	// persisted, not as it moves: a push's few records are acknowledged
-	// in two or three steps, and a commit each, fsync'd, on the path of
-	// the apply cost as much as the apply's own. A mark lost to a crash
-	// sends those records again, which the stream keeps once.
+	// persisted, not as it moves, unless an append carried it first
+	// (ackThrough): a push's few records are acknowledged in two or three
+	// steps, and a commit each, fsync'd, on the path of the apply cost as
+	// much as the apply's own. A mark lost to a crash sends those records
+	// again, which the stream keeps once.
 	persist := time.NewTimer(markEvery)
 	persist.Stop()
 	defer persist.Stop()
@@ -230,7 +230,7 @@ func (l *Link) syncAcks(ctx context.Context, nc *nats.Conn, sent *atomic.Uint64,
 		// through beyond sent is from before (the records are the same).
 		through = min(through, sent.Load())
 		if through > l.acked.Load() {
-			l.acked.Store(through)
+			l.ackThrough(through)
 			lastMove = time.Now()
 			select {
 			case moved <- struct{}{}:
@@ -270,7 +270,15 @@ func (l *Link) sync(ctx context.Context, nc *nats.Conn, sent uint64) (uint64, er
 	return s.EventsThrough, nil
 }
 
-// mark persists the acknowledged mark if it moved.
+// ackThrough moves the acknowledged mark to seq, and notes it for the
+// journal's next append to record; mark persists it when none comes.
+func (l *Link) ackThrough(seq uint64) {
+	l.acked.Store(seq)
+	l.j.NoteAcked(seq)
+}
+
+// mark persists the acknowledged mark with a commit of its own, unless the
+// journal holds it already (an append carried it).
 func (l *Link) mark() {
 	a := l.acked.Load()
 	if a <= l.marked.Load() {

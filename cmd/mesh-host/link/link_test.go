@@ -881,6 +881,11 @@ func appendRecords(t *testing.T, j *journal.Journal, n int) {
 }
 
 func TestEventsExactlyOnceAcrossBrokerRestart(t *testing.T) {
+	// It waits for the mark persisted. Put back after the bed's cleanup
+	// stopped the link (cleanups run last first).
+	was := markEvery
+	t.Cleanup(func() { markEvery = was })
+	markEvery = time.Second
 	var url string
 	b := newBed(t, func(b *bed, _ *Config) {
 		url = b.srv.ClientURL()

@@ -149,8 +149,7 @@ func (l *Link) welcomed(ctx context.Context, w *linkproto.Welcome, first bool) {
 			"events_through", w.EventsThrough, "head", info.Head)
 		return
 	}
-	l.acked.Store(w.EventsThrough)
-	l.mark()
+	l.ackThrough(w.EventsThrough)
 }
 
 // heartbeats sends one now, one after every completed reconcile, and one
