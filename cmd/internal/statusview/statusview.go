@@ -51,7 +51,7 @@ func Print(out io.Writer, s projector.State, o Options) error {
 	}
 	if f := s.Facts; f != nil {
 		osName := strings.TrimSpace(f.OSID + " " + f.OSVersion)
-		line("machine", "%s: %s, %s, kernel %s, %d cores, %d MiB, boot %s, addresses %s", f.Hostname, orNone(osName), f.Arch, f.Kernel, f.Cores, f.MemoryMB, short(f.BootID), orNone(strings.Join(f.Addresses, " ")))
+		line("machine", "%s: %s, %s, kernel %s, %d cores, %d MiB, boot %s, addresses %s", f.Hostname, orNone(osName), f.Arch, f.Kernel, f.Cores, f.MemoryMB, orNone(f.BootID), orNone(strings.Join(f.Addresses, " ")))
 	}
 	line("known-good", "%s", orNone(s.KnownGood))
 	versions := make([]string, 0, len(s.Versions))

@@ -1,0 +1,24 @@
+package statusview
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/projector"
+)
+
+// The machine line names the boot whole: it is what `journalctl -b` and
+// `hostnamectl` take and show, and a prefix cut for digests ended mid-group.
+func TestMachineLineNamesTheWholeBoot(t *testing.T) {
+	const boot = "df0c2579-a8d7-4955-a68e-24375e472067"
+	var out strings.Builder
+	s := projector.State{Facts: &event.HostFactsPayload{Hostname: "web-1", Arch: "amd64", Kernel: "6.1.0", Cores: 2, MemoryMB: 1024, BootID: boot}}
+	if err := Print(&out, s, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "web-1: none, amd64, kernel 6.1.0, 2 cores, 1024 MiB, boot " + boot + ", addresses none"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("status:\n%s\nwant a machine line with %q", out.String(), want)
+	}
+}
