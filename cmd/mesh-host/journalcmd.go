@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/journalview"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/projector"
 )
 
 type journalCmd struct {
@@ -18,7 +20,7 @@ type journalCmd struct {
 	Kind     []string `name:"kind" placeholder:"KIND" help:"Only records of this kind (repeatable)."`
 	Resource string   `name:"resource" placeholder:"ID" help:"Only records about this resource (file:/etc/motd)."`
 	Follow   bool     `name:"follow" short:"f" help:"Keep printing records as they are appended."`
-	Why      string   `name:"why" placeholder:"ID" help:"Why is this resource as it is: walk the causes back from its latest record to the declaration or drift behind it."`
+	Why      string   `name:"why" placeholder:"ID" help:"Why is this resource as it is: walk the causes back from its latest record to the declaration or drift behind it (and, for a drift repaired, the declaration it was restored to)."`
 	Verify   bool     `name:"verify" help:"Prove that every declaration taken from the link was signed by the mesh's key (exit 1 if one was not)."`
 	Key      string   `name:"key" placeholder:"PUBKEY" help:"With --verify: the mesh's signing key to verify against (default: the one link.json holds)."`
 }
@@ -116,7 +118,35 @@ func (c *journalCmd) why(e *env, j *journal.Journal) error {
 			break
 		}
 	}
-	return journalview.PrintWhy(e.stdout, c.Why, chain, c.JSON, "was compacted away")
+	heldBy, err := heldBy(j, c.Why, chain)
+	if err != nil {
+		return failed("%v", err)
+	}
+	return journalview.PrintWhy(e.stdout, c.Why, chain, heldBy, c.JSON, "was compacted away")
+}
+
+// heldBy is the declaration in force when chain is a repaired drift and
+// that declaration declares resource as the repair restored it; nil
+// otherwise, or when its record was compacted away.
+func heldBy(j *journal.Journal, resource string, chain []event.Record) (*event.Record, error) {
+	spec, ok := journalview.Restored(chain)
+	if !ok {
+		return nil, nil
+	}
+	var cur *projector.Desired
+	err := j.Projection(func(v journal.View, _ uint64) error {
+		var err error
+		cur, err = projector.LoadDesired(v)
+		return err
+	})
+	if err != nil || cur == nil || cur.Seq == 0 {
+		return nil, hostjournal.AsDamage(j, err)
+	}
+	r, ok, err := j.Get(cur.Seq)
+	if err != nil || !ok || !journalview.HeldBy(r, resource, spec) {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // parseSince reads --since: a sequence number, an RFC 3339 time, or a

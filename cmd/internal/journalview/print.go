@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -129,17 +130,64 @@ func IsOrigin(k event.Kind) bool {
 	return k == event.DeclarationReceived || k == event.DeclarationRefused || k == event.DriftObserved
 }
 
+// Restored returns the spec a chain's repair restored its resource to:
+// the chain ends at a drift.observed, after the records of its repair,
+// and that is what the drift found changed from. ok is false for any other
+// chain, a drift left as it was among them.
+func Restored(chain []event.Record) (spec string, ok bool) {
+	if len(chain) < 2 || chain[len(chain)-1].Kind != event.DriftObserved {
+		return "", false
+	}
+	var p event.DriftObservedPayload
+	if json.Unmarshal(chain[len(chain)-1].Payload, &p) != nil || p.Wanted == "" {
+		return "", false
+	}
+	return p.Wanted, true
+}
+
+// HeldBy reports whether decl, a declaration.received, declares resource
+// at spec: the declaration that a repair to spec held the resource to.
+func HeldBy(decl event.Record, resource, spec string) bool {
+	if decl.Kind != event.DeclarationReceived {
+		return false
+	}
+	var p event.DeclarationReceivedPayload
+	if json.Unmarshal(decl.Payload, &p) != nil {
+		return false
+	}
+	return slices.ContainsFunc(p.Resources, func(d event.DeclaredResource) bool {
+		return d.ID == resource && d.SpecDigest == spec
+	})
+}
+
 // PrintWhy prints a cause chain, newest first, as `journal --why` shows it:
 // the records, and, when the chain does not reach a record that starts one
 // (IsOrigin), why it stops. gone says what became of a cause that is not
 // there ("was compacted away", "the events stream does not hold").
-func PrintWhy(w io.Writer, resource string, chain []event.Record, asJSON bool, gone string) error {
+//
+// heldBy, when not nil, is the declaration a repaired drift restored the
+// resource to (Restored, HeldBy): the drift is the chain's cause, and the
+// declaration what the resource is as. It follows the chain, under a line
+// of its own; as JSON it is one more line, the chain's records' cause
+// links telling it apart.
+func PrintWhy(w io.Writer, resource string, chain []event.Record, heldBy *event.Record, asJSON bool, gone string) error {
 	out := NewPrinter(w, asJSON)
 	if !asJSON {
 		fmt.Fprintf(w, "%s is as it is because of, newest first:\n", resource)
 	}
 	for _, r := range chain {
 		if err := out.Print(r); err != nil {
+			return err
+		}
+	}
+	if heldBy != nil {
+		if err := out.Flush(); err != nil {
+			return err
+		}
+		if !asJSON {
+			fmt.Fprintf(w, "restored to what the declaration in force declares:\n")
+		}
+		if err := out.Print(*heldBy); err != nil {
 			return err
 		}
 	}

@@ -135,23 +135,28 @@ func (c *Client) PrintJournal(ctx context.Context, w io.Writer, node string, opt
 // Why returns the cause chain behind the latest record of node about
 // resource, newest first, down to the first record of a kind that starts a
 // chain (journalview.IsOrigin), or as far as the events stream holds it.
-func (c *Client) Why(ctx context.Context, node, resource string) ([]event.Record, error) {
+// heldBy is, for a repaired drift, the node's declaration in force (its
+// latest declaration.received) when it declares resource as the repair
+// restored it; nil otherwise.
+func (c *Client) Why(ctx context.Context, node, resource string) (chain []event.Record, heldBy *event.Record, err error) {
 	bySeq := map[uint64]event.Record{}
-	var latest uint64
-	err := c.Records(ctx, node, 1, func(r event.Record) error {
+	var latest, declared uint64
+	err = c.Records(ctx, node, 1, func(r event.Record) error {
 		bySeq[r.Seq] = r
 		if r.Resource == resource && r.Seq > latest {
 			latest = r.Seq
 		}
+		if r.Kind == event.DeclarationReceived && r.Seq > declared {
+			declared = r.Seq
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if latest == 0 {
-		return nil, fmt.Errorf("%w: no record of %s names resource %q", ErrNoRecord, node, resource)
+		return nil, nil, fmt.Errorf("%w: no record of %s names resource %q", ErrNoRecord, node, resource)
 	}
-	var chain []event.Record
 	for seq := latest; seq != 0; {
 		r, ok := bySeq[seq]
 		if !ok {
@@ -163,14 +168,19 @@ func (c *Client) Why(ctx context.Context, node, resource string) ([]event.Record
 		}
 		seq = r.Cause
 	}
-	return chain, nil
+	if spec, ok := journalview.Restored(chain); ok && declared != 0 {
+		if d := bySeq[declared]; journalview.HeldBy(d, resource, spec) {
+			heldBy = &d
+		}
+	}
+	return chain, heldBy, nil
 }
 
 // PrintWhy prints Why's chain as `mesh-host journal --why` does.
 func (c *Client) PrintWhy(ctx context.Context, w io.Writer, node, resource string, asJSON bool) error {
-	chain, err := c.Why(ctx, node, resource)
+	chain, heldBy, err := c.Why(ctx, node, resource)
 	if err != nil {
 		return err
 	}
-	return journalview.PrintWhy(w, resource, chain, asJSON, "the events stream does not hold")
+	return journalview.PrintWhy(w, resource, chain, heldBy, asJSON, "the events stream does not hold")
 }

@@ -18,12 +18,20 @@ import (
 // repair; then a host start with no cause.
 func history(t *testing.T, n *node) []event.Record {
 	t.Helper()
+	return historyDeclaring(t, n, "sha256:m1")
+}
+
+// historyDeclaring is history with its declaration declaring
+// file:/etc/motd at spec (the drift's repair restores sha256:m1).
+func historyDeclaring(t *testing.T, n *node, spec string) []event.Record {
+	t.Helper()
 	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	records := []event.Record{
-		event.New(event.DeclarationReceived, 0, "", event.DeclarationReceivedPayload{Revision: 1, Digest: "sha256:ab", Source: "push"}),
+		event.New(event.DeclarationReceived, 0, "", event.DeclarationReceivedPayload{Revision: 1, Digest: "sha256:ab", Source: "push",
+			Resources: []event.DeclaredResource{{ID: "file:/etc/motd", SpecDigest: spec}}}),
 		event.New(event.ReconcileStarted, 1, "", event.ReconcileStartedPayload{}),
 		event.New(event.ResourceApplied, 2, "file:/etc/motd", event.ResourceAppliedPayload{}),
-		event.New(event.DriftObserved, 0, "file:/etc/motd", event.DriftObservedPayload{}),
+		event.New(event.DriftObserved, 0, "file:/etc/motd", event.DriftObservedPayload{Differs: []string{"content"}, Wanted: "sha256:m1", Seen: "sha256:ee"}),
 		event.New(event.ReconcileStarted, 4, "", event.ReconcileStartedPayload{}),
 		event.New(event.ResourceApplied, 5, "file:/etc/motd", event.ResourceAppliedPayload{}),
 		event.New(event.HostStarted, 0, "", event.HostStartedPayload{Version: "v1"}),
@@ -96,7 +104,7 @@ func TestJournalWhy(t *testing.T) {
 	history(t, b.node("a"))
 	c := b.client(time.Now())
 
-	chain, err := c.Why(ctx, "a", "file:/etc/motd")
+	chain, heldBy, err := c.Why(ctx, "a", "file:/etc/motd")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,13 +115,24 @@ func TestJournalWhy(t *testing.T) {
 	if want := []uint64{6, 5, 4}; !slices.Equal(seqs, want) {
 		t.Errorf("why file:/etc/motd: %v, want %v (newest first, down to the drift)", seqs, want)
 	}
+	// The repair restored what the declaration in force declares.
+	if heldBy == nil || heldBy.Seq != 1 {
+		t.Errorf("why file:/etc/motd: held by %v, want the declaration #1", heldBy)
+	}
 
 	var out bytes.Buffer
 	if err := c.PrintWhy(ctx, &out, "a", "file:/etc/motd", false); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(out.String(), "file:/etc/motd is as it is because of, newest first:\n    SEQ") || strings.Count(out.String(), "\n") != 5 {
+	if !strings.HasPrefix(out.String(), "file:/etc/motd is as it is because of, newest first:\n    SEQ") || strings.Count(out.String(), "\n") != 7 ||
+		!strings.Contains(out.String(), "restored to what the declaration in force declares:\n      1  ") {
 		t.Errorf("why output:\n%s", out.String())
+	}
+
+	// A declaration that declares it otherwise does not hold it.
+	historyDeclaring(t, b.node("c"), "sha256:other")
+	if _, heldBy, err := c.Why(ctx, "c", "file:/etc/motd"); err != nil || heldBy != nil {
+		t.Errorf("why, the declaration declaring another spec: held by %v (err %v), want none", heldBy, err)
 	}
 
 	// A cause the stream does not hold is said so.
@@ -125,7 +144,7 @@ func TestJournalWhy(t *testing.T) {
 		t.Errorf("why output:\n%s", out.String())
 	}
 
-	if _, err := c.Why(ctx, "a", "file:/nowhere"); !errors.Is(err, ErrNoRecord) {
+	if _, _, err := c.Why(ctx, "a", "file:/nowhere"); !errors.Is(err, ErrNoRecord) {
 		t.Errorf("why of an unknown resource: %v, want ErrNoRecord", err)
 	}
 }
