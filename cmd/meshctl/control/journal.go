@@ -45,33 +45,39 @@ func (c *Client) Records(ctx context.Context, node string, from uint64, fn func(
 		return fmt.Errorf("read the events of %s: %w", node, err)
 	}
 	defer p.close(ctx)
+	// Each fetch asks for no more than the consumer has pending: a fetch
+	// for more waits out its whole wait for messages that are not there,
+	// and `meshctl journal` of a node with a few dozen records took 5 s.
 	var bad int
-	for done := false; !done; {
-		msgs, err := p.next(ctx, fetchBatch, dialTimeout)
-		if err != nil {
-			return fmt.Errorf("read the events of %s: %w", node, err)
-		}
-		// None: the last message went (its age ran out) while reading;
-		// there is no more.
-		done = len(msgs) == 0
-		for _, m := range msgs {
-			md, err := m.Metadata()
-			if err != nil {
-				return err
+	var fnErr error
+	done := false
+	for pending := p.pending(); pending > 0 && !done; {
+		handed, err := p.each(ctx, int(min(pending, fetchBatch)), dialTimeout, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+			pending = md.NumPending
+			if done || fnErr != nil {
+				return
 			}
+			// What was there when it started: a node online goes on
+			// publishing.
 			done = md.Sequence.Stream >= last.Sequence
 			r, err := subjectRecord(m.Subject(), m.Data())
 			switch {
 			case err != nil:
 				bad++
 			case r.Seq >= from:
-				if err := fn(r); err != nil {
-					return err
-				}
+				fnErr = fn(r)
 			}
-			if done {
-				break
-			}
+		})
+		if err != nil {
+			return fmt.Errorf("read the events of %s: %w", node, err)
+		}
+		if fnErr != nil {
+			return fnErr
+		}
+		// None: the last message went (its age ran out) while reading;
+		// there is no more.
+		if handed == 0 {
+			break
 		}
 	}
 	if bad > 0 {
