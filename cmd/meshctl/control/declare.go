@@ -75,9 +75,22 @@ func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *dec
 	}
 	fmt.Fprintf(out, "%s applied revision %d: %s; owned %d, drifted %d, failed %d\n", node, hb.Applied, hb.Result, hb.Owned, hb.Drifted, hb.Failed)
 	if hb.Result == event.ResultFailed || hb.Failed > 0 {
-		return true, fmt.Errorf("%w: %s reports %d failed resources (see `meshctl journal %s`)", ErrApplyFailed, node, hb.Failed, node)
+		return true, fmt.Errorf("%w: %s reports %s (see `meshctl journal %s`)", ErrApplyFailed, node, whyFailed(hb), node)
 	}
 	return true, nil
+}
+
+// whyFailed says why a node reports its revision failed: resources that
+// failed to apply, or else drift it found and left as it was (a check
+// with --no-repair), or else the reconcile itself (its journal refused).
+func whyFailed(hb *linkproto.Heartbeat) string {
+	switch {
+	case hb.Failed > 0:
+		return plural(hb.Failed, "failed resource")
+	case hb.Drifted > 0:
+		return plural(hb.Drifted, "drifted resource") + " it has not repaired"
+	}
+	return "a failed reconcile"
 }
 
 // prepare seals d's secrets to node, signs it, and stores it as node's

@@ -333,3 +333,20 @@ func TestStoreOverAStaleReadIsRefused(t *testing.T) {
 		t.Fatalf("stored %+v, %v; want their revision 2", stored, err)
 	}
 }
+
+// A failed report names its cause: a node whose only trouble is drift it
+// left alone was said to report "0 failed resources".
+func TestWhyFailedNamesTheCause(t *testing.T) {
+	for _, tt := range []struct {
+		hb   linkproto.Heartbeat
+		want string
+	}{
+		{linkproto.Heartbeat{Result: event.ResultFailed, Failed: 2, Drifted: 1}, "2 failed resources"},
+		{linkproto.Heartbeat{Result: event.ResultFailed, Drifted: 1}, "1 drifted resource it has not repaired"},
+		{linkproto.Heartbeat{Result: event.ResultFailed}, "a failed reconcile"},
+	} {
+		if got := whyFailed(&tt.hb); got != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.hb, got, tt.want)
+		}
+	}
+}

@@ -437,7 +437,7 @@ func converged(r *Rollout, n *RolloutNode, hb *linkproto.Heartbeat) (done, faile
 	case hb.LastGood >= n.Revision:
 		return true, false, false, ""
 	case hb.Applied >= n.Revision && (hb.Result == event.ResultFailed || hb.Failed > 0):
-		return false, true, false, fmt.Sprintf("revision %d applied with %d failed resources (see `meshctl journal %s`)", n.Revision, hb.Failed, n.Node)
+		return false, true, false, fmt.Sprintf("revision %d applied with %s (see `meshctl journal %s`)", n.Revision, whyFailed(hb), n.Node)
 	}
 	return false, false, false, ""
 }
