@@ -48,7 +48,7 @@ func (c *profileSetCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "stored profile %s (priority %d); it selects %d nodes%s\n", c.Name, c.Priority, len(nodes), listSome(nodes))
+	fmt.Fprintf(e.stdout, "stored profile %s (priority %d); it selects %s%s\n", c.Name, c.Priority, control.Plural(len(nodes), "node"), listSome(nodes))
 	fmt.Fprintf(e.stdout, "see the change with `meshctl diff --select '%s'`, push it with `meshctl rollout --select '%s'`\n", c.Select, c.Select)
 	return nil
 }

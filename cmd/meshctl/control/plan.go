@@ -361,6 +361,10 @@ func count(results []PlanResult, status string) int {
 	return n
 }
 
+// Plural is n and what, with an s after it unless n is 1: "1 node",
+// "2 nodes".
+func Plural(n int, what string) string { return plural(n, what) }
+
 func plural(n int, what string) string {
 	if n == 1 {
 		return "1 " + what
