@@ -57,6 +57,14 @@ type Observation struct {
 	Note string
 }
 
+// ErrLeftInPlace is wrapped by a Remove that found at the resource's path
+// what is no longer the host's alone to remove: a directory holding
+// entries the host does not own, something other than what it made. It
+// is left as it is, and the reconciler releases it (event.ActionReleased):
+// the host no longer owns it, rather than fail to remove it at every
+// reconcile from then on.
+var ErrLeftInPlace = errors.New("left in place")
+
 // Driver manages one kind of resource under a root prefix.
 type Driver interface {
 	// Observe reports how the resource stands against spec. It never
@@ -68,7 +76,8 @@ type Driver interface {
 	// Remove removes the resource the host owns under spec's Key (the only
 	// field it may read: see SpecForRemoval). Removing what is absent
 	// succeeds. It never removes what the host does not own (a directory
-	// with foreign contents stays).
+	// with foreign contents stays): it then returns an error wrapping
+	// ErrLeftInPlace.
 	Remove(ctx context.Context, spec Spec) error
 }
 

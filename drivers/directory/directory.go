@@ -150,11 +150,11 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 		return err
 	}
 	if f.kind != "directory" {
-		return fmt.Errorf("remove directory %s: %w: a %s is there; the host removes only what it owns, so it is left in place", s.Path, ErrNotDirectory, f.kind)
+		return fmt.Errorf("remove directory %s: %w: a %s is there; the host removes only what it owns, so it is %w", s.Path, ErrNotDirectory, f.kind, drivers.ErrLeftInPlace)
 	}
 	err = d.root.Remove(s.Path)
 	if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("remove directory %s: %w: it holds entries the host does not own, so it is left in place: %w", s.Path, ErrNotEmpty, err)
+		return fmt.Errorf("remove directory %s: %w: it holds entries the host does not own, so it is %w: %w", s.Path, ErrNotEmpty, drivers.ErrLeftInPlace, err)
 	}
 	if err != nil {
 		return fmt.Errorf("remove directory %s: %w", s.Path, err)

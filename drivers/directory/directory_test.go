@@ -180,8 +180,8 @@ func TestForeignContentStays(t *testing.T) {
 			tt.foreign(t, r.Host(spec.Path))
 			before := driverstest.Tree(t, r.Dir())
 			err := d.Remove(t.Context(), spec)
-			if !errors.Is(err, directory.ErrNotEmpty) || !errors.Is(err, unix.ENOTEMPTY) {
-				t.Errorf("Remove: got %v, want an error wrapping ErrNotEmpty and ENOTEMPTY", err)
+			if !errors.Is(err, directory.ErrNotEmpty) || !errors.Is(err, unix.ENOTEMPTY) || !errors.Is(err, drivers.ErrLeftInPlace) {
+				t.Errorf("Remove: got %v, want an error wrapping ErrNotEmpty, ENOTEMPTY and ErrLeftInPlace", err)
 			}
 			if err != nil && !strings.Contains(err.Error(), "does not own") {
 				t.Errorf("Remove: error %q does not say the host does not own what is in it", err)

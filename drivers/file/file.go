@@ -115,7 +115,7 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 		return err
 	}
 	if f.kind != "file" {
-		return fmt.Errorf("remove file %s: %w: a %s is there; the host removes only what it owns, so it is left in place", s.Path, ErrNotRegular, f.kind)
+		return fmt.Errorf("remove file %s: %w: a %s is there; the host removes only what it owns, so it is %w", s.Path, ErrNotRegular, f.kind, drivers.ErrLeftInPlace)
 	}
 	if err := d.root.Remove(s.Path); err != nil {
 		return fmt.Errorf("remove file %s: %w", s.Path, err)

@@ -281,7 +281,7 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 		return fmt.Errorf("unit %s: %w", s.Name, err)
 	}
 	if kind := drivers.FileType(uint32(st.Mode)); kind != "file" {
-		return fmt.Errorf("remove unit %s: %w: a %s is at %s; the host removes only what it owns, so it is left in place", s.Name, ErrNotRegular, kind, d.path(s))
+		return fmt.Errorf("remove unit %s: %w: a %s is at %s; the host removes only what it owns, so it is %w", s.Name, ErrNotRegular, kind, d.path(s), drivers.ErrLeftInPlace)
 	}
 	managed := d.managerRunning()
 	if managed {

@@ -163,9 +163,12 @@ const (
 	ActionUnchanged Action = "unchanged"
 	ActionFailed    Action = "failed"
 	// ActionReleased: no longer declared, and left in place rather than
-	// removed, because something else retires it: a host version
+	// removed, because something else retires it (a host version
 	// directory is the running host's or its predecessor's until the
-	// upgrade logic retires it (version.retired).
+	// upgrade logic retires it: version.retired), or because what is
+	// there is no longer the host's alone to remove (a directory holding
+	// entries it does not own: drivers.ErrLeftInPlace). The host no
+	// longer owns it.
 	ActionReleased Action = "released"
 )
 
@@ -224,6 +227,9 @@ type ResourceAppliedPayload struct {
 	Action     Action `json:"action"`
 	SpecDigest string `json:"spec_digest,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// Note says why a resource was released rather than deleted (what
+	// was left in place).
+	Note string `json:"note,omitempty"`
 }
 
 // DriftObservedPayload says a resource no longer matches what was applied.

@@ -470,6 +470,12 @@ func (rc *Reconciler) applyBatch(ctx context.Context, steps []*Step, unflushed [
 			if err == nil {
 				err = d.Remove(ctx, spec)
 			}
+			if errors.Is(err, drivers.ErrLeftInPlace) {
+				// No longer the host's alone: it stops owning it and
+				// leaves it, rather than fail at every reconcile.
+				s.Outcome, s.Note = event.ActionReleased, err.Error()
+				return
+			}
 			if err != nil {
 				s.fail(err)
 				return
@@ -726,6 +732,9 @@ func outcomeRecord(s *Step, startSeq uint64) event.Record {
 	}
 	if s.Err != nil {
 		p.Error = s.Err.Error()
+	}
+	if s.Outcome == event.ActionReleased {
+		p.Note = s.Note
 	}
 	return event.New(event.ResourceApplied, cause, s.ID, p)
 }
