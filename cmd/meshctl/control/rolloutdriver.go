@@ -247,7 +247,7 @@ func (d *driver) step(ctx context.Context, r *Rollout) error {
 	canaryWave := r.Canary > 0 && wave == 0
 	for _, n := range r.Nodes {
 		if n.Wave == wave && n.Step == StepFailed && (canaryWave || r.HaltOnFailure) {
-			what := "wave"
+			what := "node"
 			if canaryWave {
 				what = "canary"
 			}
