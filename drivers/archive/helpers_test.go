@@ -35,7 +35,7 @@ type ent struct {
 func file(name, body string) ent { return ent{name: name, body: body, mode: 0o644} }
 
 // tarOf crafts a plain tar with Go's archive/tar.
-func tarOf(t *testing.T, ents ...ent) []byte {
+func tarOf(t testing.TB, ents ...ent) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -64,7 +64,7 @@ func tarOf(t *testing.T, ents ...ent) []byte {
 	return buf.Bytes()
 }
 
-func gzipOf(t *testing.T, b []byte) []byte {
+func gzipOf(t testing.TB, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -77,10 +77,10 @@ func gzipOf(t *testing.T, b []byte) []byte {
 	return buf.Bytes()
 }
 
-func tgzOf(t *testing.T, ents ...ent) []byte { return gzipOf(t, tarOf(t, ents...)) }
+func tgzOf(t testing.TB, ents ...ent) []byte { return gzipOf(t, tarOf(t, ents...)) }
 
 // zipOf crafts a zip with Go's archive/zip; mode carries the type bits.
-func zipOf(t *testing.T, ents ...ent) []byte {
+func zipOf(t testing.TB, ents ...ent) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
@@ -135,7 +135,13 @@ type env struct {
 
 func newEnv(t *testing.T, opts archive.Options) *env {
 	t.Helper()
-	e := &env{t: t, rootDir: t.TempDir()}
+	return newEnvAt(t, t.TempDir(), opts)
+}
+
+// newEnvAt is newEnv with its root at rootDir, an empty directory.
+func newEnvAt(t *testing.T, rootDir string, opts archive.Options) *env {
+	t.Helper()
+	e := &env{t: t, rootDir: rootDir}
 	if err := os.Mkdir(filepath.Join(e.rootDir, "srv"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +153,7 @@ func newEnv(t *testing.T, opts archive.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { root.Close() })
 	e.root = root
 	e.d = archive.New(root, opts)
 	return e
