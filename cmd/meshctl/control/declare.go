@@ -31,7 +31,7 @@ type DeclareOptions struct {
 const welcomeRoom = 1 << 10
 
 // Declare stores d as node's desired state and pushes it to the node,
-// writing what happens to out. It refuses (ErrRefused) a declaration for
+// writing what happens to out. It refuses (ErrDeclarationRefused) a declaration for
 // another mesh or node, one older than the stored one, and one that reuses
 // the stored revision with other content. A node that does not answer is
 // offline, which is normal: it gets the declaration with its next hello.
@@ -154,25 +154,25 @@ func (c *Client) pushStored(node string, push *linkproto.Declaration, timeout ti
 		return nil, fmt.Errorf("%s answered the push of revision %d with an ack of %s's revision %d", node, push.Revision, ack.Node, ack.Revision)
 	}
 	if !ack.Accepted {
-		return nil, fmt.Errorf("%w: %s refused revision %d: %s", ErrRefused, node, push.Revision, ack.Reason)
+		return nil, fmt.Errorf("%w: %s refused revision %d: %s", ErrDeclarationRefused, node, push.Revision, ack.Reason)
 	}
 	return &ack, nil
 }
 
 // Push checks that d can be declared for node of mesh, as far as that
 // can be known without the stored state, and returns it as a push. It
-// refuses (ErrRefused) a declaration for another mesh or node, and one too
+// refuses (ErrDeclarationRefused) a declaration for another mesh or node, and one too
 // large to travel: over declaration.MaxBytes as JSON, its secrets sealed,
 // or over the limit for a push (linkproto.MaxDeclarationSize).
 func Push(d *declaration.Declaration, mesh, node string) (*linkproto.Declaration, error) {
 	if err := linkproto.ValidName(node); err != nil {
-		return nil, fmt.Errorf("%w: node: %w", ErrRefused, err)
+		return nil, fmt.Errorf("%w: node: %w", ErrDeclarationRefused, err)
 	}
 	switch {
 	case d.Mesh != mesh:
-		return nil, fmt.Errorf("%w: it is for mesh %q; this control plane serves mesh %q", ErrRefused, d.Mesh, mesh)
+		return nil, fmt.Errorf("%w: it is for mesh %q; this control plane serves mesh %q", ErrDeclarationRefused, d.Mesh, mesh)
 	case d.Node != node:
-		return nil, fmt.Errorf("%w: it is for node %q, not %q", ErrRefused, d.Node, node)
+		return nil, fmt.Errorf("%w: it is for node %q, not %q", ErrDeclarationRefused, d.Node, node)
 	}
 	doc, err := d.MarshalJSON()
 	if err != nil {
@@ -182,14 +182,14 @@ func Push(d *declaration.Declaration, mesh, node string) (*linkproto.Declaration
 	// sealed, a secret is larger than its name, so a declaration that
 	// parsed here may be over them now.
 	if err := declaration.CheckJSONSize(doc); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+		return nil, fmt.Errorf("%w: %w", ErrDeclarationRefused, err)
 	}
 	push := &linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: mesh, Node: node, Revision: d.Revision, Document: doc}
 	if n := len(linkproto.Marshal(push)); n > linkproto.MaxDeclarationSize-welcomeRoom {
 		// declaration.MaxBytes is larger than a message: a declaration
 		// between the two is one a node takes only from a file.
 		return nil, fmt.Errorf("%w: it is %d bytes; a declaration travels in one message of at most %d, the limit for a push (a larger one, up to %d bytes, is applied on the node with `mesh-host apply FILE`)",
-			ErrRefused, n, linkproto.MaxDeclarationSize-welcomeRoom, declaration.MaxBytes)
+			ErrDeclarationRefused, n, linkproto.MaxDeclarationSize-welcomeRoom, declaration.MaxBytes)
 	}
 	return push, nil
 }
@@ -203,7 +203,7 @@ func (c *Client) sign(push *linkproto.Declaration) error {
 		return errors.New("no declaration key to sign with (the authority's declarations.nk)")
 	}
 	if err := linkproto.ValidOperator(c.Operator); err != nil {
-		return fmt.Errorf("%w: %v (give --operator)", ErrRefused, err)
+		return fmt.Errorf("%w: %v (give --operator)", ErrDeclarationRefused, err)
 	}
 	push.Operator = c.Operator
 	return push.Sign(c.Key)
@@ -215,7 +215,7 @@ func (c *Client) seal(ctx context.Context, node string, d *declaration.Declarati
 		return d, nil
 	}
 	if c.Secrets == nil {
-		return nil, fmt.Errorf("%w: the declaration names secrets, and this client has no secret store", ErrRefused)
+		return nil, fmt.Errorf("%w: the declaration names secrets, and this client has no secret store", ErrDeclarationRefused)
 	}
 	keys, err := c.bucket(ctx, linkproto.SealKeysBucket)
 	if err != nil {
@@ -256,9 +256,9 @@ func (c *Client) store(ctx context.Context, node string, d *declaration.Declarat
 		same := func() bool { return withoutSealed(d).Digest() == withoutSealed(stored).Digest() }
 		switch {
 		case d.Revision < stored.Revision:
-			return nil, fmt.Errorf("%w: %s is at revision %d; revision %d is older", ErrRefused, node, stored.Revision, d.Revision)
+			return nil, fmt.Errorf("%w: %s is at revision %d; revision %d is older", ErrDeclarationRefused, node, stored.Revision, d.Revision)
 		case d.Revision == stored.Revision && !same():
-			return nil, fmt.Errorf("%w: revision %d of %s is already stored with other content: bump the revision", ErrRefused, d.Revision, node)
+			return nil, fmt.Errorf("%w: revision %d of %s is already stored with other content: bump the revision", ErrDeclarationRefused, d.Revision, node)
 		case d.Revision == stored.Revision:
 			// The same declaration again: push the stored one again,
 			// store nothing.
@@ -267,7 +267,7 @@ func (c *Client) store(ctx context.Context, node string, d *declaration.Declarat
 		_, err = kv.Update(ctx, key, doc, read.revision)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return nil, fmt.Errorf("%w: %s was declared by someone else meanwhile; look, then declare again", ErrRefused, node)
+		return nil, fmt.Errorf("%w: %s was declared by someone else meanwhile; look, then declare again", ErrDeclarationRefused, node)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store the desired state of %s: %w", node, err)

@@ -14,7 +14,10 @@
 // decides defaults; this package is told).
 package control
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors returned by this package. Package main turns the refusals into
 // exit code 2 and the rest into 1.
@@ -37,10 +40,16 @@ var (
 	// ErrNoBroker is returned when no broker address is known: neither
 	// given nor recorded by a running `meshctl serve`.
 	ErrNoBroker = errors.New("no broker address")
-	// ErrRefused is returned for a declaration the control plane or the
-	// node refuses: wrong mesh or node, an older revision, a reused
-	// revision, too large, or the node's own refusal.
-	ErrRefused = errors.New("declaration refused")
+	// ErrRefused is returned for what the control plane refuses to do:
+	// a label, profile, rollout or release it will not take, a question
+	// it cannot answer as asked. A refused declaration is
+	// ErrDeclarationRefused, which is ErrRefused too.
+	ErrRefused = errors.New("refused")
+	// ErrDeclarationRefused is returned for a declaration the control
+	// plane or the node refuses: wrong mesh or node, an older revision, a
+	// reused revision, too large, one no profile renders, or the node's
+	// own refusal.
+	ErrDeclarationRefused = fmt.Errorf("declaration %w", ErrRefused)
 	// ErrNotApplied is returned by Declare when the node accepted a
 	// declaration but did not report applying it in time, or reported a
 	// failed apply.

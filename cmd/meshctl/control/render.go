@@ -157,7 +157,7 @@ func (c *Client) Render(ctx context.Context, node string) (*Rendered, error) {
 	}
 	r, err := f.render(node)
 	if errors.Is(err, profile.ErrNoProfile) {
-		return nil, fmt.Errorf("%w: %s: %w", ErrRefused, node, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrDeclarationRefused, node, err)
 	}
 	return r, err
 }
