@@ -65,6 +65,21 @@ type Observation struct {
 // reconcile from then on.
 var ErrLeftInPlace = errors.New("left in place")
 
+// Leaver is an optional Driver capability: whether Remove would leave the
+// resource in place (ErrLeftInPlace), told without changing anything, once
+// the same reconcile has removed the paths gone reports. A plan then says
+// "released" where its apply will release, not "deleted". why is empty
+// when Remove would remove it (or find it absent).
+type Leaver interface {
+	WouldLeave(ctx context.Context, spec Spec, gone func(path string) bool) (why string, err error)
+}
+
+// Located is an optional Driver capability: the path beneath the root a
+// resource of a kind whose key is not a path lies at (a unit's file).
+type Located interface {
+	PathOf(spec Spec) string
+}
+
 // Driver manages one kind of resource under a root prefix.
 type Driver interface {
 	// Observe reports how the resource stands against spec. It never

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path"
 
@@ -160,6 +161,43 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 		return fmt.Errorf("remove directory %s: %w", s.Path, err)
 	}
 	return nil
+}
+
+// WouldLeave says why Remove would leave the directory at spec's path in
+// place once the paths gone reports are removed: something other than a
+// directory is there, or it holds an entry that is not gone. Empty when
+// Remove would remove it, or find nothing there.
+func (d *Driver) WouldLeave(ctx context.Context, spec drivers.Spec, gone func(string) bool) (string, error) {
+	s, err := d.spec(ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	f, err := d.find(s)
+	if err != nil || f == nil {
+		return "", err
+	}
+	if f.kind != "directory" {
+		return fmt.Sprintf("a %s is there; the host removes only what it owns", f.kind), nil
+	}
+	dir, err := d.root.OpenDir(s.Path)
+	if err != nil {
+		return "", err
+	}
+	defer dir.Close()
+	for {
+		names, err := dir.Readdirnames(256)
+		for _, name := range names {
+			if entry := path.Join(s.Path, name); !gone(entry) {
+				return fmt.Sprintf("it holds %s, which this reconcile does not remove", entry), nil
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return "", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("directory %s: %w", s.Path, err)
+		}
+	}
 }
 
 // spec checks the context and the spec every call starts with.

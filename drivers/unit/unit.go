@@ -331,6 +331,16 @@ func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.UnitSpec
 
 func (d *Driver) path(s *drivers.UnitSpec) string { return path.Join(Dir, s.Name) }
 
+// PathOf is where the unit file of spec lies beneath the root
+// (drivers.Located); empty for a spec that is not a unit's.
+func (d *Driver) PathOf(spec drivers.Spec) string {
+	s, ok := spec.(*drivers.UnitSpec)
+	if !ok {
+		return ""
+	}
+	return d.path(s)
+}
+
 // found is what is at a unit file's path.
 type found struct {
 	// kind is "file" for a regular file, else what is there instead:

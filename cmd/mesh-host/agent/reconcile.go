@@ -365,8 +365,83 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 			s.Drift = true
 		}
 	})
+	if err == nil {
+		rc.foreseeReleases(ctx, steps)
+	}
 	slices.SortStableFunc(steps, func(a, b *Step) int { return strings.Compare(a.ID, b.ID) })
 	return steps, err
+}
+
+// foreseeReleases plans as released the removals that their driver would
+// leave in place (drivers.Leaver): a directory no longer declared that
+// will still hold something once this reconcile has removed what it
+// removes and laid down what it declares. The apply then releases it as
+// planned, and a plan says so rather than "deleted". Deepest first, so
+// that a directory left in place keeps its parent. A removal that
+// foresight gets wrong is still released when Remove finds it so.
+func (rc *Reconciler) foreseeReleases(ctx context.Context, steps []*Step) {
+	gone := make(map[string]bool)
+	var declared []string
+	var dirs []*Step
+	for _, s := range steps {
+		p := rc.pathOf(s)
+		switch {
+		case p == "":
+		case s.Spec != nil:
+			declared = append(declared, p)
+		case s.Planned == event.ActionDelete:
+			gone[p] = true
+			if _, ok := rc.Drivers[drivers.KindDirectory].(drivers.Leaver); ok && strings.HasPrefix(s.ID, string(drivers.KindDirectory)+":") {
+				dirs = append(dirs, s)
+			}
+		}
+	}
+	slices.SortFunc(dirs, func(a, b *Step) int { return strings.Count(rc.pathOf(b), "/") - strings.Count(rc.pathOf(a), "/") })
+	for _, s := range dirs {
+		p := rc.pathOf(s)
+		why := ""
+		if i := slices.IndexFunc(declared, func(d string) bool { return strings.HasPrefix(d, p+"/") }); i >= 0 {
+			why = fmt.Sprintf("it holds %s, which is declared", declared[i])
+		} else {
+			spec, err := drivers.SpecForRemoval(s.ID)
+			if err == nil {
+				why, err = rc.Drivers[drivers.KindDirectory].(drivers.Leaver).WouldLeave(ctx, spec, func(q string) bool { return gone[q] })
+			}
+			if err != nil {
+				continue // the apply finds out
+			}
+		}
+		if why != "" {
+			s.Planned, s.Note = event.ActionReleased, fmt.Sprintf("left in place: %s", why)
+			delete(gone, p)
+		}
+	}
+}
+
+// pathOf is where the resource of s lies beneath the root: a file's,
+// directory's or archive's key, what its driver says for others
+// (drivers.Located); empty when it has no path there (a package).
+func (rc *Reconciler) pathOf(s *Step) string {
+	kind, key, ok := drivers.SplitID(s.ID)
+	if !ok {
+		return ""
+	}
+	switch kind {
+	case drivers.KindFile, drivers.KindDirectory, drivers.KindArchive:
+		return key
+	}
+	l, ok := rc.Drivers[kind].(drivers.Located)
+	if !ok {
+		return ""
+	}
+	spec := s.Spec
+	if spec == nil {
+		var err error
+		if spec, err = drivers.SpecForRemoval(s.ID); err != nil {
+			return ""
+		}
+	}
+	return l.PathOf(spec)
 }
 
 func (rc *Reconciler) driver(id string) (drivers.Driver, error) {

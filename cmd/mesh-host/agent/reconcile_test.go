@@ -230,6 +230,39 @@ func TestReleasedIsDisownedAndLeftInPlace(t *testing.T) {
 	}
 }
 
+// A removal its driver leaves in place (drivers.ErrLeftInPlace), with no
+// foresight of it in the plan, is released as it happens: journaled with
+// why, disowned, and not failed again at the next reconcile.
+func TestLeftInPlaceIsReleased(t *testing.T) {
+	b := newBed(t)
+	b.reconcile(event.TriggerManual, dir("/srv/data"), file("/etc/motd", "hi"))
+	left := fmt.Errorf("remove directory /srv/data: directory not empty: it holds entries the host does not own, so it is %w", drivers.ErrLeftInPlace)
+	b.drv[drivers.KindDirectory].fail["/srv/data"] = left
+	res := b.reconcile(event.TriggerManual, file("/etc/motd", "hi"))
+	if res.Failed != 0 {
+		t.Errorf("%d failed, want none", res.Failed)
+	}
+	var rec *event.Record
+	for _, r := range b.records() {
+		if r.Kind == event.ResourceApplied && r.Resource == "directory:/srv/data" {
+			rec = &r
+		}
+	}
+	var p event.ResourceAppliedPayload
+	if rec == nil || json.Unmarshal(rec.Payload, &p) != nil || p.Action != event.ActionReleased || p.Note != left.Error() || p.Error != "" {
+		t.Fatalf("journaled %+v (%+v), want released with the note %q", rec, p, left)
+	}
+	if _, owned := b.state().Owned["directory:/srv/data"]; owned {
+		t.Error("a resource left in place is still owned")
+	}
+	res = b.reconcile(event.TriggerTimer, file("/etc/motd", "hi"))
+	for _, s := range res.Steps {
+		if s.ID == "directory:/srv/data" {
+			t.Errorf("tried again: %+v", s)
+		}
+	}
+}
+
 // A timer reconcile that finds nothing appends exactly one small record.
 func TestQuietReconcileIsOneRecord(t *testing.T) {
 	b := newBed(t)
