@@ -380,9 +380,17 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 // that a directory left in place keeps its parent. A removal that
 // foresight gets wrong is still released when Remove finds it so.
 func (rc *Reconciler) foreseeReleases(ctx context.Context, steps []*Step) {
+	leaver, ok := rc.Drivers[drivers.KindDirectory].(drivers.Leaver)
+	if !ok {
+		return
+	}
+	type removal struct {
+		step *Step
+		path string
+	}
 	gone := make(map[string]bool)
-	var declared []string
-	var dirs []*Step
+	var declared []string // sorted below: what is beneath a path is found by search
+	var dirs []removal
 	for _, s := range steps {
 		p := rc.pathOf(s)
 		switch {
@@ -391,29 +399,32 @@ func (rc *Reconciler) foreseeReleases(ctx context.Context, steps []*Step) {
 			declared = append(declared, p)
 		case s.Planned == event.ActionDelete:
 			gone[p] = true
-			if _, ok := rc.Drivers[drivers.KindDirectory].(drivers.Leaver); ok && strings.HasPrefix(s.ID, string(drivers.KindDirectory)+":") {
-				dirs = append(dirs, s)
+			if kind, _, _ := drivers.SplitID(s.ID); kind == drivers.KindDirectory {
+				dirs = append(dirs, removal{s, p})
 			}
 		}
 	}
-	slices.SortFunc(dirs, func(a, b *Step) int { return strings.Count(rc.pathOf(b), "/") - strings.Count(rc.pathOf(a), "/") })
-	for _, s := range dirs {
-		p := rc.pathOf(s)
+	if len(dirs) == 0 {
+		return
+	}
+	slices.Sort(declared)
+	slices.SortFunc(dirs, func(a, b removal) int { return strings.Count(b.path, "/") - strings.Count(a.path, "/") })
+	for _, d := range dirs {
 		why := ""
-		if i := slices.IndexFunc(declared, func(d string) bool { return strings.HasPrefix(d, p+"/") }); i >= 0 {
+		if i, _ := slices.BinarySearch(declared, d.path+"/"); i < len(declared) && strings.HasPrefix(declared[i], d.path+"/") {
 			why = fmt.Sprintf("it holds %s, which is declared", declared[i])
 		} else {
-			spec, err := drivers.SpecForRemoval(s.ID)
+			spec, err := drivers.SpecForRemoval(d.step.ID)
 			if err == nil {
-				why, err = rc.Drivers[drivers.KindDirectory].(drivers.Leaver).WouldLeave(ctx, spec, func(q string) bool { return gone[q] })
+				why, err = leaver.WouldLeave(ctx, spec, func(q string) bool { return gone[q] })
 			}
 			if err != nil {
 				continue // the apply finds out
 			}
 		}
 		if why != "" {
-			s.Planned, s.Note = event.ActionReleased, fmt.Sprintf("left in place: %s", why)
-			delete(gone, p)
+			d.step.Planned, d.step.Note = event.ActionReleased, fmt.Sprintf("left in place: %s", why)
+			delete(gone, d.path)
 		}
 	}
 }
