@@ -86,9 +86,9 @@ func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *dec
 func whyFailed(hb *linkproto.Heartbeat) string {
 	switch {
 	case hb.Failed > 0:
-		return plural(hb.Failed, "failed resource")
+		return Plural(hb.Failed, "failed resource")
 	case hb.Drifted > 0:
-		return plural(hb.Drifted, "drifted resource") + " it has not repaired"
+		return Plural(hb.Drifted, "drifted resource") + " it has not repaired"
 	}
 	return "a failed reconcile"
 }

@@ -45,40 +45,27 @@ func (c *Client) Records(ctx context.Context, node string, from uint64, fn func(
 		return fmt.Errorf("read the events of %s: %w", node, err)
 	}
 	defer p.close(ctx)
-	// Each fetch asks for no more than the consumer has pending: a fetch
-	// for more waits out its whole wait for messages that are not there,
-	// and `meshctl journal` of a node with a few dozen records took 5 s.
 	var bad int
 	var fnErr error
-	done := false
-	for pending := p.pending(); pending > 0 && !done; {
-		handed, err := p.each(ctx, int(min(pending, fetchBatch)), dialTimeout, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
-			pending = md.NumPending
-			if done || fnErr != nil {
-				return
-			}
-			// What was there when it started: a node online goes on
-			// publishing.
-			done = md.Sequence.Stream >= last.Sequence
-			r, err := subjectRecord(m.Subject(), m.Data())
-			switch {
-			case err != nil:
-				bad++
-			case r.Seq >= from:
-				fnErr = fn(r)
-			}
-		})
-		if err != nil {
-			return fmt.Errorf("read the events of %s: %w", node, err)
+	// A fetch that brings none is the last message gone (its age ran
+	// out) while reading: there is no more.
+	_, err = p.drain(ctx, fetchBatch, dialTimeout, func(m jetstream.Msg, md *jetstream.MsgMetadata) bool {
+		r, err := subjectRecord(m.Subject(), m.Data())
+		switch {
+		case err != nil:
+			bad++
+		case r.Seq >= from:
+			fnErr = fn(r)
 		}
-		if fnErr != nil {
-			return fnErr
-		}
-		// None: the last message went (its age ran out) while reading;
-		// there is no more.
-		if handed == 0 {
-			break
-		}
+		// What was there when it started: a node online goes on
+		// publishing.
+		return fnErr == nil && md.Sequence.Stream < last.Sequence
+	})
+	if err != nil {
+		return fmt.Errorf("read the events of %s: %w", node, err)
+	}
+	if fnErr != nil {
+		return fnErr
 	}
 	if bad > 0 {
 		return fmt.Errorf("%d messages of %s's events are not journal records, or not the record their subject names", bad, node)

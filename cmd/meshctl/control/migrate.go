@@ -79,39 +79,27 @@ func (s *Service) copyLegacyEvents(ctx context.Context, js jetstream.JetStream, 
 	defer p.close(ctx)
 	nc := js.Conn()
 	var moved []string
-	for done := false; !done; {
-		msgs, err := p.next(ctx, fetchBatch, dialTimeout)
-		if err != nil {
-			return nil, err
+	var pubErr error
+	_, err = p.drain(ctx, fetchBatch, dialTimeout, func(m jetstream.Msg, md *jetstream.MsgMetadata) bool {
+		more := md.Sequence.Stream < last.Sequence
+		mesh, node, err := linkproto.NodeOf(m.Subject())
+		seq, serr := legacySeq(m)
+		if err != nil || serr != nil {
+			s.Log.Warn("not moving an events message that is no record", "subject", m.Subject(), "stream_seq", md.Sequence.Stream, "err", errors.Join(err, serr))
+			return more
 		}
-		done = len(msgs) == 0
-		for _, m := range msgs {
-			md, err := m.Metadata()
-			if err != nil {
-				return nil, err
-			}
-			done = md.Sequence.Stream >= last.Sequence
-			mesh, node, err := linkproto.NodeOf(m.Subject())
-			seq, serr := legacySeq(m)
-			if err != nil || serr != nil {
-				s.Log.Warn("not moving an events message that is no record", "subject", m.Subject(), "stream_seq", md.Sequence.Stream, "err", errors.Join(err, serr))
-				if done {
-					break
-				}
-				continue
-			}
-			c := &nats.Msg{Subject: linkproto.EventSubject(mesh, node, seq), Header: nats.Header{}, Data: m.Data()}
-			c.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-			// The stream sends no acknowledgements (NoAck); what was
-			// stored is checked before the old copies go.
-			if err := nc.PublishMsg(c); err != nil {
-				return nil, err
-			}
-			moved = append(moved, c.Subject)
-			if done {
-				break
-			}
+		c := &nats.Msg{Subject: linkproto.EventSubject(mesh, node, seq), Header: nats.Header{}, Data: m.Data()}
+		c.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		// The stream sends no acknowledgements (NoAck); what was
+		// stored is checked before the old copies go.
+		if pubErr = nc.PublishMsg(c); pubErr != nil {
+			return false
 		}
+		moved = append(moved, c.Subject)
+		return more
+	})
+	if err = errors.Join(err, pubErr); err != nil {
+		return nil, err
 	}
 	return moved, nc.FlushTimeout(dialTimeout)
 }

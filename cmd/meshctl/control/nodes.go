@@ -306,19 +306,14 @@ func readLast(ctx context.Context, stream jetstream.Stream, filter string, fn fu
 		return err
 	}
 	defer p.close(ctx)
-	for pending := p.pending(); pending > 0; {
-		handed, err := p.each(ctx, int(min(pending, readBatch)), dialTimeout, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
-			pending = md.NumPending
-			fn(m)
-		})
-		if err != nil {
-			return err
-		}
-		if handed == 0 {
-			return fmt.Errorf("%d messages pending, none delivered within %s", pending, dialTimeout)
-		}
+	stalled, err := p.drain(ctx, readBatch, dialTimeout, func(m jetstream.Msg, _ *jetstream.MsgMetadata) bool {
+		fn(m)
+		return true
+	})
+	if err == nil && stalled > 0 {
+		err = fmt.Errorf("%d messages pending, none delivered within %s", stalled, dialTimeout)
 	}
-	return nil
+	return err
 }
 
 func stateOf(s NodeStatus, now time.Time) string {

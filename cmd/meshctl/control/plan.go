@@ -311,7 +311,7 @@ func printPlanText(w io.Writer, results []PlanResult) error {
 		if len(g.Steps) > 0 {
 			what = fmt.Sprintf("%d to change", len(g.Steps)+g.Omitted)
 		}
-		fmt.Fprintf(w, "%s: %s, %d unchanged\n  %s\n", plural(len(g.Nodes), "node"), what, g.Unchanged, nodeList(g.Nodes))
+		fmt.Fprintf(w, "%s: %s, %d unchanged\n  %s\n", Plural(len(g.Nodes), "node"), what, g.Unchanged, nodeList(g.Nodes))
 		for _, s := range g.Steps {
 			var detail []string
 			if len(s.Differs) > 0 {
@@ -341,13 +341,13 @@ func printPlanText(w io.Writer, results []PlanResult) error {
 			}
 		}
 	}
-	parts := []string{fmt.Sprintf("%d planned (%s)", count(results, PlanPlanned), plural(len(groups), "plan"))}
+	parts := []string{fmt.Sprintf("%d planned (%s)", count(results, PlanPlanned), Plural(len(groups), "plan"))}
 	for _, status := range []string{PlanOffline, PlanRefused, PlanBusy, PlanFailed} {
 		if n := count(results, status); n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, status))
 		}
 	}
-	_, err := fmt.Fprintf(w, "%s: %s\n", plural(len(results), "node"), strings.Join(parts, ", "))
+	_, err := fmt.Fprintf(w, "%s: %s\n", Plural(len(results), "node"), strings.Join(parts, ", "))
 	return err
 }
 
@@ -363,9 +363,7 @@ func count(results []PlanResult, status string) int {
 
 // Plural is n and what, with an s after it unless n is 1: "1 node",
 // "2 nodes".
-func Plural(n int, what string) string { return plural(n, what) }
-
-func plural(n int, what string) string {
+func Plural(n int, what string) string {
 	if n == 1 {
 		return "1 " + what
 	}

@@ -54,6 +54,32 @@ func (p *puller) close(ctx context.Context) {
 	_ = p.stream.DeleteConsumer(context.WithoutCancel(ctx), p.cons.CachedInfo().Name)
 }
 
+// drain hands fn each message the consumer has to deliver, in order, each
+// fetch asking for at most batch and never for more than the consumer has
+// pending: a fetch for more waits out its whole wait for messages that
+// are not there, and `meshctl journal` of any node took 5 s. It ends when
+// nothing is pending, when fn returns false (the rest of a batch already
+// on its way is dropped), or when a fetch brings none within wait:
+// stalled is then how many the consumer still counted pending.
+func (p *puller) drain(ctx context.Context, batch int, wait time.Duration, fn func(jetstream.Msg, *jetstream.MsgMetadata) bool) (stalled uint64, err error) {
+	more := true
+	for pending := p.pending(); pending > 0 && more; {
+		handed, err := p.each(ctx, int(min(pending, uint64(batch))), wait, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+			pending = md.NumPending
+			if more {
+				more = fn(m, md)
+			}
+		})
+		if err != nil {
+			return 0, err
+		}
+		if handed == 0 {
+			return pending, nil
+		}
+	}
+	return 0, nil
+}
+
 // next returns up to n messages, waiting at most wait for the first; none
 // when there were none in that time.
 func (p *puller) next(ctx context.Context, n int, wait time.Duration) ([]jetstream.Msg, error) {

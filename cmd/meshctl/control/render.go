@@ -293,7 +293,7 @@ func PrintDiff(w io.Writer, diffs []NodeDiff) error {
 			io.WriteString(w, text)
 		}
 	}
-	fmt.Fprintf(w, "%s: %d to change, %d unchanged, %d do not render\n", plural(len(diffs), "node"), changed, same, failed)
+	fmt.Fprintf(w, "%s: %d to change, %d unchanged, %d do not render\n", Plural(len(diffs), "node"), changed, same, failed)
 	return nil
 }
 
