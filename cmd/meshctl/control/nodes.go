@@ -482,7 +482,7 @@ func Summary(nodes []NodeStatus) string {
 		}
 		return strings.Join(parts, ", ")
 	}
-	return fmt.Sprintf("%d nodes: %s; versions: %s", len(nodes), count(states), count(versions))
+	return fmt.Sprintf("%s: %s; versions: %s", Plural(len(nodes), "node"), count(states), count(versions))
 }
 
 // Select keeps the nodes whose labels sel matches.

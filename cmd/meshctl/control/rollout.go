@@ -283,7 +283,7 @@ func (c *Client) StartRollout(ctx context.Context, opt RolloutOptions) (*Rollout
 		}
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("%w: %d nodes do not render, so nothing is pushed:\n%s", ErrRefused, len(problems), strings.Join(problems, "\n"))
+		return nil, fmt.Errorf("%w: %s, so nothing is pushed:\n%s", ErrRefused, doNotRender(len(problems)), strings.Join(problems, "\n"))
 	}
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: the selector %q selects no node to roll out to", ErrRefused, opt.Selector)
@@ -551,4 +551,12 @@ func (c *Client) rolloutDeclaration(ctx context.Context, f *fleet, r *Rollout, n
 		return nil, rd.read, nil
 	}
 	return rd.Declaration, rd.read, nil
+}
+
+// doNotRender says how many nodes do not render, in agreement.
+func doNotRender(n int) string {
+	if n == 1 {
+		return "1 node does not render"
+	}
+	return fmt.Sprintf("%d nodes do not render", n)
 }

@@ -116,7 +116,7 @@ func (c *Client) AbortRollout(ctx context.Context, out io.Writer, id string, rev
 		}
 	}
 	if len(problems) > 0 {
-		return r, fmt.Errorf("%d nodes not reverted:\n%s", len(problems), strings.Join(problems, "\n"))
+		return r, fmt.Errorf("%s not reverted:\n%s", Plural(len(problems), "node"), strings.Join(problems, "\n"))
 	}
 	return r, nil
 }
