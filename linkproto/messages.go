@@ -109,7 +109,8 @@ type PlanAnswer struct {
 }
 
 // PlanStep is one resource's part in a plan: what would be done to it,
-// how it differs now, and the error observing it met.
+// how it differs now, the error observing it met, and why, when that is
+// not plain.
 type PlanStep struct {
 	ID      string       `json:"id"`
 	Action  event.Action `json:"action"`
@@ -118,6 +119,9 @@ type PlanStep struct {
 	// outside it.
 	Drift bool   `json:"drift,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Note is the reconciler's remark on the step: why a resource no
+	// longer declared is released rather than deleted.
+	Note string `json:"note,omitempty"`
 }
 
 // Fit drops steps from the end of a until it encodes within

@@ -113,7 +113,7 @@ func PlanSteps(res *agent.Result) (steps []linkproto.PlanStep, unchanged int) {
 			unchanged++
 			continue
 		}
-		ps := linkproto.PlanStep{ID: s.ID, Action: s.Planned, Drift: s.Drift}
+		ps := linkproto.PlanStep{ID: s.ID, Action: s.Planned, Drift: s.Drift, Note: s.Note}
 		if s.Planned != event.ActionCreate {
 			ps.Differs = s.Observation.Differs
 		}

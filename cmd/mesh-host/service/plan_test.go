@@ -51,18 +51,22 @@ func TestPlanAnswersAndJournalsOnce(t *testing.T) {
 			{ID: "file:/etc/motd", Planned: event.ActionUpdate, Observation: drivers.Observation{Differs: []string{"content"}}},
 			{ID: "file:/etc/hosts", Planned: event.ActionUnchanged},
 			{ID: "unit:app.service", Planned: event.ActionCreate, Err: errors.New("observe: no manager")},
+			{ID: "directory:/etc/app", Planned: event.ActionReleased, Note: "left in place: it holds what the host does not own"},
 		}}, nil
 	}
 	before := lastRecord(t, j).Seq
 	a := h.Plan(context.Background(), planRequest(2, linkprototest.Doc(2, "secret-looking content\n")))
-	if a.Refused != "" || a.Seq != before+1 || a.Unchanged != 1 || len(a.Steps) != 2 {
-		t.Fatalf("got %+v, want two steps, one unchanged, journaled next", a)
+	if a.Refused != "" || a.Seq != before+1 || a.Unchanged != 1 || len(a.Steps) != 3 {
+		t.Fatalf("got %+v, want three steps, one unchanged, journaled next", a)
 	}
 	if s := a.Steps[0]; s.ID != "file:/etc/motd" || s.Action != event.ActionUpdate || len(s.Differs) != 1 {
 		t.Errorf("first step: got %+v", s)
 	}
 	if s := a.Steps[1]; s.Error == "" {
 		t.Errorf("a step that met an error: got %+v, want its error", s)
+	}
+	if s := a.Steps[2]; s.Action != event.ActionReleased || !strings.HasPrefix(s.Note, "left in place: ") {
+		t.Errorf("a released step: got %+v, want the reason it is left in place", s)
 	}
 	if planned == nil || planned.Revision != 2 {
 		t.Fatalf("planned %+v, want revision 2", planned)

@@ -323,6 +323,9 @@ func printPlanText(w io.Writer, results []PlanResult) error {
 			if s.Error != "" {
 				detail = append(detail, s.Error)
 			}
+			if s.Note != "" {
+				detail = append(detail, s.Note)
+			}
 			fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("    %-10s  %-44s  %s", s.Action, s.ID, strings.Join(detail, "; ")), " "))
 		}
 		if g.Omitted > 0 {

@@ -57,7 +57,8 @@ func TestPrintPlans(t *testing.T) {
 	for i := range 12 {
 		results = append(results, planned(fmt.Sprintf("web-%02d", i+1), 2, 3, motd))
 	}
-	results = append(results, planned("db-1", 2, 5))
+	etc := linkproto.PlanStep{ID: "directory:/etc/app", Action: event.ActionReleased, Note: "left in place: it holds what the host does not own"}
+	results = append(results, planned("db-1", 2, 5, etc))
 	var buf bytes.Buffer
 	if err := PrintPlans(&buf, results, false); err != nil {
 		t.Fatalf("every node planned: got %v", err)
@@ -65,8 +66,9 @@ func TestPrintPlans(t *testing.T) {
 	want := `12 nodes: 1 to change, 3 unchanged
   web-01, web-02, web-03, web-04, web-05, web-06, web-07, web-08, web-09, web-10 and 2 more
     updated     file:/etc/motd                                differs: content
-1 node: no changes, 5 unchanged
+1 node: 1 to change, 5 unchanged
   db-1
+    released    directory:/etc/app                            left in place: it holds what the host does not own
 13 nodes: 13 planned (2 plans)
 `
 	if buf.String() != want {
