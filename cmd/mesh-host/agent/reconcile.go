@@ -13,7 +13,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -367,6 +369,7 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 	})
 	if err == nil {
 		rc.foreseeReleases(ctx, steps)
+		rc.foreseeMissingParents(steps)
 	}
 	slices.SortStableFunc(steps, func(a, b *Step) int { return strings.Compare(a.ID, b.ID) })
 	return steps, err
@@ -428,6 +431,75 @@ func (rc *Reconciler) foreseeReleases(ctx context.Context, steps []*Step) {
 		}
 	}
 }
+
+// foreseeMissingParents gives a plan's creation of a file, directory or
+// archive the error its apply would meet when its parent directory
+// neither exists nor is declared: the drivers create no parents. A plan
+// that said "created" there would be the plan of an apply that fails. The
+// step's error is only the plan's: apply tries it again, as it does every
+// step whose observation failed. A creation beneath a declared directory
+// that itself cannot be created is told so too.
+func (rc *Reconciler) foreseeMissingParents(steps []*Step) {
+	if rc.Root == nil {
+		return
+	}
+	type creation struct {
+		step *Step
+		kind drivers.Kind
+		path string
+	}
+	var made []creation
+	declared := make(map[string]*Step) // the directories a declaration lays down, by path
+	for _, s := range steps {
+		kind, key, ok := drivers.SplitID(s.ID)
+		if !ok || s.Spec == nil {
+			continue
+		}
+		switch kind {
+		case drivers.KindDirectory, drivers.KindArchive:
+			declared[key] = s
+		case drivers.KindFile:
+		default:
+			continue
+		}
+		if s.Planned == event.ActionCreate && s.Err == nil {
+			made = append(made, creation{s, kind, key})
+		}
+	}
+	// Shallowest first: a declared parent is judged before what it holds.
+	slices.SortStableFunc(made, func(a, b creation) int { return strings.Count(a.path, "/") - strings.Count(b.path, "/") })
+	exists := make(map[string]bool)
+	for _, c := range made {
+		dir := path.Dir(c.path)
+		if dir == "/" {
+			continue
+		}
+		if p := declared[dir]; p != nil {
+			if errors.Is(p.Err, ErrNoParent) {
+				c.step.Err = fmt.Errorf("%s %s: %w: its directory %s cannot be created either", c.kind, c.path, ErrNoParent, dir)
+			}
+			continue
+		}
+		there, seen := exists[dir]
+		if !seen {
+			f, err := rc.Root.OpenDir(dir)
+			if err == nil {
+				f.Close()
+			}
+			// Only absence is foreseen; anything else in the way (a
+			// symlink, a file) the driver refuses in its own words.
+			there = !errors.Is(err, fs.ErrNotExist)
+			exists[dir] = there
+		}
+		if !there {
+			c.step.Err = fmt.Errorf("%s %s: %w: declare the directory %s (the host creates no parents)", c.kind, c.path, ErrNoParent, dir)
+		}
+	}
+}
+
+// ErrNoParent is a plan's word for a creation its driver would refuse:
+// the parent directory neither exists nor is declared.
+var ErrNoParent = errors.New("parent directory does not exist")
 
 // pathOf is where the resource of s lies beneath the root: a file's,
 // directory's or archive's key, what its driver says for others
