@@ -46,6 +46,9 @@ func (e *env) withJournal(fn func(j *journal.Journal) error) error {
 		}
 	}
 	j, err := hostjournal.OpenReadOnly(e.cli.journalPath())
+	if errors.Is(err, journal.ErrNotExist) {
+		return failed("%w: this host has journaled nothing yet (check --state-dir); it starts with mesh-host apply FILE, or with mesh-host enrol then mesh-host serve", err)
+	}
 	if err != nil {
 		return failed("%w", err)
 	}
