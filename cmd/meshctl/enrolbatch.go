@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -106,12 +107,16 @@ func (c *enrolCmd) runBatch(e *env) error {
 
 // readBatch reads and checks an enrolment batch: NODE [KEY=VALUE ...] a
 // line; blank lines and lines starting with # are skipped. Every node is a
-// valid name and appears once; its edits are common's, then its own.
+// valid name and appears once; its edits are common's, then its own. Every
+// line is checked, and the refusal names each bad one (the first
+// maxBatchProblems): a batch of thousands is mended in one pass.
 func readBatch(name string, r io.Reader, common []string) ([]batchLine, error) {
 	if err := labels.CheckEdits(common); err != nil {
 		return nil, fmt.Errorf("--label: %w", err)
 	}
 	var out []batchLine
+	var problems []string
+	bad := 0
 	seen := map[string]string{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxBatchLine)
@@ -122,28 +127,53 @@ func readBatch(name string, r io.Reader, common []string) ([]batchLine, error) {
 		}
 		where := fmt.Sprintf("%s:%d", name, n)
 		l := batchLine{node: fields[0], edits: append(append([]string(nil), common...), fields[1:]...)}
-		if err := linkproto.ValidName(l.node); err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
-		}
-		if prev, ok := seen[l.node]; ok {
-			return nil, fmt.Errorf("%s: %s is enrolled at %s already", where, l.node, prev)
-		}
-		seen[l.node] = where
-		for _, edit := range fields[1:] {
-			if !strings.Contains(edit, "=") {
-				return nil, fmt.Errorf("%s: %q: a label is KEY=VALUE", where, edit)
+		if err := checkBatchLine(l, fields[1:], seen, where); err != nil {
+			if bad++; len(problems) < maxBatchProblems {
+				problems = append(problems, fmt.Sprintf("%s: %v", where, err))
 			}
-		}
-		if _, err := (labels.Set{}).Apply(l.edits); err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
+			continue
 		}
 		out = append(out, l)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if len(out) == 0 {
+	switch {
+	case bad == 1:
+		return nil, errors.New(problems[0])
+	case bad > 1:
+		more := ""
+		if bad > len(problems) {
+			more = fmt.Sprintf("\n(and %d more)", bad-len(problems))
+		}
+		return nil, fmt.Errorf("%s: %d lines are refused, so no token is issued:\n%s%s", name, bad, strings.Join(problems, "\n"), more)
+	case len(out) == 0:
 		return nil, fmt.Errorf("%s: no node in it", name)
 	}
 	return out, nil
+}
+
+// maxBatchProblems is how many bad lines a refused batch names.
+const maxBatchProblems = 20
+
+// checkBatchLine checks one line of a batch: its node's name, that the
+// node is not on an earlier line (seen, which it adds it to), and its
+// labels.
+func checkBatchLine(l batchLine, edits []string, seen map[string]string, where string) error {
+	if err := linkproto.ValidName(l.node); err != nil {
+		return err
+	}
+	if prev, ok := seen[l.node]; ok {
+		return fmt.Errorf("%s is enrolled at %s already", l.node, prev)
+	}
+	seen[l.node] = where
+	for _, edit := range edits {
+		if !strings.Contains(edit, "=") {
+			return fmt.Errorf("%q: a label is KEY=VALUE", edit)
+		}
+	}
+	if _, err := (labels.Set{}).Apply(l.edits); err != nil {
+		return err
+	}
+	return nil
 }
