@@ -160,9 +160,14 @@ func progressBar(r *control.Rollout) string {
 	if len(r.Nodes) > 0 {
 		fill = done * width / len(r.Nodes)
 	}
-	return fmt.Sprintf("[%s%s] %d/%d  converged %d  unchanged %d  failed %d  %s ",
+	reverted := ""
+	if n := counts[control.StepReverted]; n > 0 {
+		// A reverted node failed or converged first: counted as neither.
+		reverted = fmt.Sprintf("  reverted %d", n)
+	}
+	return fmt.Sprintf("[%s%s] %d/%d  converged %d  unchanged %d  failed %d%s  %s ",
 		strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, len(r.Nodes),
-		counts[control.StepConverged], counts[control.StepUnchanged], counts[control.StepFailed], r.State)
+		counts[control.StepConverged], counts[control.StepUnchanged], counts[control.StepFailed], reverted, r.State)
 }
 
 type rolloutStatusCmd struct {
