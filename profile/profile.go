@@ -214,7 +214,7 @@ func (p *Parsed) checkReferences(n *yaml.Node, list *Errors) {
 				p.usesFacts = true
 			}
 			if msg := p.refProblem(ref.name); msg != "" {
-				line, col := refPosition(s, ref.offset)
+				line, col := refPosition(p.Source, s, ref.offset)
 				*list = append(*list, &Error{File: p.File, Line: line, Column: col, Msg: msg})
 			}
 		}
@@ -279,17 +279,70 @@ func references(s string) []reference {
 	}
 }
 
-// refPosition places the byte at offset of scalar s: exactly for a scalar
-// on one line, at the scalar otherwise.
-func refPosition(s *yaml.Node, offset int) (line, col int) {
+// refPosition places the byte at offset of scalar s in src, the profile's
+// source: exactly for a scalar on one line, quoted or not, escapes and
+// all; at the scalar otherwise.
+func refPosition(src string, s *yaml.Node, offset int) (line, col int) {
+	if s.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+		if c, ok := quotedColumn(sourceLine(src, s.Line), s.Column, utf8.RuneCountInString(s.Value[:offset])); ok {
+			return s.Line, c
+		}
+		return s.Line, s.Column
+	}
 	if strings.Contains(s.Value, "\n") || s.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
 		return s.Line, s.Column
 	}
-	col = s.Column + utf8.RuneCountInString(s.Value[:offset])
-	if s.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
-		col++
+	return s.Line, s.Column + utf8.RuneCountInString(s.Value[:offset])
+}
+
+// sourceLine is line n (from 1) of src, without its end.
+func sourceLine(src string, n int) string {
+	for ; n > 1; n-- {
+		_, rest, ok := strings.Cut(src, "\n")
+		if !ok {
+			return ""
+		}
+		src = rest
 	}
-	return s.Line, col
+	line, _, _ := strings.Cut(src, "\n")
+	return line
+}
+
+// quotedColumn is the column (from 1, in characters, as YAML counts them)
+// of the character that is the nth of the value of the quoted scalar
+// opening at column quote of line: each escape is one character of the
+// value ("\t" or "\x41" in double quotes, a doubled quote in single ones). It is not ok when the value does not reach its
+// nth character on this line (a scalar folded over lines).
+func quotedColumn(line string, quote, nth int) (int, bool) {
+	raw := []rune(line)
+	if quote < 1 || quote > len(raw) || raw[quote-1] != '"' && raw[quote-1] != '\'' {
+		return 0, false
+	}
+	q := raw[quote-1]
+	for i, seen := quote, 0; i < len(raw); seen++ {
+		switch {
+		case raw[i] == q && (q == '"' || i+1 >= len(raw) || raw[i+1] != '\''):
+			return 0, false // the scalar ended first
+		case seen == nth:
+			return i + 1, true
+		case q == '\'' && raw[i] == '\'':
+			i += 2 // '' is one '
+		case q == '"' && raw[i] == '\\' && i+1 < len(raw):
+			switch raw[i+1] {
+			case 'x':
+				i += 4
+			case 'u':
+				i += 6
+			case 'U':
+				i += 10
+			default:
+				i += 2
+			}
+		default:
+			i++
+		}
+	}
+	return 0, false
 }
 
 // walkScalars calls f on every scalar value under n (mapping keys are

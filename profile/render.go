@@ -179,7 +179,7 @@ func (p *Parsed) render(node Node, revision uint64) (*declaration.Declaration, [
 			last = ref.end
 			v, msg := p.value(node, ref.name)
 			if msg != "" {
-				line, col := refPosition(s, ref.offset)
+				line, col := refPosition(p.Source, s, ref.offset)
 				list = append(list, &Error{File: p.File, Line: line, Column: col, Msg: msg})
 				continue
 			}
