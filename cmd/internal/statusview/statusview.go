@@ -51,7 +51,10 @@ func Print(out io.Writer, s projector.State, o Options) error {
 	}
 	if f := s.Facts; f != nil {
 		osName := strings.TrimSpace(f.OSID + " " + f.OSVersion)
-		line("machine", "%s: %s, %s, kernel %s, %d cores, %d MiB, boot %s, addresses %s", f.Hostname, orNone(osName), f.Arch, f.Kernel, f.Cores, f.MemoryMB, orNone(f.BootID), orNone(strings.Join(f.Addresses, " ")))
+		if osName == "" {
+			osName = "OS unknown (no os-release under the root)"
+		}
+		line("machine", "%s: %s, %s, kernel %s, %d cores, %d MiB, boot %s, addresses %s", f.Hostname, osName, f.Arch, f.Kernel, f.Cores, f.MemoryMB, orNone(f.BootID), orNone(strings.Join(f.Addresses, " ")))
 	}
 	line("known-good", "%s", orNone(s.KnownGood))
 	versions := make([]string, 0, len(s.Versions))

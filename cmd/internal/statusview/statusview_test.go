@@ -17,7 +17,7 @@ func TestMachineLineNamesTheWholeBoot(t *testing.T) {
 	if err := Print(&out, s, Options{}); err != nil {
 		t.Fatal(err)
 	}
-	want := "web-1: none, amd64, kernel 6.1.0, 2 cores, 1024 MiB, boot " + boot + ", addresses none"
+	want := "web-1: OS unknown (no os-release under the root), amd64, kernel 6.1.0, 2 cores, 1024 MiB, boot " + boot + ", addresses none"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("status:\n%s\nwant a machine line with %q", out.String(), want)
 	}

@@ -7,6 +7,9 @@ package facts
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -42,7 +45,7 @@ func Gather(root, version string) event.HostFactsPayload {
 // osRelease reads ID and VERSION_ID from root's os-release.
 func osRelease(root string) (id, version string) {
 	for _, p := range []string{"etc/os-release", "usr/lib/os-release"} {
-		b, err := os.ReadFile(filepath.Join(root, p))
+		b, err := readInRoot(root, p)
 		if err != nil {
 			continue
 		}
@@ -62,9 +65,59 @@ func osRelease(root string) (id, version string) {
 				version = v
 			}
 		}
-		return id, version
+		return bounded(id), bounded(version)
 	}
 	return "", ""
+}
+
+// maxRelease bounds what is read of an os-release file, which is a few
+// hundred bytes.
+const maxRelease = 64 << 10
+
+// maxFact bounds an OS fact read from the machine's files: the record
+// and every report carry it.
+const maxFact = 128
+
+func bounded(s string) string {
+	if len(s) > maxFact {
+		return s[:maxFact]
+	}
+	return s
+}
+
+// readInRoot reads the regular file p beneath root as the machine would,
+// symlinks resolved as if root were / (etc/os-release is a symlink to
+// ../usr/lib/os-release on most systems), so that no symlink in root
+// leads out of it. A FIFO or a device is not read (a FIFO would hold the
+// service), nor more than maxRelease bytes. Without openat2 (Linux before
+// 5.6), only root / is read, where no path leads out.
+func readInRoot(root, p string) ([]byte, error) {
+	flags := unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
+	dir, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Openat2(dir, p, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	unix.Close(dir)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) { // no openat2, or a seccomp filter refusing it
+		if filepath.Clean(root) != "/" {
+			return nil, err
+		}
+		fd, err = unix.Open("/"+p, flags, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", p)
+	}
+	return io.ReadAll(io.LimitReader(f, maxRelease))
 }
 
 // memoryMB is MemTotal from /proc/meminfo, in MiB.
@@ -99,5 +152,13 @@ func addresses() []string {
 		}
 	}
 	slices.Sort(out)
+	if len(out) > maxAddresses {
+		out = out[:maxAddresses]
+	}
 	return out
 }
+
+// maxAddresses bounds the addresses a host reports: a machine holding
+// thousands (a load balancer's) would make every report and host.facts
+// record as large.
+const maxAddresses = 64
