@@ -39,6 +39,9 @@ func Dial(a *Authority, urls []string) (*nats.Conn, error) {
 		nats.Name("meshctl"),
 		nats.Timeout(dialTimeout),
 	)
+	if errors.Is(err, nats.ErrNoServers) {
+		return nil, fmt.Errorf("connect to %s: %w (is `meshctl serve` running, or --nats right?)", strings.Join(urls, ","), err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", strings.Join(urls, ","), err)
 	}
