@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/projector"
@@ -470,5 +473,29 @@ func TestDurationForms(t *testing.T) {
 		if err := json.Unmarshal(b, &back); err != nil || time.Duration(back) != d {
 			t.Errorf("%v came back as %v, %v", d, time.Duration(back), err)
 		}
+	}
+}
+
+// TestTokenIssuedAt: a token says when it was made; one made before the
+// field existed is dated by its bootstrap JWT, to the second; one with
+// neither is dated the zero time, which every refusal covers.
+func TestTokenIssuedAt(t *testing.T) {
+	made := time.Date(2026, 12, 4, 12, 0, 0, 500, time.UTC)
+	if got := (linkproto.Token{Issued: made}).IssuedAt(); !got.Equal(made) {
+		t.Errorf("with Issued: got %v, want %v", got, made)
+	}
+	acc, _ := nkeys.CreateAccount()
+	user, _ := nkeys.CreateUser()
+	pub, _ := user.PublicKey()
+	before := time.Now().Truncate(time.Second)
+	boot, err := jwt.NewUserClaims(pub).Encode(acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := (linkproto.Token{Bootstrap: boot}).IssuedAt(); got.Before(before) || got.After(time.Now()) {
+		t.Errorf("from the bootstrap JWT: got %v, want about now (%v)", got, before)
+	}
+	if got := (linkproto.Token{Bootstrap: "not a jwt"}).IssuedAt(); !got.IsZero() {
+		t.Errorf("with neither: got %v, want the zero time", got)
 	}
 }

@@ -129,7 +129,8 @@ const (
 	SealKeysBucket = "MESH_SEAL_KEYS"
 	// TokensBucket records each redeemed enrolment token: key MESH.ID,
 	// created once, so a token is redeemed once however many control
-	// services answer.
+	// services answer; and, key MESH.refused.NODE, when a node was last
+	// revoked or removed: its tokens made until then are refused.
 	TokensBucket = "MESH_TOKENS"
 	// NodesBucket holds each node's credential: key MESH.NODE, value a
 	// NodeCredential record (package control) with its public key, expiry

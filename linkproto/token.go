@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 )
 
@@ -56,6 +57,10 @@ type Token struct {
 	// Expires is when the token stops being redeemable; the bootstrap
 	// user's JWT expires then too.
 	Expires time.Time `json:"expires"`
+	// Issued is when the token was made: one made before its node was
+	// revoked or removed is refused. (Tokens made before this field have
+	// only their bootstrap JWT's issue time, to the second: IssuedAt.)
+	Issued time.Time `json:"issued,omitzero"`
 	// Bootstrap is the bootstrap user's JWT: a bearer token (it needs no
 	// key, so the token holds no private key at all) allowed only to
 	// publish on EnrolSubject(Mesh, ID) and subscribe to
@@ -192,6 +197,19 @@ func VerifyToken(s, trusted, mesh string) (Token, error) {
 		return t, fmt.Errorf("%w: %w: the token is for mesh %s, this is mesh %s", ErrBadToken, ErrWrongNode, t.Mesh, mesh)
 	}
 	return t, nil
+}
+
+// IssuedAt is when t was made: Issued, or for a token made before that
+// field its bootstrap JWT's issue time; the zero time when neither says.
+// The token's signature covers both.
+func (t Token) IssuedAt() time.Time {
+	if !t.Issued.IsZero() {
+		return t.Issued
+	}
+	if uc, err := jwt.DecodeUserClaims(t.Bootstrap); err == nil && uc.IssuedAt > 0 {
+		return time.Unix(uc.IssuedAt, 0).UTC()
+	}
+	return time.Time{}
 }
 
 // Expired reports, as an error naming when, whether t is past its expiry

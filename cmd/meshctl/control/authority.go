@@ -571,6 +571,7 @@ func (a *Authority) IssueToken(node string, urls []string, now time.Time, ttl ti
 		SigningKey: a.SigningKey(),
 		CA:         string(a.ca.pem),
 		Expires:    now.Add(ttl).UTC().Truncate(time.Second),
+		Issued:     now.UTC(),
 	}
 	// A bearer JWT: the bootstrap user needs no key of its own, so the
 	// token carries no private key, and the JWT can do nothing but

@@ -62,6 +62,9 @@ var (
 	ErrRolledBack = errors.New("release rolled back")
 	// ErrTokenUsed is returned for an enrolment token redeemed before.
 	ErrTokenUsed = errors.New("enrolment token already used")
+	// ErrTokenRefused is returned for an enrolment token made before its
+	// node was revoked or removed.
+	ErrTokenRefused = errors.New("enrolment token refused")
 	// ErrRevoked is returned for a node whose key is revoked, or that has
 	// no credential on record.
 	ErrRevoked = errors.New("credential revoked")

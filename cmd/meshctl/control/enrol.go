@@ -50,9 +50,22 @@ type tokenUse struct {
 	Used time.Time `json:"used"`
 }
 
-// tokenKey and nodeKey are the keys of the buckets.
-func tokenKey(mesh, id string) string  { return mesh + "." + id }
-func nodeKey(mesh, node string) string { return mesh + "." + node }
+// tokensRefused is a node's other record in the TokensBucket: the tokens
+// made for it until Before are refused, because it was revoked or removed
+// then. A token is redeemable for an hour by default, and an operator who
+// ends a node's access means the tokens already handed out too.
+type tokensRefused struct {
+	Node   string    `json:"node"`
+	Before time.Time `json:"before"`
+	Why    string    `json:"why"` // "revoked" or "removed"
+}
+
+// tokenKey and nodeKey are the keys of the buckets; refusedKey is a
+// node's tokensRefused in the TokensBucket (a token's id is hex, so it is
+// never "refused").
+func tokenKey(mesh, id string) string     { return mesh + "." + id }
+func nodeKey(mesh, node string) string    { return mesh + "." + node }
+func refusedKey(mesh, node string) string { return mesh + ".refused." + node }
 
 // enrol answers one Enrol: a host presenting its token with the public
 // half of the key it made. The reasons it refuses are told to the host
@@ -110,6 +123,9 @@ func (s *Service) redeem(ctx context.Context, b *buckets, id string, req linkpro
 	if err := t.Expired(now); err != nil {
 		return node, linkproto.Credential{}, err
 	}
+	if err := tokenRefused(ctx, b.tokens, s.Mesh, t); err != nil {
+		return node, linkproto.Credential{}, err
+	}
 	use := tokenUse{Node: t.Node, Key: req.Key, Used: now.UTC()}
 	if _, err := b.tokens.Create(ctx, tokenKey(s.Mesh, t.ID), mustJSON(use)); err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -156,6 +172,41 @@ func (s *Service) redeem(ctx context.Context, b *buckets, id string, req linkpro
 		return node, linkproto.Credential{}, fmt.Errorf("record the node's sealing key: %w", err)
 	}
 	return node, linkproto.Credential{Node: t.Node, JWT: token, Expires: expires.UTC()}, nil
+}
+
+// tokenRefused is why t may not be redeemed: it was made before its node
+// was last revoked or removed. A record that cannot be read refuses too.
+func tokenRefused(ctx context.Context, tokens jetstream.KeyValue, mesh string, t linkproto.Token) error {
+	e, err := tokens.Get(ctx, refusedKey(mesh, t.Node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read whether the tokens of %s are refused: %w", t.Node, err)
+	}
+	var r tokensRefused
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return fmt.Errorf("%w: the record refusing the tokens of %s does not read: %v", ErrTokenRefused, t.Node, err)
+	}
+	issued := t.IssuedAt()
+	if issued.After(r.Before) {
+		return nil
+	}
+	return fmt.Errorf("%w: it was made at %s, and %s was %s at %s, ending every token made until then; ask for a new one with `meshctl enrol %s`",
+		ErrTokenRefused, issued.Format(time.RFC3339), t.Node, r.Why, r.Before.Format(time.RFC3339), t.Node)
+}
+
+// refuseTokens refuses every token made for node until now: it is being
+// revoked or removed (why).
+func (c *Client) refuseTokens(ctx context.Context, node, why string) error {
+	kv, err := c.bucket(ctx, linkproto.TokensBucket)
+	if err != nil {
+		return notServed("the tokens bucket "+linkproto.TokensBucket, err)
+	}
+	if _, err := kv.Put(ctx, refusedKey(c.Mesh, node), mustJSON(tokensRefused{Node: node, Before: c.Now().UTC(), Why: why})); err != nil {
+		return fmt.Errorf("refuse the tokens made for %s: %w", node, err)
+	}
+	return nil
 }
 
 // renew answers one Renew: the node's credentials signed again, for the
@@ -266,12 +317,22 @@ type keyRevoker interface {
 	Revoke(ctx context.Context, keys ...string) error
 }
 
-// Revoke ends node's access at once: its record is marked revoked (so no
-// control service renews it), then its key is revoked in the mesh account
-// the broker enforces, which closes its connection and refuses it from
-// then on. Revoking a revoked node pushes the revocation again.
+// Revoke ends node's access at once: every enrolment token made for it
+// until now is refused (one not yet redeemed would let it back), its
+// record is marked revoked (so no control service renews it), then its
+// key is revoked in the mesh account the broker enforces, which closes
+// its connection and refuses it from then on. Revoking a revoked node
+// pushes the revocation again. A node that never enrolled has no record
+// (ErrNoRecord), and its tokens are refused all the same.
 func (c *Client) Revoke(ctx context.Context, node string, r keyRevoker) (*NodeCredential, error) {
+	return c.revoke(ctx, node, r, "revoked")
+}
+
+func (c *Client) revoke(ctx context.Context, node string, r keyRevoker, why string) (*NodeCredential, error) {
 	if err := linkproto.ValidName(node); err != nil {
+		return nil, err
+	}
+	if err := c.refuseTokens(ctx, node, why); err != nil {
 		return nil, err
 	}
 	kv, err := c.bucket(ctx, linkproto.NodesBucket)
@@ -283,7 +344,7 @@ func (c *Client) Revoke(ctx context.Context, node string, r keyRevoker) (*NodeCr
 		return nil, err
 	}
 	if rec == nil {
-		return nil, fmt.Errorf("%w: %s has no credential on record: it never enrolled with a token of this mesh", ErrNoRecord, node)
+		return nil, fmt.Errorf("%w: %s has no credential on record: it never enrolled with a token of this mesh (any token made for it until now is refused)", ErrNoRecord, node)
 	}
 	if rec.Revoked.IsZero() {
 		rec.Revoked = c.Now().UTC()

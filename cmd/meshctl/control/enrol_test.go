@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -506,6 +507,59 @@ func TestRevokedNodeIsNotRenewed(t *testing.T) {
 	var c linkproto.Credential
 	if err := json.Unmarshal(m.Data, &c); err != nil || !strings.Contains(c.Refused, "credential revoked: web-1's key was revoked at") || c.JWT != "" {
 		t.Fatalf("renewal of a revoked node: %+v, %v", c, err)
+	}
+}
+
+// TestTokensMadeBeforeARevocationAreRefused: revoking or removing a node
+// ends the tokens handed out for it so far, redeemed or not (an unused
+// one would let it back); a token made afterwards enrols it again. A
+// refused token is not spent.
+func TestTokensMadeBeforeARevocationAreRefused(t *testing.T) {
+	b := newBed(t)
+	b.serve()
+	ctx := context.Background()
+
+	// Never enrolled: revoke refuses (no record) and still ends its token.
+	early := b.token("web-1", time.Hour)
+	if _, err := b.client(time.Now()).Revoke(ctx, "web-1", b.accounts()); !errors.Is(err, ErrNoRecord) || !strings.Contains(err.Error(), "any token made for it until now is refused") {
+		t.Fatalf("revoke of a node never enrolled: %v", err)
+	}
+	_, err := b.enrol(newHost(t), early)
+	if err == nil || !strings.Contains(err.Error(), "enrolment token refused: it was made at") || !strings.Contains(err.Error(), "web-1 was revoked at") {
+		t.Fatalf("a token made before the revocation: %v, want refused", err)
+	}
+	later := b.token("web-1", time.Hour)
+	if _, err := b.enrol(newHost(t), later); err != nil {
+		t.Fatalf("a token made after the revocation: %v", err)
+	}
+
+	// Enrolled, then revoked: a second token handed out before is refused.
+	spare := b.token("web-1", time.Hour)
+	if _, err := b.client(time.Now()).Revoke(ctx, "web-1", b.accounts()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.enrol(newHost(t), spare); err == nil || !strings.Contains(err.Error(), "enrolment token refused") {
+		t.Fatalf("a spare token after a revocation: %v, want refused", err)
+	}
+
+	// Removed: the same.
+	if _, err := b.enrol(newHost(t), b.token("web-2", time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	spare = b.token("web-2", time.Hour)
+	if _, err := b.client(time.Now()).Remove(ctx, "web-2", b.accounts()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.enrol(newHost(t), spare); err == nil || !strings.Contains(err.Error(), "web-2 was removed at") {
+		t.Fatalf("a spare token after a removal: %v, want refused", err)
+	}
+	// Refused, not spent: the record of its use was never made.
+	tok, _ := linkproto.ParseToken(spare)
+	if _, err := b.kv(linkproto.TokensBucket).Get(ctx, tokenKey(testMesh, tok.ID)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("a refused token's use: %v, want none recorded", err)
+	}
+	if _, err := b.enrol(newHost(t), b.token("web-2", time.Hour)); err != nil {
+		t.Fatalf("enrolling a removed node afresh: %v", err)
 	}
 }
 

@@ -76,7 +76,8 @@ type Removed struct {
 }
 
 // Remove takes node out of the mesh: its key is revoked (so it cannot
-// connect, now or with a copy of its credentials), and its credential
+// connect, now or with a copy of its credentials), every enrolment token
+// made for it until now is refused, and its credential
 // record, labels, desired state, latest heartbeat and latest report are
 // deleted,
 // so that `nodes` no longer lists it. Its records in the events stream
@@ -87,7 +88,7 @@ func (c *Client) Remove(ctx context.Context, node string, r keyRevoker) (*Remove
 		return nil, err
 	}
 	var out Removed
-	rec, err := c.Revoke(ctx, node, r)
+	rec, err := c.revoke(ctx, node, r, "removed")
 	switch {
 	case errors.Is(err, ErrNoRecord):
 	case err != nil:
