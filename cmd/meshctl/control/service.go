@@ -158,7 +158,7 @@ func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets,
 	}
 	tokens, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      linkproto.TokensBucket,
-		Description: "every enrolment token redeemed, so none is redeemed twice",
+		Description: "every enrolment token redeemed, so none is redeemed twice; and when each node was revoked or removed, so that its earlier tokens are refused",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 	})
