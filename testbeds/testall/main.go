@@ -39,6 +39,8 @@ var tools = []tool{
 	{name: "zstd", debian: "zstd", tests: "tar.zst made by the real tar (drivers/archive)"},
 	{name: "shellcheck", debian: "shellcheck", tests: "the lint of the launcher and the install scripts (upgrade, packaging)"},
 	{name: "rpm", debian: "rpm", tests: "the .rpm checks beyond its lead (packaging/build)"},
+	{name: "cf-agent", debian: "cfengine3", tests: "the CFEngine policy of the side-by-side comparison, run for real (testbeds/versus)"},
+	{name: "puppet", debian: "puppet", tests: "the Puppet manifest of the side-by-side comparison, run for real (testbeds/versus)"},
 	{name: "nats", get: "go install github.com/nats-io/natscli/nats@v0.5.0", tests: "the events stream's forgery test with the stock CLI (cmd/meshctl/control)"},
 }
 

@@ -54,6 +54,23 @@ func writePolicy(path, root string, n int) error {
 	return os.WriteFile(path, []byte(sb.String()), 0o600)
 }
 
+// writeManifest writes the Puppet manifest of n files beneath root: one
+// file resource each, with its content and mode.
+func writeManifest(path, root string, n int) error {
+	var sb strings.Builder
+	for i := range n {
+		fmt.Fprintf(&sb, "file { '%s': ensure => file, content => \"%s\", mode => '%04o' }\n",
+			filepath.Join(root, appDir, fileName(i)), puppetString(fileContent(i)), fileMode)
+	}
+	return os.WriteFile(path, []byte(sb.String()), 0o600)
+}
+
+// puppetString escapes s for a double-quoted Puppet string: its
+// backslashes, quotes, dollars and newlines.
+func puppetString(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, `$`, `\$`, "\n", `\n`).Replace(s)
+}
+
 // resetRoot empties root and makes its (empty) application directory: a
 // first apply starts from nothing.
 //

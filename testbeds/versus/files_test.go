@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -113,4 +114,54 @@ func converged(t *testing.T, n int) string {
 		t.Fatalf("the converged root fails verify: %v", err)
 	}
 	return root
+}
+
+// TestTheOthersWriteTheFiles: the CFEngine policy and the Puppet manifest,
+// run by the real tools, leave exactly the files verify expects, and a
+// second run rewrites none of them; a tool missing here is said so.
+func TestTheOthersWriteTheFiles(t *testing.T) {
+	const n = 3
+	for _, tc := range []struct {
+		cmd, pkg string
+		make     func(bin, dir string) (contender, error)
+	}{
+		{"cf-agent", "cfengine3", func(bin, dir string) (contender, error) {
+			c := &cfengine{agent: bin, policy: filepath.Join(dir, "policy.cf"), dir: filepath.Join(dir, "root")}
+			return c, writePolicy(c.policy, c.dir, n)
+		}},
+		{"puppet", "puppet", func(bin, dir string) (contender, error) {
+			p := &puppet{bin: bin, manifest: filepath.Join(dir, "site.pp"), dir: filepath.Join(dir, "root"), state: filepath.Join(dir, "state")}
+			return p, writeManifest(p.manifest, p.dir, n)
+		}},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			bin, err := exec.LookPath(tc.cmd)
+			if err != nil {
+				t.Skipf("%s is missing here (Debian's %s): the comparison runs without it", tc.cmd, tc.pkg)
+			}
+			tool, err := tc.make(bin, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := applyRun(tool, n); err != nil {
+				t.Fatalf("first apply: %v", err)
+			}
+			if _, err := noopRun(tool, n); err != nil {
+				t.Fatalf("second run: %v", err)
+			}
+		})
+	}
+}
+
+// TestPuppetString: a content with Puppet's special characters reaches
+// the file as it is.
+func TestPuppetString(t *testing.T) {
+	for in, want := range map[string]string{
+		"a = 1\n":    `a = 1\n`,
+		`say "$x" \`: `say \"\$x\" \\`,
+	} {
+		if got := puppetString(in); got != want {
+			t.Errorf("puppetString(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

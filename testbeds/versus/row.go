@@ -13,7 +13,9 @@ type row struct {
 	label   string
 	tools   []string
 	results []result
-	synced  []time.Duration // CFEngine's `sync -f` after each apply, when measured
+	// synced is each tool's `sync -f` after each apply, for the tools
+	// whose applies do not flush what they wrote (not mesh-host).
+	synced map[string][]time.Duration
 }
 
 type result struct {
@@ -128,23 +130,45 @@ type growth struct {
 	file, inUse int64
 }
 
+// others are the tools measured against mesh-host, in the table's order.
+var others = []string{"CFEngine", "Puppet"}
+
+// printTable prints a column for mesh-host and one for each other tool:
+// its median, its ratio to mesh-host's, and for an apply the same with
+// the `sync -f` that makes it as durable as mesh-host's; then every
+// tool's peak resident set.
 func printTable(w io.Writer, rows []row, g growth) {
-	fmt.Fprintln(w, "| | CFEngine | CFEngine + `sync -f` | mesh-host | CFEngine / mesh-host | (+ sync) / mesh-host | peak RSS, CFEngine | peak RSS, mesh-host |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "| | mesh-host | %s | peak RSS |\n", strings.Join(others, " | "))
+	fmt.Fprintf(w, "|---|---|%s---|\n", strings.Repeat("---|", len(others)))
 	for _, r := range rows {
-		cfe, mh := r.cell("CFEngine"), r.cell("mesh-host")
-		// Only an apply has a sync to add: a no-op run wrote nothing.
-		synced, syncedRatio := "—", "—"
-		if len(r.synced) > 0 && cfe != nil && cfe.failure == "" {
-			synced = seconds(cfe.median() + medianOf(r.synced))
-			syncedRatio = ratio(cfe, mh, medianOf(r.synced))
+		mh := r.cell("mesh-host")
+		cells := []string{r.label, timeCell(mh)}
+		rss := []string{"mesh-host " + rssCell(mh)}
+		for _, name := range others {
+			o := r.cell(name)
+			cells = append(cells, otherCell(o, mh, r.synced[name]))
+			rss = append(rss, name+" "+rssCell(o))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.label,
-			timeCell(cfe), synced, timeCell(mh), ratio(cfe, mh, 0), syncedRatio,
-			rssCell(cfe), rssCell(mh))
+		cells = append(cells, strings.Join(rss, ", "))
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
-	fmt.Fprintf(w, "| journal growth per `apply` of an unchanged 1,000-file declaration (over %d) | — | — | %s file, %s in use in bbolt pages | | | | |\n",
-		g.applies, byteCount(g.file), byteCount(g.inUse))
+	fmt.Fprintf(w, "| journal growth per `apply` of an unchanged 1,000-file declaration (over %d) | %s file, %s in use in bbolt pages |%s |\n",
+		g.applies, byteCount(g.file), byteCount(g.inUse), strings.Repeat(" — |", len(others)))
+}
+
+// otherCell is another tool's time and its ratio to mesh-host's; with
+// synced (an apply's `sync -f`s), the same made durable.
+func otherCell(o, mh *result, synced []time.Duration) string {
+	cell := timeCell(o)
+	if o == nil || o.failure != "" {
+		return cell
+	}
+	cell += ", " + ratio(o, mh, 0)
+	if len(synced) > 0 {
+		extra := medianOf(synced)
+		cell += fmt.Sprintf("; with `sync -f` %s, %s", seconds(o.median()+extra), ratio(o, mh, extra))
+	}
+	return cell
 }
 
 func (r row) cell(tool string) *result {
@@ -167,7 +191,7 @@ func medianOf(d []time.Duration) time.Duration {
 func timeCell(r *result) string {
 	switch {
 	case r == nil:
-		return "missing"
+		return "not measured: missing here"
 	case strings.HasPrefix(r.failure, notRun):
 		return r.failure
 	case r.failure != "":
@@ -183,12 +207,12 @@ func rssCell(r *result) string {
 	return fmt.Sprintf("%.0f MiB", float64(r.peak())/(1<<20))
 }
 
-// ratio is CFEngine's median (plus extra, its sync) over mesh-host's.
-func ratio(cfe, mh *result, extra time.Duration) string {
-	if cfe == nil || mh == nil || cfe.failure != "" || mh.failure != "" {
+// ratio is another tool's median (plus extra, its sync) over mesh-host's.
+func ratio(o, mh *result, extra time.Duration) string {
+	if o == nil || mh == nil || o.failure != "" || mh.failure != "" {
 		return "—"
 	}
-	return fmt.Sprintf("%.1f×", float64(cfe.median()+extra)/float64(mh.median()))
+	return fmt.Sprintf("%.1f×", float64(o.median()+extra)/float64(mh.median()))
 }
 
 func seconds(d time.Duration) string { return fmt.Sprintf("%.3f s", d.Seconds()) }

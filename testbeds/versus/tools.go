@@ -23,14 +23,29 @@ type contender interface {
 	noop() (sample, error)
 }
 
+// syncer measures, after each apply of a tool that does not make its
+// writes durable itself, how long `sync -f` on its root takes: what it
+// would take to make the apply as durable as mesh-host's, whose apply
+// flushes what it wrote before it exits.
+type syncer struct{ synced []time.Duration }
+
+func (s *syncer) syncAfter(dir string) error {
+	start := time.Now()
+	if out, err := exec.Command("sync", "-f", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("sync -f %s: %v: %s", dir, err, out)
+	}
+	s.synced = append(s.synced, time.Since(start))
+	return nil
+}
+
+func (s *syncer) syncs() []time.Duration { return s.synced }
+
 // cfengine is `cf-agent -K -f POLICY`: -K so that no lock from the run
-// before makes it skip promises.
+// before makes it skip promises. It writes files in place and calls no
+// fsync on them.
 type cfengine struct {
 	agent, policy, dir string
-	// synced is how long `sync -f` took after each apply: cf-agent writes
-	// files in place and calls no fsync on them, so this is what it
-	// would take to make an apply as durable as mesh-host's.
-	synced []time.Duration
+	syncer
 }
 
 func (c *cfengine) name() string { return "CFEngine" }
@@ -42,16 +57,45 @@ func (c *cfengine) apply() (sample, error) {
 	if err != nil {
 		return s, err
 	}
-	start := time.Now()
-	if out, err := exec.Command("sync", "-f", c.dir).CombinedOutput(); err != nil {
-		return s, fmt.Errorf("sync -f %s: %v: %s", c.dir, err, out)
-	}
-	c.synced = append(c.synced, time.Since(start))
-	return s, nil
+	return s, c.syncAfter(c.dir)
 }
 
 func (c *cfengine) noop() (sample, error) {
 	s, _, err := timed(c.agent, "-K", "-f", c.policy)
+	return s, err
+}
+
+// puppet is `puppet apply MANIFEST`, masterless, with its configuration,
+// state and logs in a directory of its own (state), so that it neither
+// reads nor writes the machine's /etc/puppet or /var/lib/puppet.
+type puppet struct {
+	bin, manifest, dir, state string
+	syncer
+}
+
+func (p *puppet) name() string { return "Puppet" }
+func (p *puppet) root() string { return p.dir }
+
+func (p *puppet) reset() error {
+	if err := setAside(p.state); err != nil {
+		return err
+	}
+	return resetRoot(p.dir)
+}
+
+func (p *puppet) apply() (sample, error) {
+	s, err := p.noop()
+	if err != nil {
+		return s, err
+	}
+	return s, p.syncAfter(p.dir)
+}
+
+func (p *puppet) noop() (sample, error) {
+	s, _, err := timed(p.bin, "apply", "--color=false",
+		"--confdir", filepath.Join(p.state, "conf"), "--vardir", filepath.Join(p.state, "var"),
+		"--logdir", filepath.Join(p.state, "log"), "--codedir", filepath.Join(p.state, "code"),
+		"--rundir", filepath.Join(p.state, "run"), p.manifest)
 	return s, err
 }
 
@@ -99,21 +143,21 @@ func buildMeshHost(dir string) (string, error) {
 	return bins.MeshHost, err
 }
 
-// findAgent returns the path of the agent named, installing Debian's
-// cfengine3 first when asked to and it is missing. "" means no CFEngine:
-// the rows are measured for mesh-host alone.
-func findAgent(name string, install bool) (string, error) {
+// findTool returns the path of the command named, installing Debian's
+// package pkg first when asked to and it is missing. "" means the tool is
+// missing: its columns say so.
+func findTool(name, pkg string, install bool) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
 	if !install {
 		return "", nil
 	}
-	cmd := exec.Command("apt-get", "install", "-y", "cfengine3")
+	cmd := exec.Command("apt-get", "install", "-y", pkg)
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("apt-get install -y cfengine3: %w", err)
+		return "", fmt.Errorf("apt-get install -y %s: %w", pkg, err)
 	}
 	return exec.LookPath(name)
 }
