@@ -29,13 +29,18 @@ type contender interface {
 // flushes what it wrote before it exits.
 type syncer struct{ synced []time.Duration }
 
-func (s *syncer) syncAfter(dir string) error {
+// syncedRun is run, timed, then `sync -f` on dir, timed apart.
+func (s *syncer) syncedRun(run func() (sample, error), dir string) (sample, error) {
+	smp, err := run()
+	if err != nil {
+		return smp, err
+	}
 	start := time.Now()
 	if out, err := exec.Command("sync", "-f", dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("sync -f %s: %v: %s", dir, err, out)
+		return smp, fmt.Errorf("sync -f %s: %v: %s", dir, err, out)
 	}
 	s.synced = append(s.synced, time.Since(start))
-	return nil
+	return smp, nil
 }
 
 func (s *syncer) syncs() []time.Duration { return s.synced }
@@ -52,13 +57,7 @@ func (c *cfengine) name() string { return "CFEngine" }
 func (c *cfengine) root() string { return c.dir }
 func (c *cfengine) reset() error { return resetRoot(c.dir) }
 
-func (c *cfengine) apply() (sample, error) {
-	s, err := c.noop()
-	if err != nil {
-		return s, err
-	}
-	return s, c.syncAfter(c.dir)
-}
+func (c *cfengine) apply() (sample, error) { return c.syncedRun(c.noop, c.dir) }
 
 func (c *cfengine) noop() (sample, error) {
 	s, _, err := timed(c.agent, "-K", "-f", c.policy)
@@ -83,13 +82,7 @@ func (p *puppet) reset() error {
 	return resetRoot(p.dir)
 }
 
-func (p *puppet) apply() (sample, error) {
-	s, err := p.noop()
-	if err != nil {
-		return s, err
-	}
-	return s, p.syncAfter(p.dir)
-}
+func (p *puppet) apply() (sample, error) { return p.syncedRun(p.noop, p.dir) }
 
 func (p *puppet) noop() (sample, error) {
 	s, _, err := timed(p.bin, "apply", "--color=false",
