@@ -37,6 +37,11 @@ func (c *Client) Report(ctx context.Context, node string) (*Reported, error) {
 	}
 	m, err := states.GetLastMsgForSubject(ctx, linkproto.StateSubject(c.Mesh, node))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// A name the mesh has never heard of is most likely a typo: say
+		// so, rather than that it has not reported yet.
+		if kerr := c.MustKnow(ctx, node); errors.Is(kerr, ErrUnknownNode) {
+			return nil, kerr
+		}
 		return nil, fmt.Errorf("%w from %s in mesh %s: it has not reported since it was enrolled (or runs a host from before reports)", ErrNoReport, node, c.Mesh)
 	}
 	if err != nil {
