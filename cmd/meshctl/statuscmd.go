@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/statusview"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/projector"
 )
 
@@ -88,6 +90,13 @@ func (c *replayCmd) Run(e *env) error {
 	replayed, err := cl.Replay(e.ctx, c.Node, c.Until)
 	if err != nil {
 		return failed("%v", err)
+	}
+	// Nothing to replay of a name the mesh never knew: a typo, most
+	// likely. (A node removed keeps its records, and replays.)
+	if replayed.Records == 0 {
+		if err := cl.MustKnow(e.ctx, c.Node); errors.Is(err, control.ErrUnknownNode) {
+			return failed("%v", err)
+		}
 	}
 	if c.JSON {
 		enc := json.NewEncoder(e.stdout)
