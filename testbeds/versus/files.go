@@ -137,6 +137,28 @@ func verify(root string, n int) error {
 	return nil
 }
 
+// spoil changes three files in every hundred of root's n, as a hand
+// would: one's content edited, one's mode widened, one deleted.
+func spoil(root string, n int) error {
+	dir := filepath.Join(root, appDir)
+	for i := 0; i < n; i += 100 {
+		if err := os.WriteFile(filepath.Join(dir, fileName(i)), []byte("edited by hand\n"), fileMode); err != nil {
+			return err
+		}
+		if i+1 < n {
+			if err := os.Chmod(filepath.Join(dir, fileName(i+1)), 0o666); err != nil {
+				return err
+			}
+		}
+		if i+2 < n {
+			if err := os.Remove(filepath.Join(dir, fileName(i+2))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // identity is what a rewrite changes: a new inode (write and rename) or a
 // new modification time (written in place).
 type identity struct {

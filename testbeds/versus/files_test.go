@@ -65,6 +65,20 @@ func TestVerifyCatches(t *testing.T) {
 	}
 }
 
+// TestSpoilBreaksTheRoot: each change spoil makes is one verify catches,
+// so a repair row measures tools that repaired something.
+func TestSpoilBreaksTheRoot(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 250} {
+		root := converged(t, n)
+		if err := spoil(root, n); err != nil {
+			t.Fatal(err)
+		}
+		if err := verify(root, n); err == nil {
+			t.Errorf("%d files: verify passed a spoiled root", n)
+		}
+	}
+}
+
 // TestUnchangedCatchesARewrite: the same content written again, in place
 // or by rename, is a rewrite.
 func TestUnchangedCatchesARewrite(t *testing.T) {
@@ -117,8 +131,9 @@ func converged(t *testing.T, n int) string {
 }
 
 // TestTheOthersWriteTheFiles: the CFEngine policy and the Puppet manifest,
-// run by the real tools, leave exactly the files verify expects, and a
-// second run rewrites none of them; a tool missing here is said so.
+// run by the real tools, leave exactly the files verify expects, a second
+// run rewrites none of them, and a run after changes by hand (spoil)
+// repairs them; a tool missing here is said so.
 func TestTheOthersWriteTheFiles(t *testing.T) {
 	const n = 3
 	for _, tc := range []struct {
@@ -148,6 +163,9 @@ func TestTheOthersWriteTheFiles(t *testing.T) {
 			}
 			if _, err := noopRun(tool, n); err != nil {
 				t.Fatalf("second run: %v", err)
+			}
+			if _, err := repairRun(tool, n); err != nil {
+				t.Fatalf("a run after changes by hand: %v", err)
 			}
 		})
 	}

@@ -105,6 +105,22 @@ func noopRun(t contender, n int) (sample, error) {
 	return s, nil
 }
 
+// repairRun changes some files of a root that matches by hand (spoil),
+// then runs the tool over it: the files checked.
+func repairRun(t contender, n int) (sample, error) {
+	if err := spoil(t.root(), n); err != nil {
+		return sample{}, errWrong{err}
+	}
+	s, err := t.repair()
+	if err != nil {
+		return s, err
+	}
+	if err := verify(t.root(), n); err != nil {
+		return s, errWrong{err}
+	}
+	return s, nil
+}
+
 // median is the middle run's time (the lower of the two middle ones).
 func (r result) median() time.Duration {
 	d := make([]time.Duration, len(r.samples))
