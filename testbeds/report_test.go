@@ -58,9 +58,14 @@ func TestNodeReportsItsLastGoodState(t *testing.T) {
 	}
 	verified(t, b, "after a drift and its repair")
 
-	// A node that reported nothing is refused by name.
-	if r := b.Meshctl("status", "nosuchnode"); r.Code == 0 || !strings.Contains(r.Stderr, "no report from nosuchnode") {
+	// A node that reported nothing is refused by name; a name the mesh
+	// never knew is said to be unknown (a typo, most likely).
+	b.MustMeshctl("declare", "--force", "web-2", b.Declare("web-2", 1, testbeds.Files{"/etc/motd": "one\n"}))
+	if r := b.Meshctl("status", "web-2"); r.Code == 0 || !strings.Contains(r.Stderr, "no report from web-2") {
 		t.Errorf("status of a node that never reported: %s", r)
+	}
+	if r := b.Meshctl("status", "nosuchnode"); r.Code == 0 || !strings.Contains(r.Stderr, "unknown node: mesh home has no node nosuchnode") {
+		t.Errorf("status of a node the mesh never knew: %s", r)
 	}
 }
 
