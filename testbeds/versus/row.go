@@ -14,7 +14,7 @@ type row struct {
 	tools   []string
 	results []result
 	// synced is each tool's `sync -f` after each apply, for the tools
-	// whose applies do not flush what they wrote (not mesh-host).
+	// whose applies are not durable when they exit (not mesh-host).
 	synced map[string][]time.Duration
 }
 

@@ -78,11 +78,12 @@ const maxRelease = 64 << 10
 // and every report carry it.
 const maxFact = 128
 
+// bounded is s cut to maxFact bytes, and to whole characters.
 func bounded(s string) string {
 	if len(s) > maxFact {
-		return s[:maxFact]
+		s = s[:maxFact]
 	}
-	return s
+	return strings.ToValidUTF8(s, "")
 }
 
 // readInRoot reads the regular file p beneath root as the machine would,
