@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"reflect"
 	"strings"
 )
@@ -64,6 +65,18 @@ type Observation struct {
 // the host no longer owns it, rather than fail to remove it at every
 // reconcile from then on.
 var ErrLeftInPlace = errors.New("left in place")
+
+// ErrNoParent is wrapped when a file, directory or archive cannot be laid
+// down because its parent directory does not exist: the drivers create no
+// parents, so the directory must be declared. A plan foresees it with the
+// same error (NoParent), so that plan and apply say one thing.
+var ErrNoParent = errors.New("parent directory does not exist")
+
+// NoParent is the error for the kind of resource at p whose parent
+// directory does not exist.
+func NoParent(kind Kind, p string) error {
+	return fmt.Errorf("%s %s: %w: declare the directory %s (the host creates no parents)", kind, p, ErrNoParent, path.Dir(p))
+}
 
 // Leaver is an optional Driver capability: whether Remove would leave the
 // resource in place (ErrLeftInPlace), told without changing anything, once

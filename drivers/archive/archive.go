@@ -103,9 +103,8 @@ var (
 	// ErrCorrupt is returned when an archive cannot be read as its format.
 	ErrCorrupt = errors.New("corrupt archive")
 	// ErrNoParent is returned by Apply when the destination's parent
-	// directory does not exist: the driver creates no parents, so the
-	// directory must be declared.
-	ErrNoParent = errors.New("parent directory does not exist")
+	// directory does not exist (drivers.ErrNoParent).
+	ErrNoParent = drivers.ErrNoParent
 )
 
 // Names the driver keeps inside a destination directory.

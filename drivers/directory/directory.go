@@ -27,8 +27,8 @@ var (
 	// also wraps unix.ENOTEMPTY.
 	ErrNotEmpty = errors.New("directory not empty")
 	// ErrNoParent is returned by Apply when the directory's parent does
-	// not exist: the driver creates no parents, so it must be declared.
-	ErrNoParent = errors.New("parent directory does not exist")
+	// not exist (drivers.ErrNoParent).
+	ErrNoParent = drivers.ErrNoParent
 	// ErrNotDirectory is returned by Apply and Remove when something other
 	// than a directory (a file, a symlink) is at the path; the host neither
 	// replaces nor removes it.
@@ -98,7 +98,7 @@ func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, 
 	case f == nil:
 		created, err := d.root.Mkdir(s.Path, w.Mode, w.UID, w.GID)
 		if errors.Is(err, fs.ErrNotExist) {
-			return drivers.Unchanged, fmt.Errorf("directory %s: %w: declare the directory %s (the host creates no parents): %w", s.Path, ErrNoParent, path.Dir(s.Path), err)
+			return drivers.Unchanged, fmt.Errorf("%w: %w", drivers.NoParent(drivers.KindDirectory, s.Path), err)
 		}
 		if err != nil {
 			return drivers.Unchanged, fmt.Errorf("directory %s: %w", s.Path, err)

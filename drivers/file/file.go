@@ -27,9 +27,8 @@ import (
 // Errors of the file driver.
 var (
 	// ErrNoParent is returned by Apply and Stage when the file's directory
-	// does not exist: the driver creates no parents, so the directory must
-	// be declared.
-	ErrNoParent = errors.New("parent directory does not exist")
+	// does not exist (drivers.ErrNoParent).
+	ErrNoParent = drivers.ErrNoParent
 	// ErrNotRegular is returned when something the host does not replace
 	// or remove is at the file's path: a directory or a device for Apply,
 	// and anything but a regular file (a symlink too) for Remove.
@@ -309,7 +308,7 @@ func (d *Driver) plan(ctx context.Context, spec drivers.Spec, durable bool) (*pe
 	}
 	staged, err := d.root.StageFile(s.Path, w.content, drivers.WriteOptions{Mode: w.Mode, UID: w.UID, GID: w.GID, Sync: durable})
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("file %s: %w: declare the directory %s (the host creates no parents): %w", s.Path, ErrNoParent, path.Dir(s.Path), err)
+		return nil, fmt.Errorf("%w: %w", drivers.NoParent(drivers.KindFile, s.Path), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("file %s: %w", s.Path, err)

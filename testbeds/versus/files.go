@@ -88,6 +88,15 @@ func resetRoot(root string) error {
 	return os.MkdirAll(filepath.Join(root, appDir), 0o755)
 }
 
+// resetWithState is resetRoot for a tool that keeps state of its own
+// (a journal, Puppet's vardir) in state, which is set aside too.
+func resetWithState(root, state string) error {
+	if err := setAside(state); err != nil {
+		return err
+	}
+	return resetRoot(root)
+}
+
 // setAside moves path, if it exists, into the "spent" directory beside it
 // under a name of its own.
 func setAside(path string) error {

@@ -66,12 +66,14 @@ func measure(label string, tools []contender, n, runs int, run runner, after *ro
 	return r, nil
 }
 
-// applyRun is a first apply into an empty root, then the files checked.
-func applyRun(t contender, n int) (sample, error) {
-	if err := t.reset(); err != nil {
+// checkedRun prepares t's root, runs the tool, and checks the files. A
+// preparation that fails or files left wrong are errWrong (the comparison
+// stops); the tool's own failure is its cell's.
+func checkedRun(t contender, n int, prepare func() error, run func() (sample, error)) (sample, error) {
+	if err := prepare(); err != nil {
 		return sample{}, errWrong{err}
 	}
-	s, err := t.apply()
+	s, err := run()
 	if err != nil {
 		return s, err
 	}
@@ -81,19 +83,21 @@ func applyRun(t contender, n int) (sample, error) {
 	return s, nil
 }
 
+// applyRun is a first apply into an empty root, then the files checked.
+func applyRun(t contender, n int) (sample, error) {
+	return checkedRun(t, n, t.reset, t.apply)
+}
+
 // noopRun is a run over a root that already matches: the files checked,
 // and none of them rewritten.
 func noopRun(t contender, n int) (sample, error) {
-	before, err := snapshot(t.root())
-	if err != nil {
-		return sample{}, errWrong{err}
-	}
-	s, err := t.noop()
+	var before map[string]identity
+	s, err := checkedRun(t, n, func() (err error) {
+		before, err = snapshot(t.root())
+		return err
+	}, t.noop)
 	if err != nil {
 		return s, err
-	}
-	if err := verify(t.root(), n); err != nil {
-		return s, errWrong{err}
 	}
 	after, err := snapshot(t.root())
 	if err == nil {
@@ -108,17 +112,7 @@ func noopRun(t contender, n int) (sample, error) {
 // repairRun changes some files of a root that matches by hand (spoil),
 // then runs the tool over it: the files checked.
 func repairRun(t contender, n int) (sample, error) {
-	if err := spoil(t.root(), n); err != nil {
-		return sample{}, errWrong{err}
-	}
-	s, err := t.repair()
-	if err != nil {
-		return s, err
-	}
-	if err := verify(t.root(), n); err != nil {
-		return s, errWrong{err}
-	}
-	return s, nil
+	return checkedRun(t, n, func() error { return spoil(t.root(), n) }, t.repair)
 }
 
 // median is the middle run's time (the lower of the two middle ones).

@@ -80,12 +80,7 @@ type puppet struct {
 func (p *puppet) name() string { return "Puppet" }
 func (p *puppet) root() string { return p.dir }
 
-func (p *puppet) reset() error {
-	if err := setAside(p.state); err != nil {
-		return err
-	}
-	return resetRoot(p.dir)
-}
+func (p *puppet) reset() error { return resetWithState(p.dir, p.state) }
 
 func (p *puppet) apply() (sample, error) { return p.syncedRun(p.noop, p.dir) }
 
@@ -108,12 +103,7 @@ type meshHost struct {
 func (m *meshHost) name() string { return "mesh-host" }
 func (m *meshHost) root() string { return m.dir }
 
-func (m *meshHost) reset() error {
-	if err := setAside(m.state); err != nil {
-		return err
-	}
-	return resetRoot(m.dir)
-}
+func (m *meshHost) reset() error { return resetWithState(m.dir, m.state) }
 
 func (m *meshHost) args(cmd ...string) []string {
 	return append([]string{"--root", m.dir, "--state-dir", m.state}, cmd...)

@@ -411,7 +411,7 @@ func (rc *Reconciler) foreseeReleases(ctx context.Context, steps []*Step) {
 		return
 	}
 	slices.Sort(declared)
-	slices.SortFunc(dirs, func(a, b removal) int { return strings.Count(b.path, "/") - strings.Count(a.path, "/") })
+	slices.SortFunc(dirs, func(a, b removal) int { return depth(b.path) - depth(a.path) })
 	for _, d := range dirs {
 		why := ""
 		if i, _ := slices.BinarySearch(declared, d.path+"/"); i < len(declared) && strings.HasPrefix(declared[i], d.path+"/") {
@@ -467,7 +467,7 @@ func (rc *Reconciler) foreseeMissingParents(steps []*Step) {
 		}
 	}
 	// Shallowest first: a declared parent is judged before what it holds.
-	slices.SortStableFunc(made, func(a, b creation) int { return strings.Count(a.path, "/") - strings.Count(b.path, "/") })
+	slices.SortStableFunc(made, func(a, b creation) int { return depth(a.path) - depth(b.path) })
 	exists := make(map[string]bool)
 	for _, c := range made {
 		dir := path.Dir(c.path)
@@ -475,8 +475,8 @@ func (rc *Reconciler) foreseeMissingParents(steps []*Step) {
 			continue
 		}
 		if p := declared[dir]; p != nil {
-			if errors.Is(p.Err, ErrNoParent) {
-				c.step.Err = fmt.Errorf("%s %s: %w: its directory %s cannot be created either", c.kind, c.path, ErrNoParent, dir)
+			if errors.Is(p.Err, drivers.ErrNoParent) {
+				c.step.Err = fmt.Errorf("%s %s: %w: its directory %s cannot be created either", c.kind, c.path, drivers.ErrNoParent, dir)
 			}
 			continue
 		}
@@ -492,14 +492,13 @@ func (rc *Reconciler) foreseeMissingParents(steps []*Step) {
 			exists[dir] = there
 		}
 		if !there {
-			c.step.Err = fmt.Errorf("%s %s: %w: declare the directory %s (the host creates no parents)", c.kind, c.path, ErrNoParent, dir)
+			c.step.Err = drivers.NoParent(c.kind, c.path)
 		}
 	}
 }
 
-// ErrNoParent is a plan's word for a creation its driver would refuse:
-// the parent directory neither exists nor is declared.
-var ErrNoParent = errors.New("parent directory does not exist")
+// depth is how many directories deep the clean absolute path p is.
+func depth(p string) int { return strings.Count(p, "/") }
 
 // pathOf is where the resource of s lies beneath the root: a file's,
 // directory's or archive's key, what its driver says for others
