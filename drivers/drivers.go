@@ -159,10 +159,11 @@ const (
 	KindArchive   Kind = "archive"
 	KindPackage   Kind = "package"
 	KindUnit      Kind = "unit"
+	KindExec      Kind = "exec"
 )
 
 // Spec is one resource's desired state: *FileSpec, *DirectorySpec,
-// *ArchiveSpec, *PackageSpec or *UnitSpec.
+// *ArchiveSpec, *PackageSpec, *UnitSpec or *ExecSpec.
 type Spec interface {
 	// Kind is the resource's kind.
 	Kind() Kind
@@ -200,6 +201,8 @@ func SpecForRemoval(id string) (Spec, error) {
 		return &PackageSpec{Name: key, State: Absent}, nil
 	case KindUnit:
 		return &UnitSpec{Name: key}, nil
+	case KindExec:
+		return &ExecSpec{Name: key}, nil
 	}
 	return nil, fmt.Errorf("%w: resource id %q names an unknown kind", ErrInvalidSpec, id)
 }

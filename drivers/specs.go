@@ -63,6 +63,7 @@ type FileSpec struct {
 	// is then empty): a value the declaration names and that travels and
 	// is stored sealed to the node.
 	Secret *Secret `json:"secret,omitempty"`
+	Relations
 }
 
 // Secret is a file's content that is never held in the clear by anything
@@ -108,6 +109,7 @@ type DirectorySpec struct {
 	Mode  *Mode  `json:"mode,omitempty"`
 	Owner string `json:"owner,omitempty"`
 	Group string `json:"group,omitempty"`
+	Relations
 }
 
 // Archive formats.
@@ -132,6 +134,7 @@ type ArchiveSpec struct {
 	Digest string `json:"digest"`
 	// Format is tar, tar.gz, tar.zst or zip.
 	Format string `json:"format"`
+	Relations
 }
 
 // Package states.
@@ -145,15 +148,63 @@ type PackageSpec struct {
 	Name string `json:"name"`
 	// State is present (the default) or absent.
 	State string `json:"state,omitempty"`
+	Relations
 }
 
-// UnitSpec is a systemd unit file and whether it is enabled and active.
+// UnitSpec is a systemd unit, its file when the declaration writes it, and
+// whether it is enabled and active.
 type UnitSpec struct {
 	// Name is the unit's name with its suffix: "nginx.service".
-	Name    string `json:"name"`
-	Content string `json:"content"`
+	Name string `json:"name"`
+	// Content is the unit file the host writes in /etc/systemd/system;
+	// empty for a unit whose file someone else installs (a package's
+	// /lib/systemd/system/nginx.service): the host then holds only its
+	// enablement and activity, and never writes or removes its file.
+	Content string `json:"content,omitempty"`
 	Enabled bool   `json:"enabled,omitempty"`
 	Active  bool   `json:"active,omitempty"`
+	// Refresh is how the unit is refreshed when a resource it listens
+	// to changes: restart (the default), reload or reload-or-restart.
+	Refresh string `json:"refresh,omitempty"`
+	Relations
+}
+
+// ExecSpec is a command the host runs when its guards say it is needed:
+// never through a shell unless Command names one, with empty standard
+// input, in a process group (and, where a service manager runs, a
+// transient unit) of its own, so that a timeout kills everything it
+// started. An exec is idempotent by construction: it has at least one
+// guard (Creates, Unless, OnlyIf or RefreshOnly).
+type ExecSpec struct {
+	// Name identifies the exec in the declaration and the journal
+	// ("exec:migrate-db").
+	Name string `json:"name"`
+	// Command is the argv: Command[0] is an absolute path or a name
+	// looked up on the host's PATH.
+	Command []string `json:"command"`
+	// Creates is a path beneath the root: the exec runs only when
+	// nothing is there.
+	Creates string `json:"creates,omitempty"`
+	// Unless is an argv: the exec runs only when it exits non-zero.
+	Unless []string `json:"unless,omitempty"`
+	// OnlyIf is an argv: the exec runs only when it exits zero.
+	OnlyIf []string `json:"onlyif,omitempty"`
+	// RefreshOnly: the exec runs only when refreshed (a resource that
+	// notifies it changed), never by itself.
+	RefreshOnly bool `json:"refresh_only,omitempty"`
+	// Timeout bounds a run (a Go duration: "30s", "5m"); default 5m.
+	Timeout string `json:"timeout,omitempty"`
+	// User and Group run it as that user and group of the root's own
+	// passwd and group; default root.
+	User  string `json:"user,omitempty"`
+	Group string `json:"group,omitempty"`
+	// Cwd is the working directory, beneath the root; default the root.
+	Cwd string `json:"cwd,omitempty"`
+	// Env are NAME=value pairs added to a minimal environment.
+	Env []string `json:"env,omitempty"`
+	// SuccessCodes are the exit codes that mean success; default [0].
+	SuccessCodes []int `json:"success_codes,omitempty"`
+	Relations
 }
 
 func (*FileSpec) Kind() Kind         { return KindFile }
@@ -166,6 +217,8 @@ func (*PackageSpec) Kind() Kind      { return KindPackage }
 func (s *PackageSpec) Key() string   { return s.Name }
 func (*UnitSpec) Kind() Kind         { return KindUnit }
 func (s *UnitSpec) Key() string      { return s.Name }
+func (*ExecSpec) Kind() Kind         { return KindExec }
+func (s *ExecSpec) Key() string      { return s.Name }
 
 // ModeOr returns *m, or def when m is nil.
 func ModeOr(m *Mode, def Mode) Mode {

@@ -286,7 +286,7 @@ func WithRelease(d *declaration.Declaration, mesh, node string, res *drivers.Arc
 	if !placed {
 		resources = append(resources, res)
 	}
-	if d.Revision > 0 && len(previous) == 1 && previous[0] == *res {
+	if d.Revision > 0 && len(previous) == 1 && drivers.SpecDigest(&previous[0]) == drivers.SpecDigest(res) {
 		return d, false, nil
 	}
 	next := &declaration.Declaration{Mesh: d.Mesh, Node: d.Node, Revision: d.Revision + 1, Resources: resources}
