@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -273,19 +274,37 @@ func (d *Declaration) Digest() string {
 // Expanded returns copies of the resources as the drivers take them: in
 // every string value of an archive, "${version}" is replaced by the hex of
 // the archive's digest. Other kinds are copied as they are.
+//
+// A relation that names an archive by its path as written, ${version} and
+// all, names it expanded in the copies, as the reconciler knows it.
 func (d *Declaration) Expanded() []drivers.Spec {
 	out := make([]drivers.Spec, len(d.Resources))
+	related := false
 	for i, s := range d.Resources {
 		out[i] = expand(s)
+		related = related || drivers.RelationsOf(s) != nil
+	}
+	if related {
+		d.expandRelations(out)
 	}
 	return out
 }
 
-// expand copies a spec, expanding ${version} if it is an archive.
+// expand copies a spec, expanding ${version} if it is an archive. The
+// copy's relations are its own.
 func expand(s drivers.Spec) drivers.Spec {
 	if isNil(s) {
 		return s
 	}
+	c := copySpec(s)
+	if rel := drivers.RelationsOf(c); rel != nil {
+		rel.Requires, rel.Notify, rel.Subscribe = slices.Clone(rel.Requires), slices.Clone(rel.Notify), slices.Clone(rel.Subscribe)
+	}
+	return c
+}
+
+// copySpec copies a spec, expanding ${version} if it is an archive.
+func copySpec(s drivers.Spec) drivers.Spec {
 	switch s := s.(type) {
 	case *drivers.FileSpec:
 		c := *s
@@ -300,6 +319,11 @@ func expand(s drivers.Spec) drivers.Spec {
 		return &c
 	case *drivers.UnitSpec:
 		c := *s
+		return &c
+	case *drivers.ExecSpec:
+		c := *s
+		c.Command, c.Unless, c.OnlyIf = slices.Clone(s.Command), slices.Clone(s.Unless), slices.Clone(s.OnlyIf)
+		c.Env, c.SuccessCodes = slices.Clone(s.Env), slices.Clone(s.SuccessCodes)
 		return &c
 	case *drivers.ArchiveSpec:
 		c := *s
@@ -346,6 +370,7 @@ func DecodeStored(data []byte) (*Declaration, error) {
 		Archive   *drivers.ArchiveSpec   `json:"archive"`
 		Package   *drivers.PackageSpec   `json:"package"`
 		Unit      *drivers.UnitSpec      `json:"unit"`
+		Exec      *drivers.ExecSpec      `json:"exec"`
 	}
 	var w struct {
 		Mesh      string  `json:"mesh"`
@@ -373,6 +398,9 @@ func DecodeStored(data []byte) (*Declaration, error) {
 		}
 		if e.Unit != nil {
 			specs = append(specs, e.Unit)
+		}
+		if e.Exec != nil {
+			specs = append(specs, e.Exec)
 		}
 		if len(specs) != 1 {
 			return nil, fmt.Errorf("%w: stored declaration: resources[%d] names %d known kinds, want 1", ErrInvalid, i, len(specs))

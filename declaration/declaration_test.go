@@ -338,7 +338,7 @@ func TestJSONMessages(t *testing.T) {
 		{"unknown field",
 			head + "resources:\n- file: {path: /a, content: x, perms: \"0644\"}\n",
 			`{"mesh":"home","node":"web-1","revision":3,"resources":[{"file":{"path":"/a","content":"x","perms":"0644"}}]}`,
-			`resources[0].file.perms: unknown field (known: path, content, mode, owner, group, special_bits, secret)`, ""},
+			`resources[0].file.perms: unknown field (known: path, content, mode, owner, group, special_bits, secret, requires, notify, subscribe)`, ""},
 		{"two keys",
 			head + "resources:\n- file: {path: /a, content: x}\n  directory: {path: /b}\n",
 			`{"mesh":"home","node":"web-1","revision":3,"resources":[{"file":{"path":"/a","content":"x"},"directory":{"path":"/b"}}]}`,

@@ -23,6 +23,9 @@ type decoder struct {
 	// chunked is the resources list to decode a chunk at a time, in place
 	// of the tree's (stream.go); nil to decode the tree's.
 	chunked *resourceList
+	// refs are the IDs the resources' relations name, checked once all
+	// are read (checkRelations).
+	refs []relationRef
 }
 
 func (d *decoder) fail(n *yaml.Node, field, format string, args ...any) {
@@ -225,6 +228,7 @@ func (d *decoder) document(root *yaml.Node) *Declaration {
 			} else {
 				d.resources(f.value, decl)
 			}
+			d.checkRelations(decl)
 		}
 	}
 	return decl
@@ -335,10 +339,9 @@ func (c *claims) add(i int, e *yaml.Node) {
 		decl.where[id] = located{len(decl.Resources) - 1, key.Line, key.Column}
 	}
 	identity := id
-	if _, ok := spec.(*drivers.PackageSpec); !ok {
-		if _, ok := spec.(*drivers.UnitSpec); !ok {
-			identity = "path:" + expand(spec).Key()
-		}
+	switch spec.(type) {
+	case *drivers.FileSpec, *drivers.DirectorySpec, *drivers.ArchiveSpec:
+		identity = "path:" + expand(spec).Key()
 	}
 	first, dup := c.claimed[identity]
 	switch {
@@ -424,7 +427,7 @@ func (d *decoder) spec(kd kind, n *yaml.Node, path string) (drivers.Spec, *yaml.
 	spec := ptr.Interface().(drivers.Spec)
 	fs := d.fields(n, path, kd.fieldNames())
 	keyName := "path"
-	if kd.kind == drivers.KindPackage || kd.kind == drivers.KindUnit {
+	if kd.kind == drivers.KindPackage || kd.kind == drivers.KindUnit || kd.kind == drivers.KindExec {
 		keyName = "name"
 	}
 	var key *yaml.Node
@@ -441,7 +444,7 @@ func (d *decoder) spec(kd kind, n *yaml.Node, path string) (drivers.Spec, *yaml.
 			case sf.required:
 				d.fail(n, fpath, "required field is missing")
 			case sf.rule.def != "":
-				ptr.Elem().Field(sf.index).SetString(sf.rule.def)
+				ptr.Elem().FieldByIndex(sf.index).SetString(sf.rule.def)
 			}
 			continue
 		}
@@ -457,10 +460,15 @@ func (d *decoder) spec(kd kind, n *yaml.Node, path string) (drivers.Spec, *yaml.
 			}
 			continue
 		}
-		if d.value(ptr.Elem().Field(sf.index), sf, f.value, fpath) && sf.name == keyName {
+		if d.value(ptr.Elem().FieldByIndex(sf.index), sf, f.value, fpath) && sf.name == keyName {
 			key = f.value
 		}
 	}
+	if e, ok := spec.(*drivers.ExecSpec); ok && key != nil && e.Creates == "" && e.Unless == nil && e.OnlyIf == nil && !e.RefreshOnly {
+		d.fail(n, path, "an exec must be idempotent by construction: give creates, unless, onlyif or refresh_only, "+
+			"so that it runs when needed and not at every reconcile")
+	}
+	d.noteRelations(spec, fs, path)
 	if fspec, ok := spec.(*drivers.FileSpec); ok {
 		if fspec.Secret != nil && fspec.Content != "" {
 			d.fail(fs["content"].value, join(path, "content"), "give content or a secret, not both")
@@ -569,6 +577,18 @@ func (d *decoder) value(dst reflect.Value, sf specField, n *yaml.Node, path stri
 			return false
 		}
 		dst.SetBool(b)
+	case sf.typ == stringsType:
+		list, ok := d.strings(n, sf, path)
+		if !ok {
+			return false
+		}
+		dst.Set(reflect.ValueOf(list))
+	case sf.typ == intsType:
+		list, ok := d.ints(n, sf, path)
+		if !ok {
+			return false
+		}
+		dst.Set(reflect.ValueOf(list))
 	case sf.typ == secretType:
 		sec := d.secret(n, path)
 		if sec == nil {
@@ -597,4 +617,78 @@ func (d *decoder) value(dst reflect.Value, sf specField, n *yaml.Node, path stri
 		return false
 	}
 	return true
+}
+
+// items checks that n is a list within the rule's bounds.
+func (d *decoder) items(n *yaml.Node, sf specField, path, what string) bool {
+	if n.Kind != yaml.SequenceNode {
+		d.wrong(n, path, "a list of "+what)
+		return false
+	}
+	switch {
+	case len(n.Content) == 0 && sf.rule.nonEmpty:
+		d.fail(n, path, "must not be empty")
+		return false
+	case sf.rule.maxItems > 0 && len(n.Content) > sf.rule.maxItems:
+		e := n.Content[sf.rule.maxItems]
+		d.errs = append(d.errs, &Error{File: d.file, Line: e.Line, Column: e.Column, Field: fmt.Sprintf("%s[%d]", path, sf.rule.maxItems), sentinel: ErrLimit,
+			Msg: fmt.Sprintf("one item more than %s: %d", limitItems, sf.rule.maxItems)})
+		return false
+	}
+	return true
+}
+
+// strings decodes a list of strings, each held to the field's rule.
+func (d *decoder) strings(n *yaml.Node, sf specField, path string) ([]string, bool) {
+	if !d.items(n, sf, path, "strings") {
+		return nil, false
+	}
+	out := make([]string, 0, len(n.Content))
+	good := true
+	for i, e := range n.Content {
+		epath := fmt.Sprintf("%s[%d]", path, i)
+		v, ok := d.str(e, epath)
+		if !ok || !d.sizeOK(e, epath, sf.rule.limit, v) {
+			good = false
+			continue
+		}
+		r := sf.rule
+		r.nonEmpty = true // an empty word, guard or ID is a slip
+		if p := r.problem(v); p != "" {
+			d.fail(e, epath, "%s", p)
+			good = false
+			continue
+		}
+		out = append(out, v)
+	}
+	return out, good
+}
+
+// ints decodes a list of whole numbers between the rule's min and max.
+func (d *decoder) ints(n *yaml.Node, sf specField, path string) ([]int, bool) {
+	if !d.items(n, sf, path, "whole numbers") {
+		return nil, false
+	}
+	out := make([]int, 0, len(n.Content))
+	good := true
+	for i, e := range n.Content {
+		epath := fmt.Sprintf("%s[%d]", path, i)
+		if !d.plain(e, epath) {
+			good = false
+			continue
+		}
+		v, err := strconv.Atoi(e.Value)
+		if e.Kind != yaml.ScalarNode || e.ShortTag() != "!!int" || err != nil {
+			d.wrong(e, epath, fmt.Sprintf("a whole number from %d to %d", sf.rule.min, sf.rule.max))
+			good = false
+			continue
+		}
+		if v < sf.rule.min || v > sf.rule.max {
+			d.fail(e, epath, "%d is not from %d to %d", v, sf.rule.min, sf.rule.max)
+			good = false
+			continue
+		}
+		out = append(out, v)
+	}
+	return out, good
 }

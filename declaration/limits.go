@@ -81,6 +81,8 @@ const (
 	limitElement   = "the limit for an element of a path"
 	limitContent   = "the limit for content"
 	limitName      = "the limit for a name"
+	limitID        = "the limit for a resource's ID"
+	limitItems     = "the limit of items in a list"
 )
 
 // The forms of a declaration tooLarge tells apart.
@@ -166,6 +168,12 @@ const (
 	pathLimit
 	contentLimit
 	nameLimit
+	// argLimit holds each word of an exec's argv and environment to what
+	// a file's content may be.
+	argLimit = contentLimit
+	// relationLimit holds a relation's ID to what the journal keys a
+	// resource by.
+	relationLimit = nameLimit + 1
 )
 
 // sizeOK checks s, the value of the field at path, against its limit. It
@@ -183,6 +191,11 @@ func (d *decoder) sizeOK(n *yaml.Node, field string, limit sizeLimit, s string) 
 	case nameLimit:
 		if len(s) > MaxNameBytes {
 			d.over(n, field, len(s), limitName, MaxNameBytes, "")
+			return false
+		}
+	case relationLimit:
+		if most := MaxPathBytes + len("directory:"); len(s) > most {
+			d.over(n, field, len(s), limitID, most, "")
 			return false
 		}
 	}

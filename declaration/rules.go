@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
 )
@@ -32,6 +33,12 @@ const (
 	sourcePattern  = `^(file:///|https?://[^/?#]+)`
 	packagePattern = `^[a-z0-9][a-z0-9+.-]*$`
 	unitPattern    = `^[A-Za-z0-9:_.@\\-]+\.(service|socket|timer|target|path|mount)$`
+	// execNamePattern names an exec: its ID is exec:NAME.
+	execNamePattern = `^[A-Za-z0-9][A-Za-z0-9_.@-]*$`
+	// relationPattern is a resource's ID: a kind, ":" and its key.
+	relationPattern = `^(file|directory|archive|package|unit|exec):.+$`
+	// envPattern is an environment entry, NAME=value.
+	envPattern = `^[A-Za-z_][A-Za-z0-9_]*=`
 	namePattern    = `^[^:/]+$`
 	// secretNamePattern names a secret in the control plane's store.
 	secretNamePattern = `^[a-z0-9][a-z0-9_.-]{0,62}$`
@@ -62,12 +69,17 @@ type rule struct {
 	check func(string) string
 	// limit is the size limit the value is held to, checked first.
 	limit sizeLimit
+	// maxItems bounds a list's length; the rule's other checks hold each
+	// of its items. nonEmpty refuses an empty list too.
+	maxItems int
+	// min and max bound each number of a list of numbers.
+	min, max int
 }
 
 // rules holds a rule for every field of every kind's spec, by JSON name;
 // TestRulesCoverFields holds it to the spec types in package drivers.
 var rules = map[drivers.Kind]map[string]rule{
-	drivers.KindFile: {
+	drivers.KindFile: withRelations(map[string]rule{
 		"path":         {desc: "Absolute, clean path of the file.", pattern: pathPattern, check: plainPath, limit: pathLimit},
 		"content":      {desc: "The file's whole content; may be empty, but must be given.", limit: contentLimit},
 		"mode":         modeRule("Permission mode as an octal string; defaults to \"0644\"."),
@@ -76,14 +88,14 @@ var rules = map[drivers.Kind]map[string]rule{
 		"special_bits": {desc: "Allows the mode to set setuid, setgid or the sticky bit; without it such a mode is refused. Defaults to false."},
 		"secret": {desc: "The file's content is the secret of this name, sealed to the node by the control plane; " +
 			"content is then empty (in YAML, content: {secret: NAME} says the same)."},
-	},
-	drivers.KindDirectory: {
+	}),
+	drivers.KindDirectory: withRelations(map[string]rule{
 		"path":  {desc: "Absolute, clean path of the directory.", pattern: pathPattern, check: plainPath, limit: pathLimit},
 		"mode":  modeRule("Permission mode as an octal string; defaults to \"0755\"."),
 		"owner": nameRule("User owning the directory, by name; defaults to root."),
 		"group": nameRule("Group owning the directory, by name; defaults to root."),
-	},
-	drivers.KindArchive: {
+	}),
+	drivers.KindArchive: withRelations(map[string]rule{
 		"path": {desc: "Absolute, clean path of the directory the archive unpacks into; " +
 			version + " expands to the digest's hex.", pattern: pathPattern, check: archivePath, limit: pathLimit},
 		"source": {desc: "Where to fetch the archive: a file://, http:// or https:// URL " +
@@ -93,19 +105,70 @@ var rules = map[drivers.Kind]map[string]rule{
 			pattern: digestPattern, check: digest},
 		"format": {desc: "The archive's format.", enum: []string{
 			drivers.FormatTar, drivers.FormatTarGz, drivers.FormatTarZst, drivers.FormatZip}},
-	},
-	drivers.KindPackage: {
+	}),
+	drivers.KindPackage: withRelations(map[string]rule{
 		"name": {desc: "The package's name; never a version.", pattern: packagePattern, check: packageName, limit: nameLimit},
 		"state": {desc: "Whether the package is present or absent.", def: drivers.Present,
 			enum: []string{drivers.Present, drivers.Absent}},
-	},
-	drivers.KindUnit: {
-		"name":    {desc: "The unit's name with its suffix, such as \"app.service\".", pattern: unitPattern, check: unitName, limit: nameLimit},
-		"content": {desc: "The unit file's content.", nonEmpty: true, limit: contentLimit},
+	}),
+	drivers.KindUnit: withRelations(map[string]rule{
+		"name": {desc: "The unit's name with its suffix, such as \"app.service\".", pattern: unitPattern, check: unitName, limit: nameLimit},
+		"content": {desc: "The unit file's content, written in /etc/systemd/system; leave it out for a unit whose file a package installs " +
+			"(the host then holds only whether it is enabled and active).", nonEmpty: true, limit: contentLimit},
 		"enabled": {desc: "Whether the unit is enabled; defaults to false."},
 		"active":  {desc: "Whether the unit is running; defaults to false."},
-	},
+		"refresh": {desc: "How the unit is refreshed when a resource it listens to changes: restart (the default), reload or reload-or-restart.",
+			enum: []string{drivers.RefreshRestart, drivers.RefreshReload, drivers.RefreshReloadOrRestart}},
+	}),
+	drivers.KindExec: withRelations(map[string]rule{
+		"name": {desc: "The exec's name: its ID is exec:NAME.", pattern: execNamePattern, check: execName, limit: nameLimit},
+		"command": {desc: "The command as an argv, never run through a shell unless its first word names one; " +
+			"the first word is an absolute path or a name on the host's PATH.", nonEmpty: true, maxItems: maxArgs, limit: argLimit},
+		"creates": {desc: "A path beneath the root: the exec runs only when nothing is there.", pattern: pathPattern, check: plainPath, limit: pathLimit},
+		"unless":  {desc: "An argv: the exec runs only when it exits non-zero.", nonEmpty: true, maxItems: maxArgs, limit: argLimit},
+		"onlyif":  {desc: "An argv: the exec runs only when it exits zero.", nonEmpty: true, maxItems: maxArgs, limit: argLimit},
+		"refresh_only": {desc: "The exec runs only when refreshed (a resource that notifies it changed), never by itself. " +
+			"Defaults to false."},
+		"timeout": {desc: "How long a run may take, as a duration such as \"30s\" or \"5m\" (at most 24h); defaults to 5m.", check: timeout},
+		"user":    nameRule("The user the command runs as, by name in the root's passwd; defaults to root."),
+		"group":   nameRule("The group the command runs as, by name in the root's group; defaults to the user's."),
+		"cwd":     {desc: "The working directory, beneath the root; defaults to the root.", pattern: pathPattern, check: plainPath, limit: pathLimit},
+		"env": {desc: "Variables added to the command's minimal environment, each NAME=value.", maxItems: maxEnv,
+			pattern: envPattern, check: envEntry, limit: argLimit},
+		"success_codes": {desc: "The exit codes that mean success; defaults to [0].", maxItems: 256, min: 0, max: 255},
+	}),
 }
+
+// The relations every kind has, by ID of another resource of the same
+// declaration.
+var relationRules = map[string]rule{
+	"requires": {desc: "Resources applied before this one, by ID (kind:key); when one of them fails, this one is skipped.",
+		maxItems: maxRelations, pattern: relationPattern, check: relationID, limit: relationLimit},
+	"notify": {desc: "Units or execs refreshed when this resource changes (created, updated or repaired), by ID; they are applied after it.",
+		maxItems: maxRelations, pattern: relationPattern, check: relationID, limit: relationLimit},
+	"subscribe": {desc: "Resources whose change refreshes this unit or exec, by ID; they are applied before it.",
+		maxItems: maxRelations, pattern: relationPattern, check: relationID, limit: relationLimit},
+}
+
+// relationKinds are the kinds a relation may name, as relationPattern
+// spells them.
+var relationKinds = []string{"file", "directory", "archive", "package", "unit", "exec"}
+
+// withRelations adds the relations' rules to a kind's.
+func withRelations(r map[string]rule) map[string]rule {
+	for name, rel := range relationRules {
+		r[name] = rel
+	}
+	return r
+}
+
+// Bounds on the lists a resource holds: generous for what people write,
+// and what keeps one resource from holding a declaration's worth.
+const (
+	maxRelations = 1024
+	maxArgs      = 1024
+	maxEnv       = 256
+)
 
 func modeRule(desc string) rule {
 	return rule{desc: desc, pattern: modePattern, check: mode}
@@ -126,16 +189,21 @@ type kind struct {
 
 // specField is one field of a spec struct.
 type specField struct {
-	name     string
-	index    int
+	name string
+	// index is the field's index sequence in the spec struct (for
+	// reflect.Value.FieldByIndex): a relation is a field of the
+	// Relations every spec embeds.
+	index    []int
 	typ      reflect.Type
 	required bool
 	rule     rule
 }
 
 var (
-	modeType   = reflect.TypeFor[*drivers.Mode]()
-	secretType = reflect.TypeFor[*drivers.Secret]()
+	modeType    = reflect.TypeFor[*drivers.Mode]()
+	secretType  = reflect.TypeFor[*drivers.Secret]()
+	stringsType = reflect.TypeFor[[]string]()
+	intsType    = reflect.TypeFor[[]int]()
 )
 
 // kinds are the kinds in the order messages list them. Their fields come
@@ -145,20 +213,20 @@ var kinds = []kind{
 	newKind(drivers.KindDirectory, "A directory; removing it never removes what the host does not own in it.", reflect.TypeFor[drivers.DirectorySpec]()),
 	newKind(drivers.KindArchive, "An archive fetched by digest and unpacked whole at its path.", reflect.TypeFor[drivers.ArchiveSpec]()),
 	newKind(drivers.KindPackage, "A package that is present or absent.", reflect.TypeFor[drivers.PackageSpec]()),
-	newKind(drivers.KindUnit, "A systemd unit file, and whether it is enabled and active.", reflect.TypeFor[drivers.UnitSpec]()),
+	newKind(drivers.KindUnit, "A systemd unit, its file unless a package installs it, and whether it is enabled and active.", reflect.TypeFor[drivers.UnitSpec]()),
+	newKind(drivers.KindExec, "A command run when its guards say it is needed: creates, unless, onlyif or refresh_only.", reflect.TypeFor[drivers.ExecSpec]()),
 }
 
 func newKind(k drivers.Kind, desc string, t reflect.Type) kind {
 	out := kind{kind: k, desc: desc, typ: t}
-	for i := range t.NumField() {
-		f := t.Field(i)
+	for _, f := range reflect.VisibleFields(t) {
 		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if !f.IsExported() || name == "-" || name == "" {
+		if !f.IsExported() || f.Anonymous || name == "-" || name == "" {
 			continue
 		}
 		out.fields = append(out.fields, specField{
 			name:     name,
-			index:    i,
+			index:    f.Index,
 			typ:      f.Type,
 			required: !slices.Contains(strings.Split(opts, ","), "omitempty"),
 			rule:     rules[k][name],
@@ -207,6 +275,8 @@ var (
 	sealedRegexp     = regexp.MustCompile(sealedPattern)
 	curveKeyRegexp   = regexp.MustCompile(curveKeyPattern)
 	packageRegexp    = regexp.MustCompile(packagePattern)
+	execNameRegexp   = regexp.MustCompile(execNamePattern)
+	envRegexp        = regexp.MustCompile(envPattern)
 )
 
 // patterns holds every rule's pattern, compiled.
@@ -381,6 +451,54 @@ func ownerName(s string) string {
 func packageName(s string) string {
 	if !packageRegexp.MatchString(s) {
 		return fmt.Sprintf("%q is not a package name: lower-case letters, digits, \"+\", \"-\" and \".\", starting with a letter or digit", s)
+	}
+	return ""
+}
+
+func execName(s string) string {
+	if !execNameRegexp.MatchString(s) {
+		return fmt.Sprintf("%q is not an exec's name: letters, digits, \"_\", \".\", \"@\" and \"-\", starting with a letter or digit", s)
+	}
+	return ""
+}
+
+// maxTimeout bounds an exec's timeout: a command that needs longer is a
+// service, not a step of a reconcile.
+const maxTimeout = 24 * time.Hour
+
+func timeout(s string) string {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%q is not a duration such as \"30s\" or \"5m\"", s)
+	case d <= 0:
+		return fmt.Sprintf("%q must be longer than nothing", s)
+	case d > maxTimeout:
+		return fmt.Sprintf("%q is over %s: a command that runs longer is a service", s, maxTimeout)
+	}
+	return ""
+}
+
+func envEntry(s string) string {
+	if !envRegexp.MatchString(s) {
+		return fmt.Sprintf("%q is not NAME=value (a name of letters, digits and \"_\", not starting with a digit)", s)
+	}
+	if strings.ContainsRune(s, 0) {
+		return fmt.Sprintf("%q contains a NUL byte", s)
+	}
+	return ""
+}
+
+// relationID checks the shape of a relation's ID; that it names a
+// resource of the declaration is checked once every resource is read.
+func relationID(s string) string {
+	k, key, ok := strings.Cut(s, ":")
+	if !ok || key == "" {
+		return fmt.Sprintf("%q is not a resource's ID: write kind:key, as in \"file:/etc/motd\" or \"unit:app.service\"", s)
+	}
+	// Not lookupKind: the kinds are built from these rules.
+	if !slices.Contains(relationKinds, k) {
+		return fmt.Sprintf("%q names no kind (known: %s)", s, strings.Join(relationKinds, ", "))
 	}
 	return ""
 }

@@ -20,7 +20,8 @@ func TestRulesCoverFields(t *testing.T) {
 			if f.rule.desc == "" {
 				t.Errorf("%s.%s: no rule", k.kind, f.name)
 			}
-			if f.typ.Kind() != reflect.String && f.typ.Kind() != reflect.Bool && f.typ != modeType && f.typ != secretType {
+			if f.typ.Kind() != reflect.String && f.typ.Kind() != reflect.Bool && f.typ != modeType && f.typ != secretType &&
+				f.typ != stringsType && f.typ != intsType {
 				t.Errorf("%s.%s: type %s has no decoder", k.kind, f.name, f.typ)
 			}
 		}
@@ -51,6 +52,10 @@ func TestPatternsAgree(t *testing.T) {
 		unitPattern: {"app.service", "getty@tty1.service", "a.socket", "b.timer", "multi-user.target", "c.path", "srv-data.mount", "x\\x2d.service",
 			"app", ".service", "a/b.service", "a b.service", "app.conf", "", "app.service.d"},
 		namePattern: {"root", "www-data", "adm", "1000", "root:adm", "a/b", ""},
+		relationPattern: {"file:/etc/motd", "unit:app.service", "exec:migrate", "package:nginx", "directory:/srv", "archive:/srv/${version}",
+			"file:", "/etc/motd", "service:nginx", "File:/etc/motd", "unit", ":x", ""},
+		execNamePattern: {"migrate", "db-migrate.v2", "a@b", "0x", "_x", "-x", ".x", "a/b", "a b", "a:b", ""},
+		envPattern:      {"A=1", "_X=", "PATH=/bin:/usr/bin", "a_b9=c=d", "1X=2", "X", "=x", "A-B=1", " A=1", ""},
 	}
 	// ${version} is refused in a file's or a directory's path, which the
 	// schema does not say; it is checked in testdata/bad.

@@ -103,6 +103,27 @@ func fieldSchema(f specField) (map[string]any, error) {
 	case f.typ.Kind() == reflect.Bool:
 		s["type"] = "boolean"
 		return s, nil
+	case f.typ == stringsType:
+		s["type"] = "array"
+		item := map[string]any{"type": "string", "minLength": 1}
+		if f.rule.pattern != "" {
+			item["pattern"] = f.rule.pattern
+		}
+		s["items"] = item
+		if f.rule.nonEmpty {
+			s["minItems"] = 1
+		}
+		if f.rule.maxItems > 0 {
+			s["maxItems"] = f.rule.maxItems
+		}
+		return s, nil
+	case f.typ == intsType:
+		s["type"] = "array"
+		s["items"] = map[string]any{"type": "integer", "minimum": f.rule.min, "maximum": f.rule.max}
+		if f.rule.maxItems > 0 {
+			s["maxItems"] = f.rule.maxItems
+		}
+		return s, nil
 	case f.typ == secretType:
 		s["type"] = "object"
 		s["properties"] = map[string]any{

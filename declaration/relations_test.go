@@ -1,0 +1,87 @@
+package declaration_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
+)
+
+// TestRelations: relations parse on every kind, survive the wire form,
+// and name an archive written with ${version} by its expanded ID once
+// expanded, without changing the declaration they were expanded from.
+func TestRelations(t *testing.T) {
+	const doc = `mesh: home
+node: web-1
+revision: 1
+resources:
+  - directory: {path: /srv}
+  - archive:
+      path: /srv/${version}
+      source: file:///a.tar
+      digest: sha256:1111111111111111111111111111111111111111111111111111111111111111
+      format: tar
+  - package: {name: nginx}
+  - file: {path: /etc/nginx.conf, content: "x", requires: [package:nginx], notify: [unit:nginx.service]}
+  - unit:
+      name: nginx.service
+      enabled: true
+      active: true
+      refresh: reload
+      requires: [package:nginx]
+      subscribe: ["archive:/srv/${version}"]
+  - exec:
+      name: migrate
+      command: [/srv/bin/migrate, --once]
+      creates: /srv/migrated
+      requires: [directory:/srv]
+      timeout: 30s
+      env: [A=1]
+      success_codes: [0, 2]
+`
+	d, err := declaration.ParseYAML("web.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, err := d.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := declaration.ParseJSON("wire", wire)
+	if err != nil {
+		t.Fatalf("the wire form does not parse: %v\n%s", err, wire)
+	}
+	if back.Digest() != d.Digest() {
+		t.Errorf("the wire form says something else:\n%s", wire)
+	}
+	unit := d.Resources[4].(*drivers.UnitSpec)
+	if unit.Refresh != drivers.RefreshReload || !slices.Equal(unit.Requires, []string{"package:nginx"}) {
+		t.Errorf("got unit %+v", unit)
+	}
+	exec := d.Resources[5].(*drivers.ExecSpec)
+	if !slices.Equal(exec.SuccessCodes, []int{0, 2}) || exec.Timeout != "30s" || !slices.Equal(exec.Command, []string{"/srv/bin/migrate", "--once"}) {
+		t.Errorf("got exec %+v", exec)
+	}
+
+	expanded := d.Expanded()
+	want := "archive:/srv/" + strings.Repeat("1", 64)
+	if got := expanded[4].(*drivers.UnitSpec).Subscribe; !slices.Equal(got, []string{want}) {
+		t.Errorf("expanded subscribe: got %q, want %q", got, want)
+	}
+	if got := unit.Subscribe; !slices.Equal(got, []string{"archive:/srv/${version}"}) {
+		t.Errorf("the declaration's own subscribe changed: %q", got)
+	}
+	if drivers.ID(expanded[1]) != want {
+		t.Errorf("got archive ID %s, want %s", drivers.ID(expanded[1]), want)
+	}
+
+	stored, err := declaration.DecodeStored(wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Digest() != d.Digest() {
+		t.Errorf("a stored declaration with relations and an exec decodes to another")
+	}
+}
