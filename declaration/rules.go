@@ -38,8 +38,8 @@ const (
 	// relationPattern is a resource's ID: a kind, ":" and its key.
 	relationPattern = `^(file|directory|archive|package|unit|exec):.+$`
 	// envPattern is an environment entry, NAME=value.
-	envPattern = `^[A-Za-z_][A-Za-z0-9_]*=`
-	namePattern    = `^[^:/]+$`
+	envPattern  = `^[A-Za-z_][A-Za-z0-9_]*=`
+	namePattern = `^[^:/]+$`
 	// secretNamePattern names a secret in the control plane's store.
 	secretNamePattern = `^[a-z0-9][a-z0-9_.-]{0,62}$`
 	// sealedPattern is a sealed value: unpadded base64url.
