@@ -58,6 +58,16 @@ func (s *State) normalise() {
 	if len(s.Failing) == 0 {
 		s.Failing = nil
 	}
+	if len(s.Skipped) == 0 {
+		s.Skipped = nil
+	}
+	if len(s.Refreshes) == 0 {
+		s.Refreshes = nil
+	}
+	for id, o := range s.Refreshes {
+		o.Since = o.Since.UTC()
+		s.Refreshes[id] = o
+	}
 	if g := s.LastGood; g != nil {
 		g.At = g.At.UTC()
 	}

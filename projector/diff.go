@@ -69,6 +69,8 @@ func (d *differ) state(a, b State) {
 	d.pending(a.Pending, b.Pending)
 	d.lastGood(a.LastGood, b.LastGood)
 	d.failing(a.Failing, b.Failing)
+	d.skipped(a.Skipped, b.Skipped)
+	d.refreshes(a.Refreshes, b.Refreshes)
 	if (a.Facts == nil) != (b.Facts == nil) || a.Facts != nil && !reflect.DeepEqual(*a.Facts, *b.Facts) {
 		d.add("facts", show(a.Facts), show(b.Facts))
 	}
@@ -81,17 +83,36 @@ func (d *differ) failing(a, b map[string]Failure) {
 	eachDiffering(d, "failing", a, b, func(p string, x, y Failure) { d.add(p, show(x), show(y)) })
 }
 
+func (d *differ) skipped(a, b map[string]Skip) {
+	eachDiffering(d, "skipped", a, b, func(p string, x, y Skip) { d.add(p, show(x), show(y)) })
+}
+
+func (d *differ) refreshes(a, b map[string]OwedRefresh) {
+	eachDifferingFunc(d, "refreshes", a, b, sameRefresh, func(p string, x, y OwedRefresh) { d.add(p, show(x), show(y)) })
+}
+
+// sameRefresh: every field, the time as an instant.
+func sameRefresh(x, y OwedRefresh) bool {
+	return slices.Equal(x.Sources, y.Sources) && x.More == y.More && x.Refresh == y.Refresh && x.Since.Equal(y.Since) &&
+		x.Seq == y.Seq && x.Error == y.Error && x.FailedSeq == y.FailedSeq
+}
+
 // eachDiffering calls fields for each id in both a and b whose values
 // differ, in id order, and notes an id in one only; quick stops at the
 // first difference. fields names what differs under the path it is given.
 func eachDiffering[V comparable](d *differ, name string, a, b map[string]V, fields func(path string, x, y V)) {
+	eachDifferingFunc(d, name, a, b, func(x, y V) bool { return x == y }, fields)
+}
+
+// eachDifferingFunc is eachDiffering for values that eq compares.
+func eachDifferingFunc[V any](d *differ, name string, a, b map[string]V, eq func(x, y V) bool, fields func(path string, x, y V)) {
 	if d.quick {
 		if len(a) != len(b) {
 			d.found = true
 			return
 		}
 		for id, x := range a {
-			if y, ok := b[id]; !ok || x != y {
+			if y, ok := b[id]; !ok || !eq(x, y) {
 				d.found = true
 				return
 			}
@@ -111,7 +132,7 @@ func eachDiffering[V comparable](d *differ, name string, a, b map[string]V, fiel
 	for _, id := range ids {
 		x, inA := a[id]
 		y, inB := b[id]
-		if inA && inB && x == y {
+		if inA && inB && eq(x, y) {
 			continue
 		}
 		p := name + "[" + strconv.Quote(id) + "]"

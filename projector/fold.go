@@ -45,6 +45,10 @@ type folder struct {
 	rolledBack  event.VersionRolledBackPayload
 	facts       event.HostFactsPayload
 	link        event.LinkPayload
+	owed        event.RefreshOwedPayload
+	refreshed   event.RefreshDonePayload
+	notRefresh  event.RefreshFailedPayload
+	skipped     event.ResourceSkippedPayload
 
 	// stream, if set, decodes payloads with one json.Decoder for the whole
 	// replay. json.Unmarshal allocates and discards its decoding state on
@@ -113,6 +117,10 @@ func (f *folder) fold(s *State, r event.Record) {
 		if ok = decode(f, r.Payload, &f.applied); ok {
 			ok = s.applied(r, &f.applied)
 		}
+		if ok {
+			// Applied or failed, it was reached: no longer skipped.
+			delete(s.Skipped, r.Resource)
+		}
 	case event.DriftObserved:
 		if ok = decode(f, r.Payload, &f.drift); ok {
 			if o, owned := s.Owned[r.Resource]; owned {
@@ -165,11 +173,22 @@ func (f *folder) fold(s *State, r event.Record) {
 				Signer:         p.Signer,
 				Signature:      p.Signature,
 			}
-			// What the declaration no longer names is no longer failing:
-			// nothing of it was applied, and nothing will be.
+			// What the declaration no longer names is no longer failing
+			// or skipped: nothing of it was applied, and nothing will be;
+			// and it is owed no refresh.
 			for id := range s.Failing {
-				if !slices.ContainsFunc(p.Resources, func(d event.DeclaredResource) bool { return d.ID == id }) {
+				if !declares(p.Resources, id) {
 					delete(s.Failing, id)
+				}
+			}
+			for id := range s.Skipped {
+				if !declares(p.Resources, id) {
+					delete(s.Skipped, id)
+				}
+			}
+			for id := range s.Refreshes {
+				if !declares(p.Resources, id) {
+					delete(s.Refreshes, id)
 				}
 			}
 		}
@@ -222,6 +241,28 @@ func (f *folder) fold(s *State, r event.Record) {
 		}
 	case event.LinkPlaintext:
 		ok = ignore[event.LinkPlaintextPayload](f, r.Payload)
+	case event.RefreshOwed:
+		if ok = decode(f, r.Payload, &f.owed) && validID(r.Resource); ok {
+			s.owe(r, &f.owed)
+		}
+	case event.RefreshDone:
+		if ok = decode(f, r.Payload, &f.refreshed) && validID(r.Resource); ok {
+			delete(s.Refreshes, r.Resource)
+		}
+	case event.RefreshFailed:
+		if ok = decode(f, r.Payload, &f.notRefresh) && validID(r.Resource); ok {
+			if o, owed := s.Refreshes[r.Resource]; owed {
+				o.Error, o.FailedSeq = f.notRefresh.Error, r.Seq
+				s.Refreshes[r.Resource] = o
+			}
+		}
+	case event.ResourceSkipped:
+		if ok = decode(f, r.Payload, &f.skipped) && validID(r.Resource); ok {
+			if s.Skipped == nil {
+				s.Skipped = make(map[string]Skip)
+			}
+			s.Skipped[r.Resource] = Skip{Requirement: f.skipped.Requirement, Seq: r.Seq}
+		}
 	case event.PlanAnswered:
 		// A plan changes nothing: the machine, and so the state, is as it
 		// was.
@@ -245,9 +286,7 @@ func (f *folder) fold(s *State, r event.Record) {
 // nothing, for a record that names no resource or an action this binary
 // does not know.
 func (s *State) applied(r event.Record, p *event.ResourceAppliedPayload) bool {
-	// The id becomes a JSON object key, which would not survive Encode if
-	// it were not UTF-8.
-	if r.Resource == "" || !utf8.ValidString(r.Resource) {
+	if !validID(r.Resource) {
 		return false
 	}
 	// outcome is the constant rather than the decoded string, so that a
@@ -321,4 +360,34 @@ func nilIfEmpty[E any](s []E) []E {
 		return nil
 	}
 	return s
+}
+
+// validID: a record's resource becomes a JSON object key, which would not
+// survive Encode if it were not UTF-8.
+func validID(id string) bool { return id != "" && utf8.ValidString(id) }
+
+// declares reports whether a declaration's resources name id.
+func declares(resources []event.DeclaredResource, id string) bool {
+	return slices.ContainsFunc(resources, func(d event.DeclaredResource) bool { return d.ID == id })
+}
+
+// owe folds a refresh.owed: the change joins the refresh its resource
+// owes, once per source, bounded.
+func (s *State) owe(r event.Record, p *event.RefreshOwedPayload) {
+	if s.Refreshes == nil {
+		s.Refreshes = make(map[string]OwedRefresh)
+	}
+	o, owed := s.Refreshes[r.Resource]
+	if !owed {
+		o = OwedRefresh{Since: r.Time.UTC(), Seq: r.Seq}
+	}
+	o.Refresh = p.Refresh
+	switch {
+	case slices.ContainsFunc(o.Sources, func(src RefreshSource) bool { return src.Resource == p.Source }):
+	case len(o.Sources) >= MaxRefreshSources:
+		o.More++
+	default:
+		o.Sources = append(o.Sources, RefreshSource{Resource: p.Source, Change: p.Change, Repair: p.Repair, Interrupted: p.Interrupted, Seq: r.Seq})
+	}
+	s.Refreshes[r.Resource] = o
 }

@@ -330,6 +330,44 @@ func TestFold(t *testing.T) {
 			want: State{Head: 2, Facts: &event.HostFactsPayload{Hostname: "web-1", Kernel: "6.12"}},
 		},
 		{
+			name: "a refresh is owed from its first change until done, whatever fails in between",
+			recs: numbered(
+				rec(event.RefreshOwed, "unit:web.service", event.RefreshOwedPayload{Source: motd, Change: event.ActionUpdate, Refresh: "reload"}),
+				rec(event.RefreshOwed, "unit:web.service", event.RefreshOwedPayload{Source: issue, Change: event.ActionCreate, Repair: true, Refresh: "reload"}),
+				rec(event.RefreshOwed, "unit:web.service", event.RefreshOwedPayload{Source: motd, Change: event.ActionUpdate, Refresh: "reload"}),
+				rec(event.ReconcileCompleted, "", event.ReconcileCompletedPayload{Result: event.ResultFailed}),
+				rec(event.RefreshFailed, "unit:web.service", event.RefreshFailedPayload{Error: "job failed"}),
+				rec(event.HostStarted, "", event.HostStartedPayload{Version: "v2", PID: 7}),
+				rec(event.RefreshOwed, "unit:db.service", event.RefreshOwedPayload{Source: motd, Change: event.ActionUpdate, Refresh: "restart", Interrupted: 3}),
+				rec(event.RefreshDone, "unit:db.service", event.RefreshDonePayload{Did: "restarted", Sources: []string{motd}}),
+				rec(event.RefreshFailed, "unit:db.service", event.RefreshFailedPayload{Error: "not owed: ignored"}),
+			),
+			want: State{Head: 9,
+				LastReconcile: &Reconcile{Seq: 4, Result: event.ResultFailed, Completed: at(4)},
+				Running:       &Running{Version: "v2", PID: 7, Since: at(6), Seq: 6},
+				Refreshes: map[string]OwedRefresh{"unit:web.service": {
+					Sources: []RefreshSource{{Resource: motd, Change: event.ActionUpdate, Seq: 1}, {Resource: issue, Change: event.ActionCreate, Repair: true, Seq: 2}},
+					Refresh: "reload", Since: at(1), Seq: 1, Error: "job failed", FailedSeq: 5,
+				}},
+			},
+		},
+		{
+			name: "a declaration that no longer declares a resource drops what it owed and its skip",
+			recs: numbered(
+				rec(event.RefreshOwed, "unit:web.service", event.RefreshOwedPayload{Source: motd, Change: event.ActionUpdate, Refresh: "restart"}),
+				rec(event.RefreshOwed, "unit:db.service", event.RefreshOwedPayload{Source: motd, Change: event.ActionUpdate, Refresh: "restart"}),
+				rec(event.ResourceSkipped, "unit:db.service", event.ResourceSkippedPayload{Requirement: motd}),
+				rec(event.ResourceSkipped, issue, event.ResourceSkippedPayload{Requirement: motd}),
+				rec(event.DeclarationReceived, "", event.DeclarationReceivedPayload{Revision: 2, Resources: []event.DeclaredResource{{ID: "unit:web.service"}, {ID: issue}}}),
+				applied(issue, event.ActionCreate, "sha256:aa", ""),
+			),
+			want: State{Head: 6,
+				Desired:   &Desired{Revision: 2, Resources: []event.DeclaredResource{{ID: "unit:web.service"}, {ID: issue}}, Seq: 5},
+				Owned:     map[string]Owned{issue: {SpecDigest: "sha256:aa", LastOutcome: event.ActionCreate, Seq: 6}},
+				Refreshes: map[string]OwedRefresh{"unit:web.service": {Sources: []RefreshSource{{Resource: motd, Change: event.ActionUpdate, Seq: 1}}, Refresh: "restart", Since: at(1), Seq: 1}},
+			},
+		},
+		{
 			name: "a bad version is bad until retired or confirmed",
 			recs: numbered(
 				rec(event.VersionRolledBack, "", event.VersionRolledBackPayload{From: "v2", To: "v1"}),
@@ -638,6 +676,16 @@ func genPayload(t *rapid.T, k event.Kind) any {
 		return event.PlanAnsweredPayload{Revision: small("revision"), Digest: str("digest", genDigests), Create: int(small("create")), Refused: str("refused", []string{"", "older"})}
 	case event.JournalScrubbed:
 		return event.JournalScrubbedPayload{Head: small("head"), First: small("first"), Records: small("records"), Owned: int(small("owned")), Differences: int(small("differences"))}
+	case event.RefreshOwed:
+		return event.RefreshOwedPayload{Source: str("source", genIDs), Change: rapid.SampledFrom(genActions).Draw(t, "change"),
+			Repair: rapid.Bool().Draw(t, "repair"), Refresh: str("refresh", []string{"restart", "reload", "run"}), Interrupted: small("interrupted")}
+	case event.RefreshDone:
+		return event.RefreshDonePayload{Did: str("did", []string{"", "restarted"}), Note: str("note", []string{"", "not running"}),
+			Sources: rapid.SliceOfN(rapid.SampledFrom(genIDs), 0, 2).Draw(t, "sources")}
+	case event.RefreshFailed:
+		return event.RefreshFailedPayload{Error: str("error", []string{"", "job failed"})}
+	case event.ResourceSkipped:
+		return event.ResourceSkippedPayload{Requirement: str("requirement", genIDs), Reason: str("reason", []string{"", "failed"})}
 	}
 	return map[string]any{"future": rapid.Int().Draw(t, "future")}
 }
@@ -1020,4 +1068,19 @@ func BenchmarkReplay(b *testing.B) {
 		b.Fatalf("got head %d, undecodable %d, last reconcile %v; want %d, 0, set", s.Head, s.Undecodable, s.LastReconcile, n)
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// TestRefreshSourcesBounded: a thousand changes owe one refresh of
+// MaxRefreshSources sources and a count of the rest.
+func TestRefreshSourcesBounded(t *testing.T) {
+	var recs []event.Record
+	for i := range 1000 {
+		recs = append(recs, rec(event.RefreshOwed, "unit:web.service", event.RefreshOwedPayload{Source: fmt.Sprintf("file:/etc/f%d", i), Change: event.ActionUpdate}))
+	}
+	s := Replay(State{}, numbered(recs...))
+	o := s.Refreshes["unit:web.service"]
+	if len(o.Sources) != MaxRefreshSources || o.More != 1000-MaxRefreshSources || o.Sources[0].Resource != "file:/etc/f0" {
+		t.Errorf("got %d sources (first %s) and %d more, want %d from file:/etc/f0 and %d more",
+			len(o.Sources), o.Sources[0].Resource, o.More, MaxRefreshSources, 1000-MaxRefreshSources)
+	}
 }

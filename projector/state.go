@@ -59,6 +59,59 @@ type State struct {
 	// it does not start one again until a newer version arrives. A version
 	// leaves the list when it is retired, or confirmed after all.
 	Bad []string `json:"bad,omitempty"`
+	// Refreshes holds, by resource id (a unit, an exec), the refreshes
+	// owed to it: from its first refresh.owed until a refresh.done, or
+	// until a declaration no longer declares it. A failed reconcile, a
+	// crash or a new version in between leaves them owed.
+	Refreshes map[string]OwedRefresh `json:"refreshes,omitempty"`
+	// Skipped holds, by resource id, the declared resources the latest
+	// reconcile to reach them skipped because one they depend on failed.
+	// An entry leaves when the resource is applied, or no longer
+	// declared.
+	Skipped map[string]Skip `json:"skipped,omitempty"`
+}
+
+// MaxRefreshSources bounds the changes an owed refresh names; past it,
+// More counts the rest. A thousand files notifying one unit owe it one
+// refresh, not a thousand lines of state.
+const MaxRefreshSources = 16
+
+// OwedRefresh is a refresh owed to a resource, from its refresh.owed
+// records.
+type OwedRefresh struct {
+	// Sources are the changes that owe it, oldest first, one per source
+	// resource; More counts those past MaxRefreshSources.
+	Sources []RefreshSource `json:"sources"`
+	More    int             `json:"more,omitempty"`
+	// Refresh is what it will do (restart, reload, run), from the latest
+	// refresh.owed.
+	Refresh string `json:"refresh,omitempty"`
+	// Since is the time of the first refresh.owed, Seq its seq: a
+	// refresh is not needed if the resource restarted after Since.
+	Since time.Time `json:"since,omitzero"`
+	Seq   uint64    `json:"seq"`
+	// Error is the latest failed try's (refresh.failed), FailedSeq its
+	// seq; empty while none failed.
+	Error     string `json:"error,omitempty"`
+	FailedSeq uint64 `json:"failed_seq,omitempty"`
+}
+
+// RefreshSource is one change that owes a refresh.
+type RefreshSource struct {
+	Resource string       `json:"resource"`
+	Change   event.Action `json:"change"`
+	Repair   bool         `json:"repair,omitempty"`
+	// Interrupted is the reconcile.started of a reconcile interrupted
+	// after it planned the change (see event.RefreshOwedPayload).
+	Interrupted uint64 `json:"interrupted,omitempty"`
+	Seq         uint64 `json:"seq"`
+}
+
+// Skip is a declared resource a reconcile skipped, from its
+// resource.skipped.
+type Skip struct {
+	Requirement string `json:"requirement"`
+	Seq         uint64 `json:"seq"`
 }
 
 // Failure is a declared resource's failed apply, from its resource.applied.
@@ -204,6 +257,14 @@ func (s State) Clone() State {
 	}
 	c.Bad = slices.Clone(s.Bad)
 	c.Failing = maps.Clone(s.Failing)
+	c.Skipped = maps.Clone(s.Skipped)
+	if s.Refreshes != nil {
+		c.Refreshes = make(map[string]OwedRefresh, len(s.Refreshes))
+		for id, o := range s.Refreshes {
+			o.Sources = slices.Clone(o.Sources)
+			c.Refreshes[id] = o
+		}
+	}
 	if s.Facts != nil {
 		f := *s.Facts
 		f.Addresses = slices.Clone(f.Addresses)

@@ -33,6 +33,10 @@ const (
 	HostFacts            Kind = "host.facts"
 	PlanAnswered         Kind = "plan.answered"
 	DeclarationReapplied Kind = "declaration.reapplied"
+	RefreshOwed          Kind = "refresh.owed"
+	RefreshDone          Kind = "refresh.done"
+	RefreshFailed        Kind = "refresh.failed"
+	ResourceSkipped      Kind = "resource.skipped"
 )
 
 // payloads maps each known kind to a constructor of its payload.
@@ -62,6 +66,10 @@ var payloads = map[Kind]func() any{
 	HostFacts:            func() any { return new(HostFactsPayload) },
 	PlanAnswered:         func() any { return new(PlanAnsweredPayload) },
 	DeclarationReapplied: func() any { return new(DeclarationReappliedPayload) },
+	RefreshOwed:          func() any { return new(RefreshOwedPayload) },
+	RefreshDone:          func() any { return new(RefreshDonePayload) },
+	RefreshFailed:        func() any { return new(RefreshFailedPayload) },
+	ResourceSkipped:      func() any { return new(ResourceSkippedPayload) },
 }
 
 // Known reports whether this binary knows kind k.
@@ -75,7 +83,8 @@ func Kinds() []Kind {
 		ResourceApplied, DriftObserved, HostStarted, VersionDelivered, VersionConfirmed,
 		VersionStoodAside, VersionRetired, VersionRolledBack, LinkUp, LinkDown, JournalCompacted,
 		LinkRefused, VersionHalted, LinkPlaintext, LinkRenewed, LinkDenied, DirTightened,
-		JournalScrubbed, HostFacts, PlanAnswered, DeclarationReapplied,
+		JournalScrubbed, HostFacts, PlanAnswered, DeclarationReapplied, RefreshOwed, RefreshDone,
+		RefreshFailed, ResourceSkipped,
 	}
 }
 
@@ -150,6 +159,9 @@ const (
 	TriggerReconnect Trigger = "reconnect"
 	TriggerTimer     Trigger = "timer"
 	TriggerManual    Trigger = "manual"
+	// TriggerWatch: a service manager told the host that a unit it holds
+	// stopped, and the host looked at once rather than at its drift timer.
+	TriggerWatch Trigger = "watch"
 )
 
 // Action is what a reconcile does, or did, to one resource.
@@ -216,6 +228,12 @@ type ReconcileCompletedPayload struct {
 	Unchanged int       `json:"unchanged,omitempty"`
 	Failed    int       `json:"failed,omitempty"`
 	Quiet     bool      `json:"quiet,omitempty"`
+	// Skipped counts the resources skipped because one they depend on
+	// failed; Refreshed the refreshes delivered, RefreshFailed those
+	// that failed and stay owed.
+	Skipped       int `json:"skipped,omitempty"`
+	Refreshed     int `json:"refreshed,omitempty"`
+	RefreshFailed int `json:"refresh_failed,omitempty"`
 	// Error says why a reconcile ended before its outcomes were all
 	// journaled (Result is then failed); empty when it ran to the end.
 	Error string `json:"error,omitempty"`
@@ -378,6 +396,58 @@ type PlanAnsweredPayload struct {
 	Unchanged int    `json:"unchanged,omitempty"`
 	Failed    int    `json:"failed,omitempty"`
 	Refused   string `json:"refused,omitempty"`
+}
+
+// RefreshOwedPayload records that a resource (Record.Resource: a unit or
+// an exec) owes a refresh because Source changed: journaled in the
+// transaction that journals Source's outcome, so that no crash, failed
+// reconcile or self-upgrade between the change and the refresh loses
+// it. The owed refresh stays in the projection until a refresh.done, or
+// until a declaration no longer declares the resource.
+type RefreshOwedPayload struct {
+	// Source is the ID of the resource whose change owes the refresh,
+	// and Change what happened to it: created or updated. Repair is set
+	// when the change repaired drift.
+	Source string `json:"source"`
+	Change Action `json:"change"`
+	Repair bool   `json:"repair,omitempty"`
+	// Refresh is what the refresh will do: restart, reload,
+	// reload-or-restart (a unit) or run (an exec).
+	Refresh string `json:"refresh"`
+	// Interrupted, when set, is the reconcile.started of a reconcile
+	// that stopped (a crash, a kill) after it planned to change Source
+	// and before it journaled the outcome: whether Source changed is not
+	// known, so the refresh is owed.
+	Interrupted uint64 `json:"interrupted,omitempty"`
+}
+
+// RefreshDonePayload records an owed refresh delivered: Record.Resource
+// was refreshed (Did: restarted, reloaded, ran) or needed none (Did
+// empty, Note says why: it does not run, so a refresh does not start it;
+// it started after the change). It clears every refresh the resource
+// owed when its delivery began; Sources names those changes.
+type RefreshDonePayload struct {
+	Did     string   `json:"did,omitempty"`
+	Note    string   `json:"note,omitempty"`
+	Sources []string `json:"sources,omitempty"`
+}
+
+// RefreshFailedPayload records a refresh that was tried and failed:
+// the refresh stays owed, and the next reconcile tries again. Error
+// carries what the resource said (a unit's last journal lines), bounded
+// and redacted.
+type RefreshFailedPayload struct {
+	Error   string   `json:"error"`
+	Sources []string `json:"sources,omitempty"`
+}
+
+// ResourceSkippedPayload records a declared resource that a reconcile
+// did not apply because a resource it depends on (a requirement, or a
+// resource that notifies it) failed or was itself skipped: Requirement
+// names it. Nothing was changed; the next reconcile tries again.
+type ResourceSkippedPayload struct {
+	Requirement string `json:"requirement"`
+	Reason      string `json:"reason,omitempty"`
 }
 
 // JournalCompactedPayload records a compaction: records up to Through were
