@@ -89,6 +89,13 @@ type Request struct {
 	// DryRun observes and plans, and neither changes nor journals anything
 	// (`plan`).
 	DryRun bool
+	// Owed are the refreshes the projection says are owed, by the ID of
+	// the resource owed one (projector.State.Refreshes); nil for none.
+	Owed map[string]projector.OwedRefresh
+	// Interrupted is the reconcile the projection says was in progress
+	// when this one began (projector.State.Pending): one a crash or a
+	// kill stopped. The refreshes its planned changes would owe are owed.
+	Interrupted *projector.Pending
 }
 
 // OwnedSet is an owned set a reconcile walks once: the journal's stored
@@ -116,6 +123,7 @@ type ownedAs struct {
 	digest  string // its SpecDigest
 	failed  bool   // its last outcome failed
 	drifted bool
+	seq     uint64 // its last outcome's record
 }
 
 // Step is one resource's part in a reconcile.
@@ -141,9 +149,15 @@ type Step struct {
 	DriftSeq uint64
 	// Seq is the outcome's journal sequence (0 when none was journaled).
 	Seq uint64
+	// SkippedFor names the resource whose failure (or skip) this one
+	// waited for, when its Outcome is Skipped.
+	SkippedFor string
 	// owned is the projection's word on a declared resource the host
 	// owned; nil when it did not.
 	owned *ownedAs
+	// deps are the steps applied before this one by its relations, and
+	// notifies those its change owes a refresh (relate).
+	deps, notifies []*Step
 }
 
 // Result is one reconcile's output.
@@ -156,6 +170,16 @@ type Result struct {
 	Changed   int
 	Unchanged int
 	Failed    int
+	// Skipped counts the resources skipped because one they depend on
+	// failed.
+	Skipped int
+	// Refreshes are the refreshes owed in this reconcile, and what
+	// delivering each did (a plan: what it would refresh, and why).
+	// Refreshed counts those delivered, RefreshFailed those that failed
+	// and stay owed.
+	Refreshes     []*Refresh
+	Refreshed     int
+	RefreshFailed int
 }
 
 // Pending reports whether the plan changes anything.
@@ -188,8 +212,17 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 		return nil, err
 	}
 	res := &Result{Steps: steps}
+	related := relate(steps)
+	owed := rc.owedRefreshes(steps, req)
 	if req.DryRun {
+		res.Refreshes = owed.plan(steps)
+		foreseeSkips(steps)
 		return res, nil
+	}
+	if !req.Repair {
+		// A check that repairs nothing refreshes nothing: what is owed
+		// stays owed.
+		owed = &refreshes{byTarget: map[string]*Refresh{}, now: rc.Now}
 	}
 
 	// Drift first: it is the cause of the repairs that follow.
@@ -200,7 +233,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 		return s.Planned != event.ActionUnchanged && (req.Repair || !s.Drift)
 	})
 	record := slices.ContainsFunc(steps, needsRecord)
-	if !changes && !record {
+	if !changes && !record && !owed.pending() {
 		// Nothing to change and nothing new to remember: one small record,
 		// so a quiet machine's journal stays small. (Drift left unrepaired
 		// was journaled above and is not quiet.)
@@ -214,17 +247,22 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 			plan = append(plan, event.Step{Resource: s.ID, Action: s.Planned})
 		}
 	}
-	recs, err := rc.journalStarted(req, plan)
+	recs, err := rc.journalStarted(req, plan, owed.interrupted)
 	if err != nil {
 		return res, fmt.Errorf("journal reconcile intent: %w", err)
 	}
 	res.Started = recs[0].Seq
+	res.Refreshes = owed.order
 
+	order := levels
+	if related {
+		order = relatedLevels
+	}
 	// A level's outcomes are journaled before the next level acts, and
 	// the last level's with the completion, in one commit: a push that
 	// changes one file commits its outcome and its end together.
 	var held outcomes
-	for _, level := range levels(steps) {
+	for _, level := range order(steps) {
 		var todo []*Step
 		for _, s := range level {
 			switch {
@@ -232,6 +270,8 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 				s.Outcome = event.ActionUnchanged
 			case s.Drift && !req.Repair:
 				s.Outcome = "" // observed, journaled, left as it is
+			case failedDep(s) != nil:
+				s.skip(failedDep(s))
 			default:
 				todo = append(todo, s)
 			}
@@ -239,22 +279,51 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 		err := ctx.Err()
 		if err == nil && len(todo) == 0 {
 			held.add(outcomesOf(level, res.Started))
-			continue
+		} else {
+			if _, jerr := rc.journalOutcomes(&held); jerr != nil {
+				return res, rc.endEarly(res, req, started, jerr)
+			}
+			if err != nil {
+				return res, err
+			}
+			ahead := rc.journalAhead(res.Started)
+			rc.apply(ctx, todo, ahead.add)
+			if jerr := ahead.wait(); jerr != nil {
+				return res, rc.endEarly(res, req, started, jerr)
+			}
+			held.add(outcomesOf(level, res.Started))
 		}
-		if _, jerr := rc.journalOutcomes(&held); jerr != nil {
-			return res, rc.endEarly(res, req, started, jerr)
+		owed.owe(level)
+		if due := owed.due(level); len(due) > 0 {
+			// The changes that owe these refreshes are journaled, with
+			// their refresh.owed, before any is delivered: a kill from
+			// here on leaves them owed.
+			if _, jerr := rc.journalOutcomes(&held); jerr != nil {
+				return res, rc.endEarly(res, req, started, jerr)
+			}
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			for _, f := range due {
+				held.extra = append(held.extra, rc.deliver(ctx, owed, f, res.Started)...)
+			}
 		}
-		if err != nil {
-			return res, err
-		}
-		ahead := rc.journalAhead(res.Started)
-		rc.apply(ctx, todo, ahead.add)
-		if jerr := ahead.wait(); jerr != nil {
-			return res, rc.endEarly(res, req, started, jerr)
-		}
-		held.add(outcomesOf(level, res.Started))
 	}
+	res.Refreshes = owed.order
 	return res, rc.complete(res, req, started, res.Started, false, &held)
+}
+
+// foreseeSkips notes, in a plan, the steps that would be skipped because
+// a step they depend on is foreseen to fail.
+func foreseeSkips(steps []*Step) {
+	for _, s := range steps {
+		for _, d := range s.deps {
+			if d.Err != nil && d.Planned != event.ActionUnchanged && s.Planned != event.ActionUnchanged {
+				s.Note = fmt.Sprintf("would be skipped: %s would fail", d.ID)
+				break
+			}
+		}
+	}
 }
 
 // endEarly ends a reconcile whose outcomes the journal did not take (a
@@ -269,18 +338,19 @@ func (rc *Reconciler) endEarly(res *Result, req Request, started time.Time, err 
 }
 
 // journalStarted appends the reconcile.started of plan, the plan stored
-// apart when it is over MaxInlinePlan.
-func (rc *Reconciler) journalStarted(req Request, plan []event.Step) ([]event.Record, error) {
+// apart when it is over MaxInlinePlan;
+// more are appended with it, in its transaction.
+func (rc *Reconciler) journalStarted(req Request, plan []event.Step, more []event.Record) ([]event.Record, error) {
 	p := event.ReconcileStartedPayload{Trigger: req.Trigger, Revision: req.Revision, Plan: plan}
 	list, err := json.Marshal(plan)
 	if err != nil {
 		return nil, err
 	}
 	if len(list) <= MaxInlinePlan {
-		return rc.Journal.Append(event.New(event.ReconcileStarted, req.Cause, "", p))
+		return rc.Journal.Append(append([]event.Record{event.New(event.ReconcileStarted, req.Cause, "", p)}, more...)...)
 	}
 	p.Plan, p.PlanSHA256 = nil, journal.FormatSum(journal.SumOf(list))
-	return rc.Journal.AppendDocuments([][]byte{list}, event.New(event.ReconcileStarted, req.Cause, "", p))
+	return rc.Journal.AppendDocuments([][]byte{list}, append([]event.Record{event.New(event.ReconcileStarted, req.Cause, "", p)}, more...)...)
 }
 
 // completeEarly journals the end of a reconcile that failed after its start
@@ -327,7 +397,7 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 		err := req.Owned.EachOwned(func(id string, o projector.Owned) error {
 			switch s := declared[id]; {
 			case s != nil:
-				s.owned = &ownedAs{digest: o.SpecDigest, failed: o.LastOutcome == event.ActionFailed, drifted: o.Drifted}
+				s.owned = &ownedAs{digest: o.SpecDigest, failed: o.LastOutcome == event.ActionFailed, drifted: o.Drifted, seq: o.Seq}
 			case rc.Release != nil && rc.Release(id):
 				steps = append(steps, &Step{ID: id, Planned: event.ActionReleased})
 			default:
@@ -847,6 +917,9 @@ type outcomes struct {
 	steps []*Step
 	// start is the reconcile.started the outcomes are of.
 	start uint64
+	// extra are records journaled after the steps' (what refreshes
+	// delivered did), in the same transaction.
+	extra []event.Record
 }
 
 func (o *outcomes) add(more outcomes) {
@@ -854,13 +927,18 @@ func (o *outcomes) add(more outcomes) {
 	o.start = more.start
 }
 
-// records are the outcome records of the first n steps.
-func (o *outcomes) records(n int) []event.Record {
-	recs := make([]event.Record, 0, n)
-	for _, s := range o.steps[:n] {
+// records are the records of the first n steps' outcomes, each followed
+// by the refresh.owed records it owes, and at[i] the index of step i's
+// outcome among them.
+func (o *outcomes) records(n int) (recs []event.Record, at []int) {
+	recs = make([]event.Record, 0, n)
+	at = make([]int, n)
+	for i, s := range o.steps[:n] {
+		at[i] = len(recs)
 		recs = append(recs, outcomeRecord(s, o.start))
+		recs = append(recs, owedRecords(s, o.start)...)
 	}
-	return recs
+	return recs, at
 }
 
 // outcomesOf are one level's outcomes to journal: those not journaled
@@ -876,9 +954,13 @@ func outcomesOf(level []*Step, startSeq uint64) outcomes {
 	return o
 }
 
-// outcomeRecord is s's resource.applied. A repair's cause is the drift it
-// repairs; every other outcome's is the reconcile.
+// outcomeRecord is s's resource.applied, or its resource.skipped. A
+// repair's cause is the drift it repairs; every other outcome's is the
+// reconcile.
 func outcomeRecord(s *Step, startSeq uint64) event.Record {
+	if s.Outcome == Skipped {
+		return event.New(event.ResourceSkipped, startSeq, s.ID, event.ResourceSkippedPayload{Requirement: s.SkippedFor, Reason: s.Note})
+	}
 	cause := startSeq
 	if s.DriftSeq != 0 {
 		cause = s.DriftSeq
@@ -921,25 +1003,28 @@ var outcomesPerAppend = 5_000 // a variable for the tests
 // finishes it.
 func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]event.Record, error) {
 	for len(held.steps) > outcomesPerAppend {
-		out, err := rc.Journal.Append(held.records(outcomesPerAppend)...)
+		recs, at := held.records(outcomesPerAppend)
+		out, err := rc.Journal.Append(recs...)
 		if err != nil {
 			return nil, fmt.Errorf("journal outcomes: %w", err)
 		}
 		for i, s := range held.steps[:outcomesPerAppend] {
-			s.Seq = out[i].Seq
+			s.Seq = out[at[i]].Seq
 		}
 		held.steps = held.steps[outcomesPerAppend:]
 	}
-	if len(held.steps)+len(more) == 0 {
+	if len(held.steps)+len(held.extra)+len(more) == 0 {
 		return nil, nil
 	}
-	n := len(held.steps)
-	out, err := rc.Journal.Append(append(held.records(n), more...)...)
+	recs, at := held.records(len(held.steps))
+	recs = append(recs, held.extra...)
+	n := len(recs)
+	out, err := rc.Journal.Append(append(recs, more...)...)
 	if err != nil {
 		return nil, fmt.Errorf("journal outcomes: %w", err)
 	}
 	for i, s := range held.steps {
-		s.Seq = out[i].Seq
+		s.Seq = out[at[i]].Seq
 	}
 	*held = outcomes{}
 	return out[n:], nil
@@ -986,13 +1071,14 @@ func (a *ahead) run() {
 			continue // the level ends early: these are journaled, or not, with it
 		}
 		o := outcomes{steps: steps, start: a.start}
-		out, err := a.rc.Journal.Append(o.records(len(steps))...)
+		recs, at := o.records(len(steps))
+		out, err := a.rc.Journal.Append(recs...)
 		if err != nil {
 			a.err = fmt.Errorf("journal outcomes: %w", err)
 			continue
 		}
 		for i, s := range steps {
-			s.Seq = out[i].Seq
+			s.Seq = out[at[i]].Seq
 		}
 	}
 }
@@ -1010,6 +1096,8 @@ func (a *ahead) wait() error {
 func (rc *Reconciler) complete(res *Result, req Request, started time.Time, cause uint64, quiet bool, held *outcomes) error {
 	for _, s := range res.Steps {
 		switch {
+		case s.Outcome == Skipped:
+			res.Skipped++
 		case s.Outcome == event.ActionFailed:
 			res.Failed++
 		case s.Outcome == event.ActionUnchanged || (s.Outcome == "" && s.Planned == event.ActionUnchanged):
@@ -1018,18 +1106,27 @@ func (rc *Reconciler) complete(res *Result, req Request, started time.Time, caus
 			res.Changed++
 		}
 	}
+	for _, f := range res.Refreshes {
+		switch {
+		case f.Err != nil:
+			res.RefreshFailed++
+		case f.delivered:
+			res.Refreshed++
+		}
+	}
 	result := event.ResultConverged
-	if res.Failed > 0 || slices.ContainsFunc(res.Steps, func(s *Step) bool { return s.Drift && !req.Repair }) {
+	if res.Failed > 0 || res.Skipped > 0 || res.RefreshFailed > 0 || slices.ContainsFunc(res.Steps, func(s *Step) bool { return s.Drift && !req.Repair }) {
 		result = event.ResultFailed
 	}
 	end := event.New(event.ReconcileCompleted, cause, "", event.ReconcileCompletedPayload{
 		Trigger: req.Trigger, Revision: req.Revision, Result: result, Started: started,
 		Changed: res.Changed, Unchanged: res.Unchanged, Failed: res.Failed, Quiet: quiet,
+		Skipped: res.Skipped, Refreshed: res.Refreshed, RefreshFailed: res.RefreshFailed,
 	})
 	if held == nil {
 		held = &outcomes{}
 	}
-	hadOutcomes := len(held.steps) > 0
+	hadOutcomes := len(held.steps)+len(held.extra) > 0
 	recs, err := rc.journalOutcomes(held, end)
 	switch {
 	case err != nil && hadOutcomes:
