@@ -86,6 +86,7 @@ func (c *applyCmd) Run(e *env) error {
 		res, err := rc.Reconcile(e.ctx, agent.Request{
 			Trigger: event.TriggerManual, Cause: recv, Revision: revision,
 			Specs: specs, Digests: hostjournal.SpecDigests(specs, declared), Owned: hostjournal.StoredOwned{J: j}, Repair: true,
+			Owed: s.Refreshes, Interrupted: s.Pending,
 		})
 		if err != nil {
 			return failed("reconcile: %v", err)
@@ -225,6 +226,30 @@ func printOutcomes(w io.Writer, res *agent.Result, planned, changesOnly bool) {
 		}
 		fmt.Fprintln(b, strings.TrimRight(fmt.Sprintf("%-44s  %-10s  %s", s.ID, what, strings.Join(detail, "; ")), " "))
 	}
+	for _, f := range res.Refreshes {
+		what, detail := f.Did, "refresh: "+strings.Join(f.Sources, ", ")+" changed"
+		switch {
+		case planned:
+			what, detail = f.How, "refresh: "+strings.Join(f.Why, "; ")
+		case f.Err != nil:
+			what, detail = "failed", fmt.Sprintf("refresh (%s) failed, still owed: %v", f.How, f.Err)
+		case f.Did == "" && f.Note != "":
+			what, detail = "refreshed", detail+"; "+f.Note
+		case f.Did == "":
+			what, detail = "owed", detail+"; not delivered"
+		}
+		fmt.Fprintln(b, strings.TrimRight(fmt.Sprintf("%-44s  %-10s  %s", f.Target, what, detail), " "))
+	}
+	var also string
+	if res.Skipped > 0 {
+		also += fmt.Sprintf(", %d skipped", res.Skipped)
+	}
+	if res.Refreshed+res.RefreshFailed > 0 {
+		also += fmt.Sprintf(", %d refreshed", res.Refreshed)
+	}
+	if res.RefreshFailed > 0 {
+		also += fmt.Sprintf(", %d refreshes failed", res.RefreshFailed)
+	}
 	switch {
 	case planned:
 	case changesOnly: // check: what it found matters as much as what it did
@@ -234,9 +259,9 @@ func printOutcomes(w io.Writer, res *agent.Result, planned, changesOnly bool) {
 				drifted++
 			}
 		}
-		fmt.Fprintf(b, "%d drifted, %d changed, %d unchanged, %d failed\n", drifted, res.Changed, res.Unchanged, res.Failed)
+		fmt.Fprintf(b, "%d drifted, %d changed, %d unchanged, %d failed%s\n", drifted, res.Changed, res.Unchanged, res.Failed, also)
 	default:
-		fmt.Fprintf(b, "%d changed, %d unchanged, %d failed\n", res.Changed, res.Unchanged, res.Failed)
+		fmt.Fprintf(b, "%d changed, %d unchanged, %d failed%s\n", res.Changed, res.Unchanged, res.Failed, also)
 	}
 }
 

@@ -93,6 +93,7 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 	req := agent.Request{
 		Trigger: trigger, Owned: hostjournal.StoredOwned{J: j}, Repair: repair, Revision: decl.Revision,
 		Specs: specs, Digests: hostjournal.SpecDigests(specs, s.Desired.Resources),
+		Owed: s.Refreshes, Interrupted: s.Pending,
 	}
 	if trigger == event.TriggerPushed || trigger == event.TriggerReconnect {
 		// Started by accepting the declaration: that is its cause.

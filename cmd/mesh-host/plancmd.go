@@ -92,6 +92,7 @@ func (e *env) dryRun(decl *declaration.Declaration, s projector.State) (*agent.R
 	}
 	res, err := rc.Reconcile(e.ctx, agent.Request{
 		Trigger: event.TriggerManual, Revision: decl.Revision, Specs: specs, Owned: agent.OwnedMap(s.Owned), DryRun: true,
+		Owed: s.Refreshes, Interrupted: s.Pending,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("plan: %w", err)

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -104,6 +105,18 @@ func Print(out io.Writer, s projector.State, o Options) error {
 	if len(s.Failing) > 0 {
 		line("failing", "%d declared %s never applied: the latest apply failed", len(s.Failing), plural(len(s.Failing), "resource", "resources"))
 	}
+	if len(s.Skipped) > 0 {
+		line("skipped", "%d declared %s not applied: one %s on failed", len(s.Skipped), plural(len(s.Skipped), "resource", "resources"),
+			plural(len(s.Skipped), "it depends", "they depend"))
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.Refreshes)) {
+		r := s.Refreshes[id]
+		failed := ""
+		if r.Error != "" {
+			failed = fmt.Sprintf("; last try failed (#%d): %s", r.FailedSeq, firstLine(r.Error))
+		}
+		line("refresh owed", "%s %s since #%d, %s: %s%s", orNone(r.Refresh), id, r.Seq, r.Since.Format(journalview.TimeLayout), sources(r), failed)
+	}
 	if s.Link.Up {
 		line("link", "up to %s since %s", s.Link.Broker, s.Link.Since.Format(journalview.TimeLayout))
 	} else if !s.Link.Since.IsZero() {
@@ -134,6 +147,9 @@ func Print(out io.Writer, s projector.State, o Options) error {
 	}
 	for id, f := range s.Failing {
 		rows = append(rows, row{id, "failed", fmt.Sprintf("#%d never applied; error: %s", f.Seq, f.Error)})
+	}
+	for id, k := range s.Skipped {
+		rows = append(rows, row{id, "skipped", fmt.Sprintf("#%d not applied: %s failed", k.Seq, k.Requirement)})
 	}
 	slices.SortFunc(rows, func(a, b row) int { return strings.Compare(a.id, b.id) })
 	for _, r := range rows {
@@ -180,6 +196,32 @@ func Behind(s projector.State) (bool, string) {
 		why += fmt.Sprintf(": %d failed", failed)
 	}
 	return true, why
+}
+
+// sources says which changes owe a refresh.
+func sources(r projector.OwedRefresh) string {
+	var names []string
+	for _, src := range r.Sources {
+		what := src.Resource + " " + string(src.Change)
+		switch {
+		case src.Repair:
+			what += " (drift repaired)"
+		case src.Interrupted != 0:
+			what = fmt.Sprintf("%s (the reconcile at #%d stopped before saying whether it changed)", src.Resource, src.Interrupted)
+		}
+		names = append(names, what)
+	}
+	if r.More > 0 {
+		names = append(names, fmt.Sprintf("%d more", r.More))
+	}
+	return strings.Join(names, ", ")
+}
+
+// firstLine is the first line of a multi-line message (a failed unit's
+// journal lines follow it).
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
 }
 
 func plural(n int, one, many string) string {

@@ -90,6 +90,13 @@ type Config struct {
 	// Facts reads the machine's facts, journaled at start and every
 	// DriftInterval when they changed; nil journals none.
 	Facts func() event.HostFactsPayload
+	// Watch, when set, calls drifted whenever something the host holds
+	// may have drifted and something can tell (a service manager saying
+	// a unit stopped), until ctx ends; the service then reconciles at
+	// once (trigger watch) rather than at its drift timer. An error
+	// (no service manager runs, its bus went away) is logged and Watch
+	// is tried again a while later: the drift timer is the floor.
+	Watch func(ctx context.Context, drifted func()) error
 }
 
 // Run runs the host service until ctx ends. It holds the journal,
@@ -245,6 +252,13 @@ func Run(ctx context.Context, c Config) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error {
 			return watchVersions(ctx, hv.dir, held.look, log)
+		}, func(error) { cancel() })
+	}
+	if c.Watch != nil { // Drift something tells of: a unit stopped by hand, repaired at once.
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error {
+			watchLoop(ctx, c.Watch, host.wake, log)
+			return nil
 		}, func(error) { cancel() })
 	}
 	if lnk != nil { // The link: pushes down, events and heartbeats up.
@@ -445,5 +459,34 @@ func (c *Config) applyContext(ctx context.Context) (_ context.Context, release f
 	return rctx, func() {
 		stop()
 		cancel()
+	}
+}
+
+// watchRetry is how long the service waits before it asks Watch again
+// after it failed: a service manager restarting, a bus reconnecting.
+const watchRetry = 30 * time.Second
+
+// watchLoop runs watch until ctx ends, waking the reconcile loop with
+// the watch trigger each time it says something drifted. A pending wake
+// (a declaration accepted) is not replaced: its reconcile looks at
+// everything anyway.
+func watchLoop(ctx context.Context, watch func(context.Context, func()) error, wake chan event.Trigger, log *slog.Logger) {
+	drifted := func() {
+		select {
+		case wake <- event.TriggerWatch:
+		default:
+		}
+	}
+	for {
+		err := watch(ctx, drifted)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Info("not watching for drift the service manager could tell of; the drift timer finds it", "err", err, "retry_in", watchRetry)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(watchRetry):
+		}
 	}
 }
