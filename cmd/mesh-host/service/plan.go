@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -121,6 +122,11 @@ func PlanSteps(res *agent.Result) (steps []linkproto.PlanStep, unchanged int) {
 			ps.Error = s.Err.Error()
 		}
 		steps = append(steps, ps)
+	}
+	// What the plan would refresh, as steps whose action is the refresh
+	// (restart, reload, run) and whose note says why.
+	for _, f := range res.Refreshes {
+		steps = append(steps, linkproto.PlanStep{ID: f.Target, Action: event.Action(f.How), Note: "refresh: " + strings.Join(f.Why, "; ")})
 	}
 	return steps, unchanged
 }
