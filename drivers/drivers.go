@@ -160,10 +160,13 @@ const (
 	KindPackage   Kind = "package"
 	KindUnit      Kind = "unit"
 	KindExec      Kind = "exec"
+	KindUser      Kind = "user"
+	KindGroup     Kind = "group"
 )
 
 // Spec is one resource's desired state: *FileSpec, *DirectorySpec,
-// *ArchiveSpec, *PackageSpec, *UnitSpec or *ExecSpec.
+// *ArchiveSpec, *PackageSpec, *UnitSpec, *ExecSpec, *UserSpec or
+// *GroupSpec.
 type Spec interface {
 	// Kind is the resource's kind.
 	Kind() Kind
@@ -203,6 +206,10 @@ func SpecForRemoval(id string) (Spec, error) {
 		return &UnitSpec{Name: key}, nil
 	case KindExec:
 		return &ExecSpec{Name: key}, nil
+	case KindUser:
+		return &UserSpec{Name: key}, nil
+	case KindGroup:
+		return &GroupSpec{Name: key}, nil
 	}
 	return nil, fmt.Errorf("%w: resource id %q names an unknown kind", ErrInvalidSpec, id)
 }

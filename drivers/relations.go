@@ -103,3 +103,22 @@ type Watcher interface {
 	// the reason it stopped.
 	Watch(ctx context.Context, changed func(key string)) error
 }
+
+// Number is an id a resource holds on the machine: a user's uid, a
+// group's gid.
+type Number struct {
+	// Kind is "uid" or "gid"; Name the user or group that holds it.
+	Kind string
+	ID   int
+	Name string
+}
+
+// Numbered is an optional Driver capability of a kind whose resources
+// hold ids that must never be given to another name (users, groups).
+// After each successful Apply the reconciler journals the ids Numbers
+// reports; the host's projection remembers every id a name has held, and
+// the driver is told them (its options) so that it never allocates one
+// to another name, even after the name that held it is gone.
+type Numbered interface {
+	Numbers(spec Spec) []Number
+}

@@ -215,10 +215,58 @@ func (*ArchiveSpec) Kind() Kind      { return KindArchive }
 func (s *ArchiveSpec) Key() string   { return s.Path }
 func (*PackageSpec) Kind() Kind      { return KindPackage }
 func (s *PackageSpec) Key() string   { return s.Name }
-func (*UnitSpec) Kind() Kind         { return KindUnit }
-func (s *UnitSpec) Key() string      { return s.Name }
-func (*ExecSpec) Kind() Kind         { return KindExec }
-func (s *ExecSpec) Key() string      { return s.Name }
+
+// UserSpec is a user account in the root's passwd and shadow, edited by
+// the host itself under the shadow-utils lock, every line it does not own
+// kept as it was.
+type UserSpec struct {
+	// Name is the login name.
+	Name string `json:"name"`
+	// UID is the user's id; nil lets the host allocate one that no other
+	// name ever held (System picks from the system range).
+	UID *int `json:"uid,omitempty"`
+	// Group names the primary group; empty makes (and owns) a group of
+	// the user's name beside the user, as useradd does.
+	Group string `json:"group,omitempty"`
+	// Groups are supplementary groups, by name.
+	Groups []string `json:"groups,omitempty"`
+	// Home is the home directory's path (never created or removed by
+	// this resource: declare a directory); Shell the login shell.
+	Home  string `json:"home,omitempty"`
+	Shell string `json:"shell,omitempty"`
+	// System takes the id from the system range (below 1000).
+	System bool `json:"system,omitempty"`
+	// Comment is the GECOS field.
+	Comment string `json:"comment,omitempty"`
+	// Password is the password's crypt(3) hash, given as a secret: never
+	// in the clear in the declaration, the journal or an output. Without
+	// it the account is locked ("!").
+	Password *Secret `json:"password,omitempty"`
+	// ChangeID allows the host to change the id of an existing user to
+	// UID; without it a different id is refused, never changed silently.
+	ChangeID bool `json:"change_id,omitempty"`
+	Relations
+}
+
+// GroupSpec is a group in the root's group and gshadow.
+type GroupSpec struct {
+	Name string `json:"name"`
+	// GID is the group's id; nil lets the host allocate one.
+	GID    *int `json:"gid,omitempty"`
+	System bool `json:"system,omitempty"`
+	// ChangeID allows changing an existing group's id to GID.
+	ChangeID bool `json:"change_id,omitempty"`
+	Relations
+}
+
+func (*UnitSpec) Kind() Kind     { return KindUnit }
+func (s *UnitSpec) Key() string  { return s.Name }
+func (*ExecSpec) Kind() Kind     { return KindExec }
+func (s *ExecSpec) Key() string  { return s.Name }
+func (*UserSpec) Kind() Kind     { return KindUser }
+func (s *UserSpec) Key() string  { return s.Name }
+func (*GroupSpec) Kind() Kind    { return KindGroup }
+func (s *GroupSpec) Key() string { return s.Name }
 
 // ModeOr returns *m, or def when m is nil.
 func ModeOr(m *Mode, def Mode) Mode {
