@@ -111,6 +111,9 @@ type Number struct {
 	Kind string
 	ID   int
 	Name string
+	// Made is set when the Apply created the user or group: the host may
+	// remove it once it is no longer declared, never one it found.
+	Made bool
 }
 
 // Numbered is an optional Driver capability of a kind whose resources

@@ -61,6 +61,12 @@ func (s *State) normalise() {
 	if len(s.Skipped) == 0 {
 		s.Skipped = nil
 	}
+	if len(s.IDs) == 0 {
+		s.IDs = nil
+	}
+	if len(s.Made) == 0 {
+		s.Made = nil
+	}
 	if len(s.Refreshes) == 0 {
 		s.Refreshes = nil
 	}

@@ -70,6 +70,8 @@ func (d *differ) state(a, b State) {
 	d.lastGood(a.LastGood, b.LastGood)
 	d.failing(a.Failing, b.Failing)
 	d.skipped(a.Skipped, b.Skipped)
+	eachDiffering(d, "ids", a.IDs, b.IDs, func(p string, x, y string) { d.add(p, show(x), show(y)) })
+	eachDiffering(d, "made", a.Made, b.Made, func(p string, x, y string) { d.add(p, show(x), show(y)) })
 	d.refreshes(a.Refreshes, b.Refreshes)
 	if (a.Facts == nil) != (b.Facts == nil) || a.Facts != nil && !reflect.DeepEqual(*a.Facts, *b.Facts) {
 		d.add("facts", show(a.Facts), show(b.Facts))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"slices"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -302,6 +303,11 @@ func (s *State) applied(r event.Record, p *event.ResourceAppliedPayload) bool {
 	case event.ActionDelete, event.ActionReleased:
 		delete(s.Owned, r.Resource)
 		delete(s.Failing, r.Resource)
+		for made, by := range s.Made {
+			if by == r.Resource {
+				delete(s.Made, made)
+			}
+		}
 		return true
 	case event.ActionFailed:
 		o, owned := s.Owned[r.Resource]
@@ -322,6 +328,7 @@ func (s *State) applied(r event.Record, p *event.ResourceAppliedPayload) bool {
 	default:
 		return false
 	}
+	s.held(r.Resource, p.IDs)
 	// Likewise an unchanged digest keeps the string the State holds.
 	digest := p.SpecDigest
 	if o, owned := s.Owned[r.Resource]; owned && o.SpecDigest == digest {
@@ -390,4 +397,28 @@ func (s *State) owe(r event.Record, p *event.RefreshOwedPayload) {
 		o.Sources = append(o.Sources, RefreshSource{Resource: p.Source, Change: p.Change, Repair: p.Repair, Interrupted: p.Interrupted, Seq: r.Seq})
 	}
 	s.Refreshes[r.Resource] = o
+}
+
+// held remembers the ids a user or group resource holds, and what its
+// apply made.
+func (s *State) held(resource string, ids []event.HeldID) {
+	for _, h := range ids {
+		kind := map[string]string{"uid": "user", "gid": "group"}[h.Kind]
+		if kind == "" || h.Name == "" || !utf8.ValidString(h.Name) {
+			continue
+		}
+		if s.IDs == nil {
+			s.IDs = make(map[string]string)
+		}
+		key := h.Kind + ":" + strconv.Itoa(h.ID)
+		if _, taken := s.IDs[key]; !taken {
+			s.IDs[key] = h.Name
+		}
+		if h.Made {
+			if s.Made == nil {
+				s.Made = make(map[string]string)
+			}
+			s.Made[kind+":"+h.Name] = resource
+		}
+	}
 }

@@ -368,6 +368,26 @@ func TestFold(t *testing.T) {
 			},
 		},
 		{
+			name: "every id a user or group held stays reserved; what the host made is its to remove until removed",
+			recs: numbered(
+				rec(event.ResourceApplied, "user:shop", event.ResourceAppliedPayload{Action: event.ActionCreate, SpecDigest: "sha256:aa",
+					IDs: []event.HeldID{{Kind: "uid", ID: 1001, Name: "shop", Made: true}, {Kind: "gid", ID: 1001, Name: "shop", Made: true}}}),
+				rec(event.ResourceApplied, "group:www-data", event.ResourceAppliedPayload{Action: event.ActionUnchanged, SpecDigest: "sha256:bb",
+					IDs: []event.HeldID{{Kind: "gid", ID: 33, Name: "www-data"}, {Kind: "shell", ID: 1, Name: "x"}}}),
+				rec(event.ResourceApplied, "user:shop", event.ResourceAppliedPayload{Action: event.ActionDelete}),
+				rec(event.ResourceApplied, "user:other", event.ResourceAppliedPayload{Action: event.ActionCreate, SpecDigest: "sha256:cc",
+					IDs: []event.HeldID{{Kind: "uid", ID: 1001, Name: "other", Made: true}}}),
+			),
+			want: State{Head: 4,
+				Owned: map[string]Owned{
+					"group:www-data": {SpecDigest: "sha256:bb", LastOutcome: event.ActionUnchanged, Seq: 2},
+					"user:other":     {SpecDigest: "sha256:cc", LastOutcome: event.ActionCreate, Seq: 4},
+				},
+				IDs:  map[string]string{"uid:1001": "shop", "gid:1001": "shop", "gid:33": "www-data"},
+				Made: map[string]string{"user:other": "user:other"},
+			},
+		},
+		{
 			name: "a bad version is bad until retired or confirmed",
 			recs: numbered(
 				rec(event.VersionRolledBack, "", event.VersionRolledBackPayload{From: "v2", To: "v1"}),

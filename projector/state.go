@@ -69,6 +69,16 @@ type State struct {
 	// An entry leaves when the resource is applied, or no longer
 	// declared.
 	Skipped map[string]Skip `json:"skipped,omitempty"`
+	// IDs holds every id a user or group has held on the machine since
+	// the host applied it, "uid:1001" or "gid:1001" to the name that held
+	// it first: never dropped, so that an id is never given to another
+	// name, even after the name that held it is gone.
+	IDs map[string]string `json:"ids,omitempty"`
+	// Made holds the users and groups the host created ("user:shop",
+	// "group:shop"), each to the resource whose apply made it (a user
+	// makes a group of its name): the host removes only what it made.
+	// An entry leaves when that resource is deleted or released.
+	Made map[string]string `json:"made,omitempty"`
 }
 
 // MaxRefreshSources bounds the changes an owed refresh names; past it,
@@ -258,6 +268,8 @@ func (s State) Clone() State {
 	c.Bad = slices.Clone(s.Bad)
 	c.Failing = maps.Clone(s.Failing)
 	c.Skipped = maps.Clone(s.Skipped)
+	c.IDs = maps.Clone(s.IDs)
+	c.Made = maps.Clone(s.Made)
 	if s.Refreshes != nil {
 		c.Refreshes = make(map[string]OwedRefresh, len(s.Refreshes))
 		for id, o := range s.Refreshes {

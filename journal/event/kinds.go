@@ -248,6 +248,20 @@ type ResourceAppliedPayload struct {
 	// Note says why a resource was released rather than deleted (what
 	// was left in place).
 	Note string `json:"note,omitempty"`
+	// IDs are the ids the resource holds on the machine after the apply
+	// (a user's uid, a group's gid): the projection remembers every id
+	// a name has held, and the host never allocates it to another.
+	IDs []HeldID `json:"ids,omitempty"`
+}
+
+// HeldID is an id a user or group holds on the machine.
+type HeldID struct {
+	// Kind is "uid" or "gid"; Name the user's or group's name.
+	Kind string `json:"kind"`
+	ID   int    `json:"id"`
+	Name string `json:"name"`
+	// Made is set when this apply created the user or group.
+	Made bool `json:"made,omitempty"`
 }
 
 // DriftObservedPayload says a resource no longer matches what was applied.

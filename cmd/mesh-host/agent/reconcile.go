@@ -152,6 +152,9 @@ type Step struct {
 	// SkippedFor names the resource whose failure (or skip) this one
 	// waited for, when its Outcome is Skipped.
 	SkippedFor string
+	// IDs are the ids the resource holds after its apply (a user's uid:
+	// drivers.Numbered), journaled with its outcome.
+	IDs []event.HeldID
 	// owned is the projection's word on a declared resource the host
 	// owned; nil when it did not.
 	owned *ownedAs
@@ -734,6 +737,11 @@ func (rc *Reconciler) applyBatch(ctx context.Context, steps []*Step, unflushed [
 		if n, ok := d.(drivers.Noter); ok {
 			s.Note = n.ApplyNote(s.Spec)
 		}
+		if n, ok := d.(drivers.Numbered); ok {
+			for _, id := range n.Numbers(s.Spec) {
+				s.IDs = append(s.IDs, event.HeldID{Kind: id.Kind, ID: id.ID, Name: id.Name, Made: id.Made})
+			}
+		}
 	})
 	if len(staged) == 0 {
 		return nil, unflushed
@@ -828,11 +836,13 @@ func outcome(a drivers.Action) event.Action {
 	return event.ActionUnchanged
 }
 
-// levels orders steps for applying: directories shallow to deep, then
-// packages, then files and archives, then units; removals in the reverse
-// order (units, files and archives, packages, directories deep to shallow),
-// after everything created, since a removed directory must first lose the
-// files the host owned in it.
+// levels orders steps for applying: groups, then users (a file's owner
+// may be a user declared beside it), directories shallow to deep, then
+// packages, then files and archives, then execs (a migration after the
+// release it runs), then units; removals in the reverse order (units,
+// files and archives, packages, directories deep to shallow, users,
+// groups), after everything created, since a removed directory must
+// first lose the files the host owned in it.
 func levels(steps []*Step) [][]*Step {
 	rank := func(s *Step) int {
 		kind, key, _ := drivers.SplitID(s.ID)
@@ -840,22 +850,32 @@ func levels(steps []*Step) [][]*Step {
 		const dirs = 1000 // room for any depth
 		if s.Planned != event.ActionDelete && s.Planned != event.ActionReleased {
 			switch kind {
+			case drivers.KindGroup:
+				return -2
+			case drivers.KindUser:
+				return -1
 			case drivers.KindDirectory:
 				return depth
 			case drivers.KindPackage:
 				return dirs + 1
 			case drivers.KindFile, drivers.KindArchive:
 				return dirs + 2
+			case drivers.KindExec:
+				return dirs + 3
 			}
-			return dirs + 3 // units last: their files and packages first
+			return dirs + 4 // units last: their files and packages first
 		}
 		switch kind {
-		case drivers.KindUnit:
+		case drivers.KindUnit, drivers.KindExec:
 			return 2*dirs + 4
 		case drivers.KindFile, drivers.KindArchive:
 			return 2*dirs + 5
 		case drivers.KindPackage:
 			return 2*dirs + 6
+		case drivers.KindUser:
+			return 4*dirs + 1
+		case drivers.KindGroup:
+			return 4*dirs + 2
 		}
 		return 4*dirs - depth // directories, deepest first
 	}
@@ -965,7 +985,7 @@ func outcomeRecord(s *Step, startSeq uint64) event.Record {
 	if s.DriftSeq != 0 {
 		cause = s.DriftSeq
 	}
-	p := event.ResourceAppliedPayload{Action: s.Outcome}
+	p := event.ResourceAppliedPayload{Action: s.Outcome, IDs: s.IDs}
 	if s.Spec != nil {
 		p.SpecDigest = s.Digest
 	}
