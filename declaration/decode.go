@@ -427,7 +427,8 @@ func (d *decoder) spec(kd kind, n *yaml.Node, path string) (drivers.Spec, *yaml.
 	spec := ptr.Interface().(drivers.Spec)
 	fs := d.fields(n, path, kd.fieldNames())
 	keyName := "path"
-	if kd.kind == drivers.KindPackage || kd.kind == drivers.KindUnit || kd.kind == drivers.KindExec {
+	switch kd.kind {
+	case drivers.KindPackage, drivers.KindUnit, drivers.KindExec, drivers.KindUser, drivers.KindGroup:
 		keyName = "name"
 	}
 	var key *yaml.Node
@@ -589,6 +590,31 @@ func (d *decoder) value(dst reflect.Value, sf specField, n *yaml.Node, path stri
 			return false
 		}
 		dst.Set(reflect.ValueOf(list))
+	case sf.typ == intPtrType:
+		v, err := strconv.Atoi(n.Value)
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || err != nil {
+			d.wrong(n, path, fmt.Sprintf("a whole number from %d to %d", sf.rule.min, sf.rule.max))
+			return false
+		}
+		if v < sf.rule.min || v > sf.rule.max {
+			d.fail(n, path, "%d is not from %d to %d", v, sf.rule.min, sf.rule.max)
+			return false
+		}
+		if p := sf.rule.check(n.Value); p != "" {
+			d.fail(n, path, "%s", p)
+			return false
+		}
+		dst.Set(reflect.ValueOf(&v))
+	case sf.typ == secretType && n.Kind == yaml.MappingNode && len(n.Content) == 2 && n.Content[0].Value == "secret":
+		// {secret: NAME}, the way a person names a secret.
+		sec := d.secretRef(n, path)
+		if sec == nil {
+			return false
+		}
+		dst.Set(reflect.ValueOf(sec))
+	case sf.typ == secretType && n.Kind != yaml.MappingNode && sf.name == "password":
+		d.fail(n, path, "must be {secret: NAME}, not %s: a password's hash is a secret, never written in a declaration", describe(n))
+		return false
 	case sf.typ == secretType:
 		sec := d.secret(n, path)
 		if sec == nil {

@@ -36,7 +36,7 @@ const (
 	// execNamePattern names an exec: its ID is exec:NAME.
 	execNamePattern = `^[A-Za-z0-9][A-Za-z0-9_.@-]*$`
 	// relationPattern is a resource's ID: a kind, ":" and its key.
-	relationPattern = `^(file|directory|archive|package|unit|exec):.+$`
+	relationPattern = `^(file|directory|archive|package|unit|exec|user|group):.+$`
 	// envPattern is an environment entry, NAME=value.
 	envPattern  = `^[A-Za-z_][A-Za-z0-9_]*=`
 	namePattern = `^[^:/]+$`
@@ -137,6 +137,59 @@ var rules = map[drivers.Kind]map[string]rule{
 			pattern: envPattern, check: envEntry, limit: argLimit},
 		"success_codes": {desc: "The exit codes that mean success; defaults to [0].", maxItems: 256, min: 0, max: 255},
 	}),
+	drivers.KindUser: withRelations(map[string]rule{
+		"name": accountRule("The user's login name."),
+		"uid": {desc: "The user's id; left out, the host allocates one that no other name has held.", min: 0, max: maxID,
+			check: id},
+		"group":   accountRule("The primary group, by name; left out, the host makes a group of the user's name beside it."),
+		"groups":  {desc: "Supplementary groups, by name: the user's supplementary groups are exactly these.", maxItems: 256, pattern: accountPattern, check: accountName, limit: nameLimit},
+		"home":    {desc: "The home directory's path (not created: declare a directory).", pattern: pathPattern, check: plainPath, limit: pathLimit},
+		"shell":   {desc: "The login shell's path.", pattern: pathPattern, check: plainPath, limit: pathLimit},
+		"system":  {desc: "A system user: its id from the system range. Defaults to false."},
+		"comment": {desc: "The comment (GECOS) field.", check: gecos, limit: nameLimit},
+		"password": {desc: "The password's crypt(3) hash, as a secret: {secret: NAME}, sealed to the node by the control plane; " +
+			"left out, the account is locked."},
+		"change_id": {desc: "Allows changing the id of a user that exists with another; without it that is refused. Defaults to false."},
+	}),
+	drivers.KindGroup: withRelations(map[string]rule{
+		"name":      accountRule("The group's name."),
+		"gid":       {desc: "The group's id; left out, the host allocates one that no other name has held.", min: 0, max: maxID, check: id},
+		"system":    {desc: "A system group: its id from the system range. Defaults to false."},
+		"change_id": {desc: "Allows changing the id of a group that exists with another; without it that is refused. Defaults to false."},
+	}),
+}
+
+// accountPattern is a user or group name as Debian's useradd takes one.
+const accountPattern = `^[a-z_][a-z0-9_-]{0,31}[$]?$`
+
+// maxID is the largest user or group id: 2^31-1 less one, as shadow-utils
+// allows.
+const maxID = 1<<31 - 2
+
+func accountRule(desc string) rule {
+	return rule{desc: desc, nonEmpty: true, pattern: accountPattern, check: accountName, limit: nameLimit}
+}
+
+func accountName(s string) string {
+	if !accountRegexp.MatchString(s) {
+		return fmt.Sprintf("%q is not a user or group name: lower-case letters, digits, \"_\" and \"-\", starting with a letter or \"_\", at most 32", s)
+	}
+	return ""
+}
+
+// id refuses the ids that mean "no one" to the kernel and to NFS.
+func id(s string) string {
+	if s == "65535" {
+		return "65535 is (uint16)-1, which some tools read as no id: choose another"
+	}
+	return ""
+}
+
+func gecos(s string) string {
+	if strings.ContainsAny(s, ":\n") {
+		return fmt.Sprintf("%q holds \":\" or a newline, which would break the passwd line", s)
+	}
+	return ""
 }
 
 // The relations every kind has, by ID of another resource of the same
@@ -152,7 +205,7 @@ var relationRules = map[string]rule{
 
 // relationKinds are the kinds a relation may name, as relationPattern
 // spells them.
-var relationKinds = []string{"file", "directory", "archive", "package", "unit", "exec"}
+var relationKinds = []string{"file", "directory", "archive", "package", "unit", "exec", "user", "group"}
 
 // withRelations adds the relations' rules to a kind's.
 func withRelations(r map[string]rule) map[string]rule {
@@ -203,6 +256,7 @@ var (
 	modeType    = reflect.TypeFor[*drivers.Mode]()
 	secretType  = reflect.TypeFor[*drivers.Secret]()
 	stringsType = reflect.TypeFor[[]string]()
+	intPtrType  = reflect.TypeFor[*int]()
 	intsType    = reflect.TypeFor[[]int]()
 )
 
@@ -215,6 +269,8 @@ var kinds = []kind{
 	newKind(drivers.KindPackage, "A package that is present or absent.", reflect.TypeFor[drivers.PackageSpec]()),
 	newKind(drivers.KindUnit, "A systemd unit, its file unless a package installs it, and whether it is enabled and active.", reflect.TypeFor[drivers.UnitSpec]()),
 	newKind(drivers.KindExec, "A command run when its guards say it is needed: creates, unless, onlyif or refresh_only.", reflect.TypeFor[drivers.ExecSpec]()),
+	newKind(drivers.KindUser, "A user account in the root's passwd and shadow.", reflect.TypeFor[drivers.UserSpec]()),
+	newKind(drivers.KindGroup, "A group in the root's group and gshadow.", reflect.TypeFor[drivers.GroupSpec]()),
 }
 
 func newKind(k drivers.Kind, desc string, t reflect.Type) kind {
@@ -277,6 +333,7 @@ var (
 	packageRegexp    = regexp.MustCompile(packagePattern)
 	execNameRegexp   = regexp.MustCompile(execNamePattern)
 	envRegexp        = regexp.MustCompile(envPattern)
+	accountRegexp    = regexp.MustCompile(accountPattern)
 )
 
 // patterns holds every rule's pattern, compiled.

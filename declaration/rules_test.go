@@ -21,7 +21,7 @@ func TestRulesCoverFields(t *testing.T) {
 				t.Errorf("%s.%s: no rule", k.kind, f.name)
 			}
 			if f.typ.Kind() != reflect.String && f.typ.Kind() != reflect.Bool && f.typ != modeType && f.typ != secretType &&
-				f.typ != stringsType && f.typ != intsType {
+				f.typ != stringsType && f.typ != intsType && f.typ != intPtrType {
 				t.Errorf("%s.%s: type %s has no decoder", k.kind, f.name, f.typ)
 			}
 		}
@@ -56,6 +56,7 @@ func TestPatternsAgree(t *testing.T) {
 			"file:", "/etc/motd", "service:nginx", "File:/etc/motd", "unit", ":x", ""},
 		execNamePattern: {"migrate", "db-migrate.v2", "a@b", "0x", "_x", "-x", ".x", "a/b", "a b", "a:b", ""},
 		envPattern:      {"A=1", "_X=", "PATH=/bin:/usr/bin", "a_b9=c=d", "1X=2", "X", "=x", "A-B=1", " A=1", ""},
+		accountPattern:  {"shop", "www-data", "_apt", "a1", "machine$", "Shop", "1shop", "-x", "a b", "a:b", "", strings.Repeat("a", 33), strings.Repeat("a", 32)},
 	}
 	// ${version} is refused in a file's or a directory's path, which the
 	// schema does not say; it is checked in testdata/bad.

@@ -117,6 +117,10 @@ func fieldSchema(f specField) (map[string]any, error) {
 			s["maxItems"] = f.rule.maxItems
 		}
 		return s, nil
+	case f.typ == intPtrType:
+		s["type"] = "integer"
+		s["minimum"], s["maximum"] = f.rule.min, f.rule.max
+		return s, nil
 	case f.typ == intsType:
 		s["type"] = "array"
 		s["items"] = map[string]any{"type": "integer", "minimum": f.rule.min, "maximum": f.rule.max}
