@@ -289,3 +289,35 @@ func SpecDigest(s Spec) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
+
+// SecretField is a field of a spec that holds a secret: a file's content,
+// a user's password.
+type SecretField struct {
+	// What names the field for a message: "file /etc/app.key", "user
+	// shop's password".
+	What string
+	// Secret is the field: whoever seals or opens the secret sets it.
+	Secret **Secret
+}
+
+// SecretFields returns the fields of spec that hold a secret, set or not
+// (Secret points at a nil *Secret when the field holds none).
+func SecretFields(spec Spec) []SecretField {
+	switch s := spec.(type) {
+	case *FileSpec:
+		return []SecretField{{What: "file " + s.Path, Secret: &s.Secret}}
+	case *UserSpec:
+		return []SecretField{{What: "user " + s.Name + "'s password", Secret: &s.Password}}
+	}
+	return nil
+}
+
+// NamesSecret reports whether spec holds a secret in any field.
+func NamesSecret(spec Spec) bool {
+	for _, f := range SecretFields(spec) {
+		if *f.Secret != nil {
+			return true
+		}
+	}
+	return false
+}

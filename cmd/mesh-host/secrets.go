@@ -68,18 +68,21 @@ func readSealKey(dir string) (nkeys.KeyPair, error) {
 // only the control plane, which holds the values, can declare one.
 var errNotSealed = errors.New("a secret is not sealed to this node")
 
-// sealedSecrets lists the secrets specs name, refusing any not sealed.
-func sealedSecrets(specs []drivers.Spec) ([]*drivers.FileSpec, error) {
-	var out []*drivers.FileSpec
+// sealedSecrets lists the fields of specs that hold a secret, refusing any
+// not sealed.
+func sealedSecrets(specs []drivers.Spec) ([]drivers.SecretField, error) {
+	var out []drivers.SecretField
 	for _, s := range specs {
-		f, ok := s.(*drivers.FileSpec)
-		if !ok || f.Secret == nil {
-			continue
+		for _, f := range drivers.SecretFields(s) {
+			sec := *f.Secret
+			if sec == nil {
+				continue
+			}
+			if sec.Sealed == "" {
+				return nil, fmt.Errorf("%s: %w: secret %q is only named; declare it with `meshctl declare`, which seals its value to the node", f.What, errNotSealed, sec.Name)
+			}
+			out = append(out, f)
 		}
-		if f.Secret.Sealed == "" {
-			return nil, fmt.Errorf("file %s: %w: secret %q is only named; declare it with `meshctl declare`, which seals its value to the node", f.Path, errNotSealed, f.Secret.Name)
-		}
-		out = append(out, f)
 	}
 	return out, nil
 }
@@ -90,10 +93,10 @@ func sealedSecrets(specs []drivers.Spec) ([]*drivers.FileSpec, error) {
 // or kept. A secret that does not open refuses the whole: a half-opened
 // declaration is never applied.
 func (e *env) openSecrets(specs []drivers.Spec) error {
-	return e.eachSecret(specs, func(f *drivers.FileSpec, value, digestKey []byte) {
-		opened := *f.Secret
+	return e.eachSecret(specs, func(f drivers.SecretField, value, digestKey []byte) {
+		opened := **f.Secret
 		opened.Provide(value, digestKey)
-		f.Secret = &opened
+		*f.Secret = &opened
 	})
 }
 
@@ -101,14 +104,14 @@ func (e *env) openSecrets(specs []drivers.Spec) error {
 // sealed to this node and opens. Nothing is kept or changed, so it reads a
 // declaration's own resources, with no copy on the push's path.
 func (e *env) checkSecrets(specs []drivers.Spec) error {
-	return e.eachSecret(specs, func(*drivers.FileSpec, []byte, []byte) {})
+	return e.eachSecret(specs, func(drivers.SecretField, []byte, []byte) {})
 }
 
 // eachSecret opens every secret specs name and hands each to use; a
 // declaration naming none costs one pass over its resources.
-func (e *env) eachSecret(specs []drivers.Spec, use func(f *drivers.FileSpec, value, digestKey []byte)) error {
-	files, err := sealedSecrets(specs)
-	if err != nil || len(files) == 0 {
+func (e *env) eachSecret(specs []drivers.Spec, use func(f drivers.SecretField, value, digestKey []byte)) error {
+	fields, err := sealedSecrets(specs)
+	if err != nil || len(fields) == 0 {
 		return err
 	}
 	key, err := readSealKey(e.stateDir())
@@ -119,10 +122,11 @@ func (e *env) eachSecret(specs []drivers.Spec, use func(f *drivers.FileSpec, val
 	if err != nil {
 		return err
 	}
-	for _, f := range files {
-		value, err := sealing.Open(f.Secret.Sealed, f.Secret.Sender, key)
+	for _, f := range fields {
+		sec := *f.Secret
+		value, err := sealing.Open(sec.Sealed, sec.Sender, key)
 		if err != nil {
-			return fmt.Errorf("file %s: secret %q: %w", f.Path, f.Secret.Name, err)
+			return fmt.Errorf("%s: secret %q: %w", f.What, sec.Name, err)
 		}
 		use(f, value, digestKey)
 	}

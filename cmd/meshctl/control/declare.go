@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -225,12 +226,7 @@ func (c *Client) seal(ctx context.Context, node string, d *declaration.Declarati
 }
 
 func namesSecrets(d *declaration.Declaration) bool {
-	for _, r := range d.Resources {
-		if f, ok := r.(*drivers.FileSpec); ok && f.Secret != nil {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(d.Resources, drivers.NamesSecret)
 }
 
 // store puts the signed push into the desired-state bucket unless it is

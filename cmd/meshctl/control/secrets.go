@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -146,9 +147,9 @@ func (s *Secrets) List() ([]string, error) {
 // is not changed.
 func (s *Secrets) sealFor(ctx context.Context, keys jetstream.KeyValue, mesh, node string, d *declaration.Declaration) (*declaration.Declaration, error) {
 	var nodeKey string
-	return replaceSecrets(d, func(f *drivers.FileSpec) (*drivers.Secret, error) {
-		if f.Secret.Sealed != "" {
-			return f.Secret, nil
+	return replaceSecrets(d, func(what string, sec *drivers.Secret) (*drivers.Secret, error) {
+		if sec.Sealed != "" {
+			return sec, nil
 		}
 		if nodeKey == "" {
 			var err error
@@ -156,15 +157,15 @@ func (s *Secrets) sealFor(ctx context.Context, keys jetstream.KeyValue, mesh, no
 				return nil, err
 			}
 		}
-		value, err := s.Get(f.Secret.Name)
+		value, err := s.Get(sec.Name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: file %s: %w", ErrRefused, f.Path, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrRefused, what, err)
 		}
 		sealed, err := sealing.Seal(value, nodeKey, s.key)
 		if err != nil {
-			return nil, fmt.Errorf("file %s: secret %q: %w", f.Path, f.Secret.Name, err)
+			return nil, fmt.Errorf("%s: secret %q: %w", what, sec.Name, err)
 		}
-		return &drivers.Secret{Name: f.Secret.Name, Sealed: sealed, Sender: s.pub}, nil
+		return &drivers.Secret{Name: sec.Name, Sealed: sealed, Sender: s.pub}, nil
 	})
 }
 
@@ -172,31 +173,45 @@ func (s *Secrets) sealFor(ctx context.Context, keys jetstream.KeyValue, mesh, no
 // declared, whatever the sealing. Two declarations that differ only by
 // being sealed again are the same declaration.
 func withoutSealed(d *declaration.Declaration) *declaration.Declaration {
-	out, _ := replaceSecrets(d, func(f *drivers.FileSpec) (*drivers.Secret, error) {
-		return &drivers.Secret{Name: f.Secret.Name}, nil
+	out, _ := replaceSecrets(d, func(_ string, sec *drivers.Secret) (*drivers.Secret, error) {
+		return &drivers.Secret{Name: sec.Name}, nil
 	})
 	return out
 }
 
-// replaceSecrets returns a copy of d in which each file naming a secret is
-// a copy with the secret with gives it; d itself is not changed.
-func replaceSecrets(d *declaration.Declaration, with func(*drivers.FileSpec) (*drivers.Secret, error)) (*declaration.Declaration, error) {
+// replaceSecrets returns a copy of d in which each resource naming a
+// secret is a copy with each secret replaced by what with gives for it;
+// d itself is not changed.
+func replaceSecrets(d *declaration.Declaration, with func(what string, sec *drivers.Secret) (*drivers.Secret, error)) (*declaration.Declaration, error) {
 	out := *d
 	out.Resources = slices.Clone(d.Resources)
 	for i, r := range out.Resources {
-		f, ok := r.(*drivers.FileSpec)
-		if !ok || f.Secret == nil {
+		if !drivers.NamesSecret(r) {
 			continue
 		}
-		sec, err := with(f)
-		if err != nil {
-			return nil, err
+		c := shallowCopy(r)
+		for _, f := range drivers.SecretFields(c) {
+			if *f.Secret == nil {
+				continue
+			}
+			sec, err := with(f.What, *f.Secret)
+			if err != nil {
+				return nil, err
+			}
+			*f.Secret = sec
 		}
-		c := *f
-		c.Secret = sec
-		out.Resources[i] = &c
+		out.Resources[i] = c
 	}
 	return &out, nil
+}
+
+// shallowCopy copies the spec struct s points at: its secret fields can
+// then be set without touching s.
+func shallowCopy(s drivers.Spec) drivers.Spec {
+	v := reflect.ValueOf(s).Elem()
+	c := reflect.New(v.Type())
+	c.Elem().Set(v)
+	return c.Interface().(drivers.Spec)
 }
 
 // nodeSealKey is the sealing key node told when it enrolled.
