@@ -71,6 +71,9 @@ const (
 	// MaxNameBytes bounds the mesh, the node and every name a resource
 	// holds: a package, a unit (a file name: NAME_MAX), an owner, a group.
 	MaxNameBytes = 255
+	// MaxRelations bounds the IDs a declaration's relations name, all
+	// resources together: what checking them for cycles holds in memory.
+	MaxRelations = 250_000
 )
 
 // The limits as messages name them.
@@ -83,6 +86,7 @@ const (
 	limitName      = "the limit for a name"
 	limitID        = "the limit for a resource's ID"
 	limitItems     = "the limit of items in a list"
+	limitRelations = "the limit of relations in a declaration"
 )
 
 // The forms of a declaration tooLarge tells apart.

@@ -50,6 +50,14 @@ func (d *decoder) noteRelations(spec drivers.Spec, fs map[string]field, path str
 			continue
 		}
 		for i, id := range r.ids {
+			if len(d.refs) == MaxRelations {
+				e := f.value.Content[i]
+				d.errs = append(d.errs, &Error{File: d.file, Line: e.Line, Column: e.Column, Field: fmt.Sprintf("%s[%d]", join(path, r.name), i),
+					sentinel: ErrLimit, Msg: fmt.Sprintf("one relation more than %s: %d", limitRelations, MaxRelations)})
+			}
+			if len(d.refs) >= MaxRelations {
+				return
+			}
 			d.refs = append(d.refs, relationRef{spec: spec, relation: r.name, to: id, node: f.value.Content[i],
 				path: fmt.Sprintf("%s[%d]", join(path, r.name), i)})
 		}

@@ -1,6 +1,8 @@
 package declaration_test
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -83,5 +85,25 @@ resources:
 	}
 	if stored.Digest() != d.Digest() {
 		t.Errorf("a stored declaration with relations and an exec decodes to another")
+	}
+}
+
+// TestRelationsBounded: a declaration whose relations name more IDs than
+// MaxRelations is refused by the limit, at the first one over it.
+func TestRelationsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("mesh: m\nnode: n\nrevision: 1\nresources:\n  - file: {path: /a, content: \"\"}\n")
+	refs := strings.TrimSuffix(strings.Repeat("file:/a, ", 1024), ", ")
+	units := declaration.MaxRelations/1024 + 1
+	for i := range units {
+		fmt.Fprintf(&b, "  - unit: {name: u%d.service, requires: [%s]}\n", i, refs)
+	}
+	_, err := declaration.ParseYAML("many.yaml", []byte(b.String()))
+	if !errors.Is(err, declaration.ErrLimit) || !strings.Contains(err.Error(), "one relation more than the limit of relations in a declaration: 250000") {
+		t.Fatalf("got %v, want the relations limit", err)
+	}
+	want := fmt.Sprintf("resources[%d].unit.requires[%d]", declaration.MaxRelations/1024+1, declaration.MaxRelations%1024)
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v, want it placed at %s", err, want)
 	}
 }
