@@ -73,14 +73,14 @@ func (d *memDriver) Remove(_ context.Context, s drivers.Spec) error {
 }
 
 type bed struct {
-	t     *testing.T
+	t     testing.TB
 	j     *journal.Journal
 	rc    *Reconciler
 	drv   map[drivers.Kind]*memDriver
 	calls []string
 }
 
-func newBed(t *testing.T) *bed {
+func newBed(t testing.TB) *bed {
 	t.Helper()
 	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Fold: new(projector.Stored).Fold})
 	if err != nil {

@@ -325,3 +325,30 @@ func TestPlanSaysWhatWouldBeRefreshed(t *testing.T) {
 		t.Error("a dry run journaled or changed something")
 	}
 }
+
+// BenchmarkRefreshesPerReconcile: N changed files that notify one unit
+// owe it N refreshes and restart it once a reconcile; the figure is the
+// restarts per reconcile (it must be 1), beside the reconcile's time.
+func BenchmarkRefreshesPerReconcile(b *testing.B) {
+	for _, n := range []int{1, 10, 100, 1000} {
+		b.Run(fmt.Sprintf("sources=%d", n), func(b *testing.B) {
+			bd := newBed(b)
+			u := withRefreshingUnits(bd)
+			specs := func(v int) []drivers.Spec {
+				out := []drivers.Spec{service("app.service", "1", drivers.Relations{})}
+				for i := range n {
+					out = append(out, notifying(fmt.Sprintf("/etc/app/f%d", i), fmt.Sprint(v), "unit:app.service"))
+				}
+				return out
+			}
+			bd.reconcileAsHost(specs(0)...)
+			u.refreshed = nil
+			v := 0
+			for b.Loop() {
+				v++
+				bd.reconcileAsHost(specs(v)...)
+			}
+			b.ReportMetric(float64(len(u.refreshed))/float64(v), "restarts/reconcile")
+		})
+	}
+}
