@@ -237,8 +237,8 @@ func owedRecords(s *Step, start uint64) []event.Record {
 // what is owed, and what the planned changes would owe.
 func (r *refreshes) plan(steps []*Step) []*Refresh {
 	for _, s := range steps {
-		if len(s.notifies) == 0 || (s.Planned != event.ActionCreate && s.Planned != event.ActionUpdate) {
-			continue
+		if len(s.notifies) == 0 || (s.Planned != event.ActionCreate && s.Planned != event.ActionUpdate) || s.Err != nil {
+			continue // a change foreseen to fail owes nothing
 		}
 		for _, t := range s.notifies {
 			f := r.target(t, time.Time{})
