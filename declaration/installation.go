@@ -90,8 +90,72 @@ func (inst Installation) refusal(s drivers.Spec) (field, msg string, sentinel er
 			return f, m, e
 		}
 		return inst.sourceRefusal(s.Source)
+	case *drivers.ExecSpec:
+		return inst.execRefusal(s)
 	}
 	return "", "", nil
+}
+
+// execRefusal refuses an exec whose paths lie in the installation, or
+// whose argvs name the host's unit, package or installation paths: a
+// `systemctl stop mesh-host` or an `rm -r /var/lib/mesh-host`, in a word
+// of its own or inside a shell's script. An exec is a command the mesh
+// runs as root, so this catches what a declaration says in words, not a
+// program that finds the host by other means.
+func (inst Installation) execRefusal(s *drivers.ExecSpec) (field, msg string, sentinel error) {
+	for _, p := range []struct{ field, path string }{{"creates", s.Creates}, {"cwd", s.Cwd}} {
+		if p.path == "" {
+			continue
+		}
+		if _, m, e := inst.pathRefusal(p.path, false); m != "" {
+			return p.field, m, e
+		}
+	}
+	for _, argv := range []struct {
+		field string
+		words []string
+	}{{"command", s.Command}, {"unless", s.Unless}, {"onlyif", s.OnlyIf}} {
+		for i, w := range argv.words {
+			if what, sentinel := inst.named(w); what != "" {
+				return fmt.Sprintf("%s[%d]", argv.field, i), fmt.Sprintf("%q names %s: the installation manages it, never a declaration", w, what), sentinel
+			}
+		}
+	}
+	return "", "", nil
+}
+
+// named says what of the installation a word of an argv names, if
+// anything: the host's unit (or its name without the suffix, as
+// systemctl takes it), its package, or a path at or under one of its
+// paths or its versions. A word is split as a shell would split a
+// script, roughly: on space and the shell's operators and quotes.
+func (inst Installation) named(word string) (string, error) {
+	tokens := strings.FieldsFunc(word, func(r rune) bool {
+		return strings.ContainsRune(" \t\n;&|()<>`'\"$={},", r)
+	})
+	base, _, _ := strings.Cut(inst.Unit, ".")
+	for _, t := range tokens {
+		unit := inst.Unit != "" && (inst.isUnit(t) || t == base || inst.isUnitFile(path.Base(t)))
+		pkg := inst.Package != "" && t == inst.Package
+		switch {
+		case unit && pkg:
+			return fmt.Sprintf("the host's own unit %s and package %s", inst.Unit, inst.Package), ErrOwnUnit
+		case unit:
+			return fmt.Sprintf("the host's own unit %s", inst.Unit), ErrOwnUnit
+		case pkg:
+			return fmt.Sprintf("the host's own package %s", inst.Package), ErrOwnInstallation
+		}
+		if !strings.HasPrefix(t, "/") {
+			continue
+		}
+		p := path.Clean(t)
+		for _, q := range append(inst.Paths[:len(inst.Paths):len(inst.Paths)], inst.Versions) {
+			if q != "" && (within(p, path.Clean(q)) || within(path.Clean(q), p) && p != "/") {
+				return fmt.Sprintf("the host's own %s", path.Clean(q)), ErrOwnInstallation
+			}
+		}
+	}
+	return "", nil
 }
 
 // pathRefusal checks a resource's path against the installation. An

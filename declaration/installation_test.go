@@ -61,6 +61,16 @@ func TestInstallationIsUntouchable(t *testing.T) {
 		{"a version as an archive source", `archive: {path: /srv/a, source: "file:///opt/mesh-host/versions/abc/mesh-host", digest: "` + digest + `", format: tar}`, declaration.ErrOwnInstallation, "versions"},
 		{"its package removed", `package: {name: mesh-host, state: absent}`, declaration.ErrOwnInstallation, `"mesh-host" is the host's own package`},
 		{"its package declared", `package: {name: mesh-host}`, declaration.ErrOwnInstallation, "own package"},
+		{"its packaged unit, state only", `unit: {name: mesh-host.service, active: false}`, declaration.ErrOwnUnit, "own unit"},
+		{"an exec stopping it", `exec: {name: x, command: [systemctl, stop, mesh-host], onlyif: [/bin/true]}`, declaration.ErrOwnUnit, `"mesh-host" names the host's own unit`},
+		{"an exec stopping it in a script", `exec: {name: x, command: [/bin/sh, -c, "sleep 1; systemctl kill mesh-host.service"], refresh_only: true}`, declaration.ErrOwnUnit, "own unit"},
+		{"an exec removing its state", `exec: {name: x, command: [rm, -rf, /var/lib/mesh-host/], creates: /srv/x}`, declaration.ErrOwnInstallation, "own /var/lib/mesh-host"},
+		{"an exec removing its state's parent", `exec: {name: x, command: [/bin/sh, -c, "rm -rf /var/lib"], creates: /srv/x}`, declaration.ErrOwnInstallation, "own /var/lib/mesh-host"},
+		{"an exec guard reading its credentials", `exec: {name: x, command: [/bin/true], unless: [cat, "/var/lib/mesh-host/node.creds"]}`, declaration.ErrOwnInstallation, "own"},
+		{"an exec removing its package", `exec: {name: x, command: [apt-get, purge, -y, mesh-host], onlyif: [/bin/true]}`, declaration.ErrOwnUnit, "package mesh-host"},
+		{"an exec naming its unit in passing", `exec: {name: y, command: [/bin/sh, -c, "echo mesh-host.service > /srv/note"], creates: /srv/note}`, declaration.ErrOwnUnit, "own unit"},
+		{"an exec creating in its versions", `exec: {name: x, command: [/bin/true], creates: /opt/mesh-host/versions/x}`, declaration.ErrOwnInstallation, "versions"},
+		{"an exec working in its state", `exec: {name: x, command: [/bin/true], cwd: /var/lib/mesh-host, creates: /srv/x}`, declaration.ErrOwnInstallation, "own"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			doc := "mesh: home\nnode: n\nrevision: 1\nresources:\n  - " + c.resource + "\n"
@@ -94,6 +104,7 @@ func TestInstallationAllowsTheRest(t *testing.T) {
 		`unit: {name: app.service, content: "[Install]\nWantedBy=multi-user.target\n"}`,
 		`unit: {name: mesh-hosted.service, content: "x"}`,
 		`package: {name: mesh-host-tools}`,
+		`exec: {name: x, command: [systemctl, restart, mesh-hosted], onlyif: [test, -d, /var/lib/mesh-hostile]}`,
 	} {
 		doc := "mesh: home\nnode: n\nrevision: 1\nresources:\n  - " + r + "\n"
 		d, err := declaration.ParseYAML("x.yaml", []byte(doc))
