@@ -79,10 +79,11 @@ func (c *applyCmd) Run(e *env) error {
 		}
 		// Accepting a declaration changes what is desired, not what is
 		// owned: the owned set read while planning is the one before it.
-		rc, err := e.reconciler(j)
+		rc, err := e.reconciler(j, s)
 		if err != nil {
 			return failed("%v", err)
 		}
+		defer closeDrivers(rc.Drivers)
 		res, err := rc.Reconcile(e.ctx, agent.Request{
 			Trigger: event.TriggerManual, Cause: recv, Revision: revision,
 			Specs: specs, Digests: hostjournal.SpecDigests(specs, declared), Owned: hostjournal.StoredOwned{J: j}, Repair: true,
@@ -93,7 +94,7 @@ func (c *applyCmd) Run(e *env) error {
 		}
 		fmt.Fprintln(e.stdout, applied)
 		printOutcomes(e.stdout, res, false, false)
-		if res.Failed > 0 {
+		if res.Failed+res.Skipped+res.RefreshFailed > 0 {
 			return silent(exitFailed)
 		}
 		return nil
@@ -212,7 +213,7 @@ func printOutcomes(w io.Writer, res *agent.Result, planned, changesOnly bool) {
 			continue
 		}
 		var detail []string
-		if len(s.Observation.Differs) > 0 && what != event.ActionUnchanged && what != event.ActionCreate {
+		if len(s.Observation.Differs) > 0 && what != event.ActionUnchanged && what != event.ActionCreate && what != agent.Skipped {
 			detail = append(detail, "differs: "+strings.Join(s.Observation.Differs, ", "))
 		}
 		if s.Drift {
@@ -265,15 +266,19 @@ func printOutcomes(w io.Writer, res *agent.Result, planned, changesOnly bool) {
 	}
 }
 
-// reconciler wires the drivers for the root prefix.
-func (e *env) reconciler(j *journal.Journal) (*agent.Reconciler, error) {
+// reconciler wires the drivers for the root prefix, told what the stored
+// state s remembers of users and groups. Its drivers are closed with
+// closeDrivers once it has reconciled.
+func (e *env) reconciler(j *journal.Journal, s projector.State) (*agent.Reconciler, error) {
 	root, err := drivers.NewRoot(e.cli.Root)
 	if err != nil {
 		return nil, err
 	}
+	o := heldAccounts(s)
+	o.redact = e.redactor().Redact
 	return &agent.Reconciler{
 		Journal:  j,
-		Drivers:  newDrivers(root),
+		Drivers:  newDrivers(root, o),
 		Root:     root,
 		Parallel: e.cli.Parallel,
 		Release:  service.ReleaseVersions(e.cli.Versions),

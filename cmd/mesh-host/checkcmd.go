@@ -37,7 +37,7 @@ func (c *checkCmd) Run(e *env) error {
 			return nil
 		}
 		printOutcomes(e.stdout, res, false, true)
-		if res.Failed > 0 || (c.NoRepair && drifted > 0) {
+		if res.Failed+res.Skipped+res.RefreshFailed > 0 || (c.NoRepair && drifted > 0) {
 			return silent(exitFailed)
 		}
 		return nil
@@ -57,10 +57,11 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 		// (Owned is left out, so nothing could be). The reconcile is
 		// still journaled, quietly, so that what follows one (a version
 		// confirmed after its first) has a record to follow.
-		rc, err := e.reconciler(j)
+		rc, err := e.reconciler(j, s)
 		if err != nil {
 			return nil, err
 		}
+		defer closeDrivers(rc.Drivers)
 		return rc.Reconcile(e.ctx, agent.Request{Trigger: trigger, Repair: repair})
 	}
 	paceForDocument(int64(max(s.Desired.DocumentBytes, len(s.Desired.Document))))
@@ -99,9 +100,10 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 		// Started by accepting the declaration: that is its cause.
 		req.Cause = s.Desired.Seq
 	}
-	rc, err := e.reconciler(j)
+	rc, err := e.reconciler(j, s)
 	if err != nil {
 		return nil, err
 	}
+	defer closeDrivers(rc.Drivers)
 	return rc.Reconcile(e.ctx, req)
 }

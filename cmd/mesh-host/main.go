@@ -121,6 +121,9 @@ type env struct {
 	// verified is the stored state read when the journal was opened and
 	// verified, until storedState takes it.
 	verified *verifiedState
+	// redact holds the secret values opened for the reconcile, which the
+	// drivers redact from what they show (redactor).
+	redact *redactor
 }
 
 // exitError carries a command's exit code through kong.

@@ -82,10 +82,11 @@ func (e *env) dryRun(decl *declaration.Declaration, s projector.State) (*agent.R
 	if err := e.admissible(decl, s); err != nil {
 		return nil, nil, planRefusal{err}
 	}
-	rc, err := e.reconciler(nil)
+	rc, err := e.reconciler(nil, s)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer closeDrivers(rc.Drivers) // a plan's diffs read the root, not the drivers
 	specs := decl.Expanded()
 	if err := e.openSecrets(specs); err != nil {
 		return nil, nil, planRefusal{err}

@@ -94,6 +94,7 @@ func sealedSecrets(specs []drivers.Spec) ([]drivers.SecretField, error) {
 // declaration is never applied.
 func (e *env) openSecrets(specs []drivers.Spec) error {
 	return e.eachSecret(specs, func(f drivers.SecretField, value, digestKey []byte) {
+		e.redactor().add(value)
 		opened := **f.Secret
 		opened.Provide(value, digestKey)
 		*f.Secret = &opened
