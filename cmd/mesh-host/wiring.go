@@ -1,10 +1,7 @@
 package main
 
 import (
-	"strconv"
-
 	"github.com/mesh-host/mesh-host/drivers"
-	"github.com/mesh-host/mesh-host/drivers/account"
 	"github.com/mesh-host/mesh-host/drivers/archive"
 	"github.com/mesh-host/mesh-host/drivers/directory"
 	"github.com/mesh-host/mesh-host/drivers/exec"
@@ -27,34 +24,13 @@ type driverOptions struct {
 // by what the machine has, the unit and exec drivers by whether a manager
 // runs. The owner closes them (closeDrivers).
 func newDrivers(root *drivers.Root, o driverOptions) map[drivers.Kind]drivers.Driver {
-	accounts := account.Options{
-		// Every id a name held under the host stays that name's.
-		Reserved: func(kind string, id int) (string, bool) {
-			name, ok := o.ids[kind+":"+strconv.Itoa(id)]
-			return name, ok
-		},
-		// Only what the host made is the host's to remove.
-		Created: func(kind, name string) bool {
-			switch kind {
-			case account.CreatedUser:
-				return o.made["user:"+name] != ""
-			case account.CreatedGroup:
-				return o.made["group:"+name] != ""
-			case account.CreatedUserGroup:
-				return o.made["group:"+name] == "user:"+name
-			}
-			return false
-		},
-	}
 	return map[drivers.Kind]drivers.Driver{
 		drivers.KindFile:      file.New(root),
 		drivers.KindDirectory: directory.New(root),
 		drivers.KindArchive:   archive.New(root, archive.Options{}),
 		drivers.KindPackage:   pkg.New(root, pkg.Options{}),
-		drivers.KindUnit:      unit.New(root, unit.Options{Redact: o.redact}),
+		drivers.KindUnit:      unit.New(root, unit.Options{}),
 		drivers.KindExec:      exec.New(root, exec.Options{Redact: o.redact}),
-		drivers.KindUser:      account.NewUsers(root, accounts),
-		drivers.KindGroup:     account.NewGroups(root, accounts),
 	}
 }
 
