@@ -13,9 +13,11 @@ import (
 	"github.com/mesh-host/mesh-host/drivers/unit"
 )
 
-// fakeSystemctl is a systemctl that talks to no manager: it logs its
-// arguments to $FAKE_LOG and keeps each unit's enabled and active state in
-// files under $FAKE_STATE.
+// fakeSystemctl is a systemctl that logs its arguments to $FAKE_LOG and
+// keeps each unit's enablement in files under $FAKE_STATE. It stands in
+// where the tests count what the driver asks of systemctl --root. The
+// manager's side is not faked: the driver reaches it over D-Bus, and the
+// TestLive tests hold it to a real systemd.
 const fakeSystemctl = `#!/bin/sh
 printf '%s\n' "$*" >> "$FAKE_LOG"
 case "$1" in --root=*) shift;; esac
@@ -26,18 +28,14 @@ case "$verb" in
 is-enabled) s=$(/bin/cat "$state.enabled" 2>/dev/null || echo disabled); echo "$s"; [ "$s" = enabled ];;
 enable) echo enabled > "$state.enabled";;
 disable) echo disabled > "$state.enabled";;
-is-active) s=$(/bin/cat "$state.active" 2>/dev/null || echo inactive); echo "$s"; [ "$s" = active ];;
-start|restart) echo active > "$state.active";;
-stop) echo inactive > "$state.active";;
-daemon-reload) ;;
 *) echo "fake systemctl: unknown verb $verb" >&2; exit 1;;
 esac
 `
 
-// managed is a driver on a temporary root that a (fake) service manager
-// runs, and a function returning the systemctl command lines it ran since
-// it was last called, with the root written R.
-func managed(t *testing.T) (*unit.Driver, *drivers.Root, func() []string) {
+// fake is a driver on a temporary root with the fake systemctl, no
+// manager, and a function returning the systemctl command lines it ran
+// since it was last called, with the root written R.
+func fake(t *testing.T) (*unit.Driver, *drivers.Root, func() []string) {
 	t.Helper()
 	bin, state := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(bin, "systemctl"), []byte(fakeSystemctl), 0o755); err != nil {
@@ -48,7 +46,7 @@ func managed(t *testing.T) (*unit.Driver, *drivers.Root, func() []string) {
 	t.Setenv("FAKE_LOG", log)
 	t.Setenv("FAKE_STATE", state)
 	root := newRoot(t)
-	d := unit.New(root, unit.Options{ManagerRunning: func() bool { return true }})
+	d := unit.New(root, unit.Options{ManagerRunning: func() bool { return false }})
 	ran := func() []string {
 		data, _ := os.ReadFile(log)
 		os.Remove(log)
@@ -68,71 +66,100 @@ func wantRan(t *testing.T, what string, got []string, want ...string) {
 	}
 }
 
-// TestManagerRunning: with a service manager, Apply reloads it after a
-// change, starts, restarts on new content and stops as the spec says, and
-// Remove stops the unit before disabling it; activity is observed.
-func TestManagerRunning(t *testing.T) {
-	d, _, ran := managed(t)
+// TestSystemctlCalls: what Apply and Remove ask of systemctl --root: an
+// enabled unit is disabled under its old file before new content, and
+// enabled again after; an unchanged unit costs one is-enabled; Remove
+// disables before it removes the file, and a second Remove asks nothing.
+func TestSystemctlCalls(t *testing.T) {
+	d, root, ran := fake(t)
 	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Enabled: true, Active: true}
 
 	apply(t, d, spec, drivers.Created)
-	wantRan(t, "Apply of a new enabled, active unit", ran(),
+	wantRan(t, "Apply of a new enabled unit", ran(),
 		"--root=R enable -- mesh-hello.service",
-		"--root=R is-enabled -- mesh-hello.service",
-		"daemon-reload",
-		"start -- mesh-hello.service")
+		"--root=R is-enabled -- mesh-hello.service")
 
-	obs := observe(t, d, spec)
-	if !obs.InSync || obs.Note != "" || !strings.HasSuffix(obs.Seen, " enabled active") {
-		t.Errorf("Observe = %+v, want in sync, seen enabled and active, no note", obs)
-	}
-	if note := d.ApplyNote(spec); strings.Contains(note, "enablement only") {
-		t.Errorf("ApplyNote with a manager = %q, want no enablement-only note", note)
-	}
-	ran()
 	apply(t, d, spec, drivers.Unchanged)
 	wantRan(t, "Apply of an unchanged unit", ran(),
-		"--root=R is-enabled -- mesh-hello.service",
-		"is-active -- mesh-hello.service")
+		"--root=R is-enabled -- mesh-hello.service")
 
 	changed := *spec
 	changed.Content = service("hello again", "multi-user.target")
 	apply(t, d, &changed, drivers.Updated)
 	wantRan(t, "Apply of new content", ran(),
 		"--root=R is-enabled -- mesh-hello.service",
-		"is-active -- mesh-hello.service",
 		"--root=R disable -- mesh-hello.service",
 		"--root=R enable -- mesh-hello.service",
-		"--root=R is-enabled -- mesh-hello.service",
-		"daemon-reload",
-		"restart -- mesh-hello.service")
+		"--root=R is-enabled -- mesh-hello.service")
 
-	stopped := changed
-	stopped.Active = false
-	if obs := observe(t, d, &stopped); strings.Join(obs.Differs, ",") != "active" {
-		t.Errorf("Observe(inactive) of an active unit = %+v, want differs in active", obs)
-	}
-	ran()
-	apply(t, d, &stopped, drivers.Updated)
-	wantRan(t, "Apply of active false", ran(),
-		"--root=R is-enabled -- mesh-hello.service",
-		"is-active -- mesh-hello.service",
-		"stop -- mesh-hello.service")
-
-	apply(t, d, &changed, drivers.Updated)
-	ran()
-	if err := d.Remove(t.Context(), &changed); err != nil {
+	if err := d.Remove(t.Context(), &drivers.UnitSpec{Name: spec.Name}); err != nil {
 		t.Fatal(err)
 	}
-	wantRan(t, "Remove of an active unit", ran(),
-		"is-active -- mesh-hello.service",
-		"stop -- mesh-hello.service",
-		"--root=R disable -- mesh-hello.service",
-		"daemon-reload")
-	if err := d.Remove(t.Context(), &changed); err != nil {
+	wantRan(t, "Remove", ran(), "--root=R disable -- mesh-hello.service")
+	if _, err := os.Lstat(root.Host(unit.Dir + "/mesh-hello.service")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("unit file after Remove: %v, want it gone", err)
+	}
+	if err := d.Remove(t.Context(), &drivers.UnitSpec{Name: spec.Name}); err != nil {
 		t.Fatal(err)
 	}
 	wantRan(t, "second Remove", ran())
+}
+
+// TestBatchWithoutManager: ApplyBatch returns each unit's result in the
+// order given; one that fails does not stop the others.
+func TestBatchWithoutManager(t *testing.T) {
+	d, root, _ := fake(t)
+	specs := []drivers.Spec{
+		&drivers.UnitSpec{Name: "mesh-a.service", Content: service("a", "multi-user.target"), Enabled: true},
+		&drivers.UnitSpec{Name: "mesh-missing.service", Enabled: true}, // no content, no file: not installed
+		&drivers.FileSpec{Path: "/etc/motd"},
+		&drivers.UnitSpec{Name: "mesh-b.service", Content: service("b", "multi-user.target")},
+	}
+	got := d.ApplyBatch(t.Context(), specs)
+	if len(got) != len(specs) {
+		t.Fatalf("ApplyBatch returned %d results for %d specs", len(got), len(specs))
+	}
+	want := []struct {
+		action drivers.Action
+		err    error
+	}{{drivers.Created, nil}, {drivers.Unchanged, unit.ErrNotInstalled}, {drivers.Unchanged, drivers.ErrWrongKind}, {drivers.Created, nil}}
+	for i, w := range want {
+		if got[i].Action != w.action || !errors.Is(got[i].Err, w.err) || (w.err == nil) != (got[i].Err == nil) {
+			t.Errorf("result %d (%s): got %q, %v; want %q, %v", i, drivers.ID(specs[i]), got[i].Action, got[i].Err, w.action, w.err)
+		}
+	}
+	for _, name := range []string{"mesh-a.service", "mesh-b.service"} {
+		if _, err := os.Stat(root.Host(unit.Dir + "/" + name)); err != nil {
+			t.Errorf("%s after the batch: %v", name, err)
+		}
+	}
+	if _, err := os.Lstat(root.Host(unit.Dir + "/mesh-missing.service")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a unit without content that is not installed: %v, want no file written for it", err)
+	}
+}
+
+// TestManagerUnreachable: a driver told that a manager runs, where none
+// answers, fails every call that needs one, saying where it looked.
+func TestManagerUnreachable(t *testing.T) {
+	needTools(t, "systemctl")
+	if _, err := os.Stat("/run/systemd/private"); err == nil {
+		t.Skip("a service manager answers on /run/systemd/private here")
+	}
+	d := unit.New(newRoot(t), unit.Options{ManagerRunning: func() bool { return true }})
+	defer d.Close()
+	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Active: true}
+	_, errApply := d.Apply(t.Context(), spec) // writes the file, then asks the manager
+	_, errObserve := d.Observe(t.Context(), spec)
+	_, errRefresh := d.Refresh(t.Context(), spec, time.Now())
+	_, errPackaged := d.Observe(t.Context(), &drivers.UnitSpec{Name: "mesh-packaged.service"})
+	for _, err := range []error{errApply, errObserve, errRefresh, errPackaged} {
+		if !errors.Is(err, unit.ErrManager) || !strings.Contains(err.Error(), "/run/systemd/private") {
+			t.Errorf("got %v, want ErrManager saying where it looked", err)
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
 }
 
 // TestTimeoutKillsSystemctl: a systemctl that hangs is killed at
@@ -153,5 +180,32 @@ func TestTimeoutKillsSystemctl(t *testing.T) {
 	}
 	if took := time.Since(start); took > 4*time.Second {
 		t.Errorf("Apply returned after %v, want soon after the 300ms timeout", took)
+	}
+}
+
+// TestNoManager: where no manager runs, Refresh has nothing to do and
+// says so, and Watch returns at once with ErrNoManager.
+func TestNoManager(t *testing.T) {
+	needTools(t, "systemctl")
+	root := newRoot(t)
+	d := unit.New(root, unit.Options{})
+	defer d.Close()
+	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Active: true}
+	got, err := d.Refresh(t.Context(), spec, time.Now())
+	want := drivers.Refreshed{Note: "no service manager runs in " + root.Dir() + ": nothing to refresh"}
+	if err != nil || got != want {
+		t.Errorf("Refresh without a manager = %+v, %v; want %+v", got, err, want)
+	}
+	bad := *spec
+	bad.Refresh = "bounce"
+	if _, err := d.Refresh(t.Context(), &bad, time.Now()); !errors.Is(err, drivers.ErrInvalidSpec) {
+		t.Errorf("Refresh with refresh %q = %v, want ErrInvalidSpec", bad.Refresh, err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	err = d.Watch(ctx, func(string) { t.Error("Watch without a manager told of a change") })
+	if !errors.Is(err, unit.ErrNoManager) || ctx.Err() != nil {
+		t.Errorf("Watch without a manager = %v (context: %v), want ErrNoManager at once", err, ctx.Err())
 	}
 }

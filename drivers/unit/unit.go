@@ -1,15 +1,30 @@
-// Package unit is the driver for systemd units: a unit file's content, and
-// whether the unit is enabled and active.
+// Package unit is the driver for systemd units: a unit's file, when the
+// declaration writes it, and whether the unit is enabled and active.
 //
-// Unit files land in the root's /etc/systemd/system, written atomically.
+// A unit declared with content has its file in the root's
+// /etc/systemd/system, written atomically. A unit declared without
+// content is one whose file someone else installs (a package's
+// /lib/systemd/system/nginx.service): the host never writes, rewrites or
+// removes that file, and holds only the unit's enablement and activity.
 // Enablement goes through the real systemctl with --root, which works on
-// the files alone, with or without a service manager. Whether a unit is
-// active is a service manager's business: only when one runs (on the root
-// "/", where /run/systemd/system exists, as sd_booted(3) checks) does the
-// driver reload the manager, restart a unit whose file changed, and start
-// or stop it. Where none runs, activity is neither observed nor applied,
-// and the driver's note says "enablement only" rather than pretend that a
-// service started.
+// the files alone, with or without a service manager.
+//
+// Whether a unit is active is a service manager's business: only when one
+// runs the root (on "/", where /run/systemd/system exists, as sd_booted(3)
+// checks) does the driver ask it, over the manager's own D-Bus interface
+// (its private socket, /run/systemd/private, else the system bus) rather
+// than text that systemctl prints. A unit's states are its properties; a
+// start, stop, restart or reload is a job whose result the driver waits
+// for; the manager is reloaded only when it says that a unit the driver
+// touched needs it, and once for a batch (ApplyBatch). A job that fails
+// carries the unit's last journal lines, bounded, made safe for a terminal
+// and with secrets redacted. Where no manager runs, activity is neither
+// observed nor applied, and the driver's note says "enablement only"
+// rather than pretend that a service started.
+//
+// A Driver holds one connection to the manager, opened when first needed;
+// whoever made the Driver closes it (Close). A Watch holds a connection of
+// its own for as long as it runs.
 //
 // A unit file is verified with systemd-analyze verify before it is
 // written, when systemd-analyze is installed (the note says when it is
@@ -22,25 +37,25 @@
 // The tests run the real systemctl --root and systemd-analyze on a
 // temporary root, as root or not: they need the Debian package systemd
 // (priority important: on a standard system, not in a minimal container
-// image), and skip, saying so, without it. No manager need run: a fake
-// systemctl stands in for one.
+// image), and skip, saying so, without it. The manager's side is tested
+// against a real systemd only, by the TestLive tests: they skip unless
+// MESH_LIVE_MANAGER=1 and a manager runs, and testbeds/systemd runs them in
+// a container that boots one.
 package unit
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path"
-	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
+
+	sdbus "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/mesh-host/mesh-host/drivers"
 )
@@ -52,13 +67,30 @@ var (
 	// message.
 	ErrToolFailed = errors.New("systemd tool failed")
 	// ErrTimeout is returned when an operation runs past Options.Timeout;
-	// the tool it was running is killed with everything it started.
+	// the tool it was running is killed with everything it started, and
+	// a job the manager was running for it goes on there.
 	ErrTimeout = errors.New("systemd tool timed out")
 	// ErrNotRegular is returned when something the host does not replace
 	// or remove is at a unit file's path: a directory, a fifo or a device
 	// for Apply (which replaces a symlink), anything but a regular file (a
 	// mask's symlink too) for Remove.
 	ErrNotRegular = errors.New("not a regular file")
+	// ErrNotInstalled is returned by Apply of a unit declared without
+	// content whose file is nowhere systemd loads units from.
+	ErrNotInstalled = errors.New("unit not installed")
+	// ErrMasked is returned by Apply of a masked unit that is to be
+	// enabled or active: the host never unmasks a unit by itself.
+	ErrMasked = errors.New("unit masked")
+	// ErrManager is returned when the service manager cannot be reached
+	// or refuses a call; the error carries the manager's words.
+	ErrManager = errors.New("service manager call failed")
+	// ErrJobFailed is returned when a start, stop, restart or reload job
+	// ends other than "done", or the unit fails as it starts; the error
+	// carries the job's result and the unit's last journal lines.
+	ErrJobFailed = errors.New("unit job failed")
+	// ErrNoManager is returned by Watch where no service manager runs:
+	// nothing then tells of a unit that stops.
+	ErrNoManager = errors.New("no service manager runs")
 )
 
 // Dir is where unit files land, beneath the root.
@@ -70,34 +102,51 @@ const DefaultTimeout = 5 * time.Minute
 
 // Options configure a Driver.
 type Options struct {
-	// Timeout bounds each Observe, Apply and Remove; zero means
-	// DefaultTimeout.
+	// Timeout bounds each step of an Observe, Apply, Remove or Refresh: a
+	// unit's files and enablement, a reload of the manager, a unit's job;
+	// zero means DefaultTimeout.
 	Timeout time.Duration
 	// ManagerRunning reports whether a service manager runs the root.
 	// When nil: the root is "/" and /run/systemd/system exists. A root
 	// prefix other than "/" has no manager of its own.
 	ManagerRunning func() bool
+	// Redact returns a line with every secret value the host knows
+	// replaced; the journal lines a failed job's error carries pass
+	// through it. Obvious credentials (password=..., token=...,
+	// Authorization: ...) are redacted whether or not it is set.
+	Redact func(string) string
 }
 
-// Driver manages systemd units in a root.
+// Driver manages systemd units in a root. Close it once done with it.
 type Driver struct {
 	root           *drivers.Root
 	timeout        time.Duration
 	managerRunning func() bool
+	redact         func(string) string
 	// turn lets one change through at a time: systemctl enable and a
 	// manager's daemon-reload see every unit, and a reconcile applies
 	// resources in parallel.
 	turn *drivers.Turn
+
+	// mu guards conn, the connection to the manager, opened when first
+	// needed and again when the manager dropped it.
+	mu   sync.Mutex
+	conn *sdbus.Conn
 }
 
 var (
-	_ drivers.Driver = (*Driver)(nil)
-	_ drivers.Noter  = (*Driver)(nil)
+	_ drivers.Driver       = (*Driver)(nil)
+	_ drivers.Noter        = (*Driver)(nil)
+	_ drivers.Located      = (*Driver)(nil)
+	_ drivers.BatchApplier = (*Driver)(nil)
+	_ drivers.Refresher    = (*Driver)(nil)
+	_ drivers.Watcher      = (*Driver)(nil)
 )
 
-// New returns the unit driver for root.
+// New returns the unit driver for root. It connects to nothing until a
+// call needs the manager.
 func New(root *drivers.Root, opts Options) *Driver {
-	d := &Driver{root: root, timeout: opts.Timeout, managerRunning: opts.ManagerRunning, turn: drivers.NewTurn()}
+	d := &Driver{root: root, timeout: opts.Timeout, managerRunning: opts.ManagerRunning, redact: opts.Redact, turn: drivers.NewTurn()}
 	if d.timeout <= 0 {
 		d.timeout = DefaultTimeout
 	}
@@ -105,6 +154,19 @@ func New(root *drivers.Root, opts Options) *Driver {
 		d.managerRunning = func() bool { return booted(root) }
 	}
 	return d
+}
+
+// Close closes the driver's connection to the service manager, if it
+// opened one. The driver's owner calls it when done with the driver; a
+// driver called again after Close connects again.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn != nil {
+		d.conn.Close()
+		d.conn = nil
+	}
+	return nil
 }
 
 // booted is sd_booted(3) for the root: only "/" can be run by this
@@ -134,10 +196,12 @@ func (d *Driver) enablementOnly() string {
 	return "enablement only: no service manager runs in " + d.root.Dir()
 }
 
-// Observe reports how the unit stands against spec: its file's content,
-// whether it is enabled, and, when a service manager runs, whether it is
-// active. A symlink at the unit's path (a mask) is reported as existing
-// with a "type" difference, and never followed.
+// Observe reports how the unit stands against spec: its file's content
+// (for a unit declared with content), whether it is installed (for one
+// without), masked, enabled, and, when a service manager runs, whether it
+// is active. A symlink at the path of a unit declared with content (a
+// mask) is reported as existing with a "type" difference, and never
+// followed.
 func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observation, error) {
 	s, err := d.spec(ctx, spec)
 	if err != nil {
@@ -146,121 +210,194 @@ func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observ
 	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
 	managed := d.managerRunning()
-	f, err := d.find(ctx, s, managed)
+	v, err := d.look(ctx, s, managed)
 	if err != nil {
 		return drivers.Observation{}, err
 	}
 	obs := drivers.Observation{Differs: []string{"absent"}}
-	if f != nil {
-		differs := f.differs(s, managed)
-		obs = drivers.Observation{Exists: true, InSync: len(differs) == 0, Differs: differs, Seen: f.seen()}
+	if v.exists() {
+		differs := v.differs(s, managed)
+		obs = drivers.Observation{Exists: true, InSync: len(differs) == 0, Differs: differs, Seen: v.seen(s)}
 	}
+	var notes []string
 	if !managed {
-		obs.Note = d.enablementOnly()
+		notes = append(notes, d.enablementOnly())
 	}
+	if v.mask != "" {
+		notes = append(notes, masked(s, v.mask))
+	}
+	obs.Note = strings.Join(notes, "; ")
 	return obs, nil
 }
 
-// Apply verifies the unit file and writes it if its content differs,
-// enables or disables the unit as the spec says, and, when a service
-// manager runs, reloads it after a change, restarts an active unit whose
-// file changed, and starts or stops the unit as the spec says.
+// Apply makes one unit match spec: ApplyBatch of one.
+func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, error) {
+	r := d.ApplyBatch(ctx, []drivers.Spec{spec})[0]
+	return r.Action, r.Err
+}
+
+// ApplyBatch makes each unit match its spec, in three passes. First, for
+// each unit, it verifies and writes the unit file if the declaration
+// gives one and its content differs, and enables or disables the unit as
+// the spec says. Then, when a service manager runs, it reloads the manager
+// once if any unit it touched needs it (the manager says so, or has not
+// loaded a unit file that is now there). Last, it starts, restarts (an
+// active unit whose file changed) or stops each unit as its spec says, and
+// waits for each job's result. A unit that fails does not stop the others.
 //
 // When the content changes, an enabled unit is disabled under its old file
 // first, so that the links its old [Install] section made go with it. A
 // unit asked to be enabled that systemctl leaves otherwise (static: it has
-// no [Install] section) is an invalid spec.
-func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, error) {
-	s, err := d.spec(ctx, spec)
-	if err != nil {
-		return drivers.Unchanged, err
+// no [Install] section) is an invalid spec. A masked unit asked to be
+// enabled or active fails (ErrMasked); one declared without content whose
+// file is nowhere systemd looks fails (ErrNotInstalled), and nothing is
+// written for it.
+func (d *Driver) ApplyBatch(ctx context.Context, specs []drivers.Spec) []drivers.Applied {
+	results := make([]drivers.Applied, len(specs))
+	changes := make([]*change, 0, len(specs))
+	for i, spec := range specs {
+		s, err := d.spec(ctx, spec)
+		if err != nil {
+			results[i] = drivers.Applied{Action: drivers.Unchanged, Err: err}
+			continue
+		}
+		changes = append(changes, &change{index: i, spec: s})
 	}
+	if len(changes) > 0 {
+		d.applyAll(ctx, changes)
+	}
+	for _, c := range changes {
+		switch {
+		case c.err != nil:
+			results[c.index] = drivers.Applied{Action: drivers.Unchanged, Err: c.err}
+		case !c.changed:
+			results[c.index] = drivers.Applied{Action: drivers.Unchanged}
+		case c.created:
+			results[c.index] = drivers.Applied{Action: drivers.Created}
+		default:
+			results[c.index] = drivers.Applied{Action: drivers.Updated}
+		}
+	}
+	return results
+}
+
+// change is one unit of a batch, and what applying it did.
+type change struct {
+	index int
+	spec  *drivers.UnitSpec
+	// before is the unit as found before anything was done to it.
+	before *view
+	// wrote is set once the unit's file was written, created once it was
+	// written where nothing was; changed once anything was done.
+	wrote, created, changed bool
+	err                     error
+}
+
+// applyAll applies the batch's units in its three passes, each unit's
+// failure recorded on its change.
+func (d *Driver) applyAll(ctx context.Context, changes []*change) {
 	done, err := d.turn.Take(ctx)
 	if err != nil {
-		return drivers.Unchanged, fmt.Errorf("unit %s: %w", s.Name, err)
+		for _, c := range changes {
+			c.err = fmt.Errorf("unit %s: %w", c.spec.Name, err)
+		}
+		return
 	}
 	defer done()
+	managed := d.managerRunning()
+	for _, c := range changes {
+		c.err = d.lay(ctx, c, managed)
+	}
+	if !managed {
+		return
+	}
+	d.reloadFor(ctx, changes)
+	for _, c := range changes {
+		if c.err == nil {
+			c.err = d.run(ctx, c)
+		}
+	}
+}
+
+// lay is the first pass for one unit: its file and its enablement.
+func (d *Driver) lay(ctx context.Context, c *change, managed bool) error {
+	s := c.spec
 	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
-	managed := d.managerRunning()
-	f, err := d.find(ctx, s, managed)
+	v, err := d.look(ctx, s, managed)
 	if err != nil {
-		return drivers.Unchanged, err
+		return err
 	}
-	action := drivers.Updated
-	switch {
-	case f == nil:
-		action = drivers.Created
-	case f.kind != "file" && f.kind != "symlink":
+	c.before = v
+	wanted := s.Enabled || s.Active
+	if s.Content == "" {
+		if !v.exists() {
+			return notInstalled(s)
+		}
+		if wanted && v.mask != "" {
+			return fmt.Errorf("unit %s: %w", s.Name, errMasked(s, v.mask))
+		}
+		return d.enablement(ctx, c, enabled(v.enabled))
+	}
+	switch v.kind {
+	case "":
+		c.created = true
+	case "file", "symlink":
 		// Renaming over a symlink replaces the link itself (a mask, say);
 		// anything else is not the host's to replace.
-		return drivers.Unchanged, fmt.Errorf("unit %s: %w: a %s is at %s; the host does not replace it", s.Name, ErrNotRegular, f.kind, d.path(s))
+	default:
+		return fmt.Errorf("unit %s: %w: a %s is at %s; the host does not replace it", s.Name, ErrNotRegular, v.kind, v.where)
 	}
-	isFile := f != nil && f.kind == "file"
-	newContent := !isFile || !bytes.Equal(f.content, []byte(s.Content))
-	wasEnabled := isFile && enabled(f.enabled)
-	wasActive := isFile && managed && active(f.active)
-	changed := false
-
-	if newContent {
+	if wanted && v.mask != "" {
+		return fmt.Errorf("unit %s: %w", s.Name, errMasked(s, v.mask))
+	}
+	isFile := v.kind == "file"
+	wasEnabled := isFile && enabled(v.enabled)
+	if !isFile || string(v.content) != s.Content {
 		if err := d.verify(ctx, s); err != nil {
-			return drivers.Unchanged, err
+			return err
 		}
 		if wasEnabled {
 			if err := d.systemctl(ctx, "--root="+d.root.Dir(), "disable", "--", s.Name); err != nil {
-				return drivers.Unchanged, fmt.Errorf("unit %s: disable before rewriting: %w", s.Name, err)
+				return fmt.Errorf("unit %s: disable before rewriting: %w", s.Name, err)
 			}
 			wasEnabled = false
 		}
 		if err := d.write(s); err != nil {
-			return drivers.Unchanged, err
+			return err
 		}
-		changed = true
+		c.wrote, c.changed = true, true
 	}
+	return d.enablement(ctx, c, wasEnabled)
+}
+
+// enablement enables or disables the unit as its spec says.
+func (d *Driver) enablement(ctx context.Context, c *change, wasEnabled bool) error {
+	s := c.spec
 	switch {
 	case s.Enabled && !wasEnabled:
 		if err := d.enable(ctx, s); err != nil {
-			return drivers.Unchanged, err
+			return err
 		}
-		changed = true
 	case !s.Enabled && wasEnabled:
 		if err := d.systemctl(ctx, "--root="+d.root.Dir(), "disable", "--", s.Name); err != nil {
-			return drivers.Unchanged, fmt.Errorf("unit %s: %w", s.Name, err)
+			return fmt.Errorf("unit %s: %w", s.Name, err)
 		}
-		changed = true
+	default:
+		return nil
 	}
-	if managed {
-		if changed {
-			if err := d.systemctl(ctx, "daemon-reload"); err != nil {
-				return drivers.Unchanged, fmt.Errorf("unit %s: %w", s.Name, err)
-			}
-		}
-		var verb string
-		switch {
-		case s.Active && !wasActive:
-			verb = "start"
-		case s.Active && newContent:
-			verb = "restart"
-		case !s.Active && wasActive:
-			verb = "stop"
-		}
-		if verb != "" {
-			if err := d.systemctl(ctx, verb, "--", s.Name); err != nil {
-				return drivers.Unchanged, fmt.Errorf("unit %s: %w", s.Name, err)
-			}
-			changed = true
-		}
-	}
-	if !changed {
-		return drivers.Unchanged, nil
-	}
-	return action, nil
+	c.changed = true
+	return nil
 }
 
-// Remove stops the unit when a service manager runs, disables it, and
-// removes its file. A missing file is not an error; anything else at the
-// path (a mask's symlink, a directory) is not what the host wrote, so it
-// stays and Remove says what is there.
+// Remove removes a unit file the host wrote: a regular file at the unit's
+// path in /etc/systemd/system. When a service manager runs it stops the
+// unit first (every instance of a template), and reloads the manager
+// after if the manager says it must; it disables the unit. A unit with no
+// file there is not the host's to remove (a packaged unit no longer
+// declared): it is left as it is, enabled or running, and Remove succeeds.
+// Anything else at the path (a mask's symlink, a directory) is not what
+// the host wrote, so it stays and Remove says what is there.
 func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 	s, err := d.spec(ctx, spec)
 	if err != nil {
@@ -273,26 +410,21 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 	defer done()
 	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
 	defer cancel()
-	st, err := d.root.Lstat(d.path(s))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+	kind, err := d.kindAt(s.Name, d.path(s))
 	if err != nil {
-		return fmt.Errorf("unit %s: %w", s.Name, err)
+		return err
 	}
-	if kind := drivers.FileType(uint32(st.Mode)); kind != "file" {
+	switch kind {
+	case "":
+		return nil
+	case "file":
+	default:
 		return fmt.Errorf("remove unit %s: %w: a %s is at %s; the host removes only what it owns, so it is %w", s.Name, ErrNotRegular, kind, d.path(s), drivers.ErrLeftInPlace)
 	}
 	managed := d.managerRunning()
 	if managed {
-		state, err := d.state(ctx, "is-active", "--", s.Name)
-		if err != nil {
-			return fmt.Errorf("unit %s: %w", s.Name, err)
-		}
-		if active(state) {
-			if err := d.systemctl(ctx, "stop", "--", s.Name); err != nil {
-				return fmt.Errorf("unit %s: %w", s.Name, err)
-			}
+		if err := d.stopAll(ctx, s.Name); err != nil {
+			return err
 		}
 	}
 	if err := d.systemctl(ctx, "--root="+d.root.Dir(), "disable", "--", s.Name); err != nil {
@@ -302,16 +434,21 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 		return fmt.Errorf("remove unit %s: %w", s.Name, err)
 	}
 	if managed {
-		if err := d.systemctl(ctx, "daemon-reload"); err != nil {
-			return fmt.Errorf("unit %s: %w", s.Name, err)
+		need, err := d.needsReload(ctx, s.Name, false, false)
+		if err != nil {
+			return err
+		}
+		if need {
+			return d.daemonReload(ctx, s.Name)
 		}
 	}
 	return nil
 }
 
 // validName is a unit name as systemd takes one: the characters
-// unit_name_is_valid allows, and a unit type's suffix.
-var validName = regexp.MustCompile(`^[A-Za-z0-9:_.\\@-]+\.(service|socket|device|mount|automount|swap|target|path|timer|slice|scope)$`)
+// unit_name_is_valid allows, at most one "@" and not first, and a unit
+// type's suffix.
+var validName = regexp.MustCompile(`^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.(service|socket|device|mount|automount|swap|target|path|timer|slice|scope)$`)
 
 // spec checks the context and the spec every call starts with, and that
 // systemctl is there to call.
@@ -321,7 +458,13 @@ func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.UnitSpec
 		return nil, err
 	}
 	if len(s.Name) > 255 || !validName.MatchString(s.Name) {
-		return nil, fmt.Errorf("unit %q: %w: not a unit name (name.service, name.timer, ...)", s.Name, drivers.ErrInvalidSpec)
+		return nil, fmt.Errorf("unit %q: %w: not a unit name (name.service, name.timer, name@instance.service, ...)", s.Name, drivers.ErrInvalidSpec)
+	}
+	switch template, instance := nameParts(s.Name); {
+	case instance != "" && s.Content != "":
+		return nil, fmt.Errorf("unit %s: %w: an instance has no file of its own: declare the template's file as a unit of its own, %s, and the instance without content", s.Name, drivers.ErrInvalidSpec, template)
+	case template == s.Name && s.Active:
+		return nil, fmt.Errorf("unit %s: %w: a template never runs: declare an instance of it (%s) active instead", s.Name, drivers.ErrInvalidSpec, strings.Replace(s.Name, "@.", "@NAME.", 1))
 	}
 	if _, err := exec.LookPath("systemctl"); err != nil {
 		return nil, fmt.Errorf("unit %s: %w: systemctl is not on PATH", s.Name, drivers.ErrToolMissing)
@@ -329,188 +472,60 @@ func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.UnitSpec
 	return s, nil
 }
 
+// nameParts splits a unit name: for "getty@tty1.service", the template
+// "getty@.service" and the instance "tty1"; for a template, itself and "";
+// for any other name, "" and "".
+func nameParts(name string) (template, instance string) {
+	ext := path.Ext(name)
+	base := strings.TrimSuffix(name, ext)
+	at := strings.IndexByte(base, '@')
+	if at < 0 {
+		return "", ""
+	}
+	return base[:at+1] + ext, base[at+1:]
+}
+
+// isTemplate is whether name is a template's ("getty@.service"), which the
+// manager never loads as a unit of its own.
+func isTemplate(name string) bool {
+	template, _ := nameParts(name)
+	return template == name
+}
+
 func (d *Driver) path(s *drivers.UnitSpec) string { return path.Join(Dir, s.Name) }
 
 // PathOf is where the unit file of spec lies beneath the root
-// (drivers.Located); empty for a spec that is not a unit's.
+// (drivers.Located): where the host writes it, or would find the file it
+// wrote to remove it. Empty for an instance, which never has a file of
+// its own, and for a spec that is not a unit's.
 func (d *Driver) PathOf(spec drivers.Spec) string {
 	s, ok := spec.(*drivers.UnitSpec)
 	if !ok {
 		return ""
 	}
+	if _, instance := nameParts(s.Name); instance != "" {
+		return ""
+	}
 	return d.path(s)
 }
 
-// found is what is at a unit file's path.
-type found struct {
-	// kind is "file" for a regular file, else what is there instead:
-	// "symlink", "directory", "fifo", "socket", "device".
-	kind    string
-	content []byte
-	// enabled is what systemctl is-enabled says; active what systemctl
-	// is-active says, when a manager runs.
-	enabled, active string
+// notInstalled is Apply's error for a unit declared without content whose
+// file is nowhere.
+func notInstalled(s *drivers.UnitSpec) error {
+	what := s.Name
+	if template, instance := nameParts(s.Name); instance != "" {
+		what += " nor " + template
+	}
+	return fmt.Errorf("unit %s: %w: it is declared without content, and no unit file %s is where systemd loads units from (%s): install what ships it, or declare its content", s.Name, ErrNotInstalled, what, strings.Join([]string{Dir, "/run/systemd/system", "/usr/lib/systemd/system", "..."}, ", "))
 }
 
-// find looks at s's unit file without following a symlink there; nil
-// means nothing is there.
-func (d *Driver) find(ctx context.Context, s *drivers.UnitSpec, managed bool) (*found, error) {
-	st, err := d.root.Lstat(d.path(s))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("unit %s: %w", s.Name, err)
-	}
-	if kind := drivers.FileType(uint32(st.Mode)); kind != "file" {
-		return &found{kind: kind}, nil
-	}
-	content, err := d.root.ReadFile(d.path(s))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("unit %s: %w", s.Name, err)
-	}
-	f := &found{kind: "file", content: content}
-	if f.enabled, err = d.state(ctx, "--root="+d.root.Dir(), "is-enabled", "--", s.Name); err != nil {
-		return nil, fmt.Errorf("unit %s: %w", s.Name, err)
-	}
-	if managed {
-		if f.active, err = d.state(ctx, "is-active", "--", s.Name); err != nil {
-			return nil, fmt.Errorf("unit %s: %w", s.Name, err)
-		}
-	}
-	return f, nil
+// errMasked is the error for a masked unit that is to be enabled or
+// active: it names the mask and how to lift it.
+func errMasked(s *drivers.UnitSpec, mask string) error {
+	return fmt.Errorf("%w (%s): the host never unmasks a unit: run systemctl unmask %s to let it be enabled or started, or declare it enabled: false and active: false", ErrMasked, mask, s.Name)
 }
 
-// differs names each respect in which f does not match s; activity only
-// when a manager runs.
-func (f *found) differs(s *drivers.UnitSpec, managed bool) []string {
-	if f.kind != "file" {
-		return []string{"type"}
-	}
-	var out []string
-	if !bytes.Equal(f.content, []byte(s.Content)) {
-		out = append(out, "content")
-	}
-	if enabled(f.enabled) != s.Enabled {
-		out = append(out, "enabled")
-	}
-	if managed && active(f.active) != s.Active {
-		out = append(out, "active")
-	}
-	return out
-}
-
-// seen is the content's digest and the states systemctl reported.
-func (f *found) seen() string {
-	if f.kind != "file" {
-		return "type:" + f.kind
-	}
-	sum := sha256.Sum256(f.content)
-	seen := "sha256:" + hex.EncodeToString(sum[:]) + " " + f.enabled
-	if f.active != "" {
-		seen += " " + f.active
-	}
-	return seen
-}
-
-// enabled is whether an is-enabled state is enabled; static, indirect,
-// disabled, masked and the rest are not.
-func enabled(state string) bool { return state == "enabled" || state == "enabled-runtime" }
-
-// active is whether an is-active state is active; activating is not yet.
-func active(state string) bool { return state == "active" || state == "reloading" }
-
-// state runs a systemctl query (is-enabled, is-active), which says the
-// state on stdout and exits non-zero for most of them.
-func (d *Driver) state(ctx context.Context, args ...string) (string, error) {
-	out, err := drivers.RunTool(ctx, nil, "systemctl", args...)
-	if err != nil {
-		return "", err
-	}
-	state, _, _ := strings.Cut(strings.TrimSpace(out.Stdout), "\n")
-	if state == "" {
-		return "", out.Failed(ErrToolFailed)
-	}
-	return state, nil
-}
-
-// systemctl runs systemctl, which must succeed.
-func (d *Driver) systemctl(ctx context.Context, args ...string) error {
-	out, err := drivers.RunTool(ctx, nil, "systemctl", args...)
-	if err != nil {
-		return err
-	}
-	if out.Code != 0 {
-		return out.Failed(ErrToolFailed)
-	}
-	return nil
-}
-
-// enable enables the unit and checks that it is then enabled.
-func (d *Driver) enable(ctx context.Context, s *drivers.UnitSpec) error {
-	out, err := drivers.RunTool(ctx, nil, "systemctl", "--root="+d.root.Dir(), "enable", "--", s.Name)
-	if err != nil {
-		return fmt.Errorf("unit %s: %w", s.Name, err)
-	}
-	if out.Code != 0 {
-		return fmt.Errorf("unit %s: %w", s.Name, out.Failed(ErrToolFailed))
-	}
-	state, err := d.state(ctx, "--root="+d.root.Dir(), "is-enabled", "--", s.Name)
-	if err != nil {
-		return fmt.Errorf("unit %s: %w", s.Name, err)
-	}
-	if !enabled(state) {
-		return fmt.Errorf("unit %s: %w: it is to be enabled, but systemctl enable leaves it %s: %s", s.Name, drivers.ErrInvalidSpec, state, out.Message())
-	}
-	return nil
-}
-
-// write writes the unit file atomically and durably, making the
-// directories to it if need be. A unit spec states no owner: the file is
-// the host's, owned by the user it runs as (root on a node; whoever runs a
-// sandbox).
-func (d *Driver) write(s *drivers.UnitSpec) error {
-	uid, gid := os.Geteuid(), os.Getegid()
-	for _, dir := range []string{"/etc", "/etc/systemd", Dir} {
-		if _, err := d.root.Mkdir(dir, 0o755, uid, gid); err != nil {
-			return fmt.Errorf("unit %s: %w", s.Name, err)
-		}
-	}
-	err := d.root.WriteFile(d.path(s), []byte(s.Content), drivers.WriteOptions{Mode: 0o644, UID: uid, GID: gid, Sync: true})
-	if err != nil {
-		return fmt.Errorf("unit %s: %w", s.Name, err)
-	}
-	return nil
-}
-
-// verify runs systemd-analyze verify on a temporary copy of the unit file,
-// if systemd-analyze is installed. Its messages name the unit's path in
-// the root rather than the copy's.
-func (d *Driver) verify(ctx context.Context, s *drivers.UnitSpec) error {
-	if _, err := exec.LookPath("systemd-analyze"); err != nil {
-		return nil // ApplyNote says the unit is not verified
-	}
-	tmp, err := os.MkdirTemp("", "mesh-host-verify-")
-	if err != nil {
-		return fmt.Errorf("unit %s: verify: %w", s.Name, err)
-	}
-	defer os.RemoveAll(tmp)
-	file := filepath.Join(tmp, s.Name)
-	if err := os.WriteFile(file, []byte(s.Content), 0o644); err != nil {
-		return fmt.Errorf("unit %s: verify: %w", s.Name, err)
-	}
-	out, err := drivers.RunTool(ctx, nil, "systemd-analyze", "verify", "--man=no", "--recursive-errors=no", "--", file)
-	if err != nil {
-		return fmt.Errorf("unit %s: verify: %w", s.Name, err)
-	}
-	if out.Code != 0 {
-		out.Cmdline = strings.ReplaceAll(out.Cmdline, file, d.path(s))
-		out.Stdout = strings.ReplaceAll(out.Stdout, file, d.path(s))
-		out.Stderr = strings.ReplaceAll(out.Stderr, file, d.path(s))
-		return fmt.Errorf("unit %s: %w: systemd-analyze rejects it: %w", s.Name, drivers.ErrInvalidSpec, out.Failed(ErrToolFailed))
-	}
-	return nil
+// masked is Observe's note on a masked unit.
+func masked(s *drivers.UnitSpec, mask string) string {
+	return "masked (" + mask + "): the host never unmasks it; systemctl unmask " + s.Name + " lifts the mask"
 }

@@ -2,10 +2,12 @@ package unit_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/mesh-host/mesh-host/drivers"
@@ -226,6 +228,18 @@ func TestMaskedUnit(t *testing.T) {
 	if dest, err := os.Readlink(root.Host("/etc/systemd/system/" + spec.Name)); err != nil || dest != "/dev/null" {
 		t.Errorf("the mask after Remove: %q, %v; want it left", dest, err)
 	}
+	// To be enabled or active, a masked unit is refused: the host never
+	// unmasks one by itself.
+	wanted := *spec
+	wanted.Enabled = true
+	before := driverstest.Tree(t, root.Dir())
+	if _, err := d.Apply(t.Context(), &wanted); !errors.Is(err, unit.ErrMasked) || !strings.Contains(err.Error(), "systemctl unmask mesh-hello.service") || !strings.Contains(err.Error(), "a symlink to /dev/null at /etc/systemd/system/mesh-hello.service") {
+		t.Errorf("Apply(enabled) of a masked unit = %v, want ErrMasked naming the mask and how to lift it", err)
+	}
+	if after := driverstest.Tree(t, root.Dir()); after != before {
+		t.Errorf("a refused Apply changed the root:\n got: %s\nwant: %s", after, before)
+	}
+	// Neither enabled nor active, the declared file replaces the link.
 	apply(t, d, spec, drivers.Updated)
 	if obs := observe(t, d, spec); !obs.InSync {
 		t.Errorf("Observe after Apply over the mask = %+v, want in sync", obs)
@@ -238,7 +252,7 @@ func TestMaskedUnit(t *testing.T) {
 func TestInvalidNames(t *testing.T) {
 	needTools(t, "systemctl")
 	d := unit.New(newRoot(t), unit.Options{})
-	for _, name := range []string{"", "nginx", "../x.service", "a/b.service", "a b.service", ".service", "x.conf", strings.Repeat("a", 250) + ".service"} {
+	for _, name := range []string{"", "nginx", "../x.service", "a/b.service", "a b.service", ".service", "x.conf", "@.service", "a@b@c.service", strings.Repeat("a", 250) + ".service"} {
 		spec := &drivers.UnitSpec{Name: name, Content: "[Unit]\n"}
 		if _, err := d.Apply(t.Context(), spec); !errors.Is(err, drivers.ErrInvalidSpec) {
 			t.Errorf("Apply(%q) = %v, want ErrInvalidSpec", name, err)
@@ -305,4 +319,224 @@ func TestNoAnalyze(t *testing.T) {
 	}
 	apply(t, d, spec, drivers.Created)
 	wantLink(t, root, "multi-user.target", spec.Name, true)
+}
+
+// packaged installs a unit file as a package would, in the root's
+// /usr/lib/systemd/system, with /lib a link to usr/lib as on a Debian
+// since bookworm; it returns the file's path on this machine.
+func packaged(t *testing.T, root *drivers.Root, name, content string) string {
+	t.Helper()
+	dir := root.Host("/usr/lib/systemd/system")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("usr/lib", root.Host("/lib")); err != nil && !errors.Is(err, os.ErrExist) {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, name)
+	if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// fileState is a file's content, inode, mode, owner, and modification
+// and change times: what changes when anything writes, replaces or
+// touches it, but reads it.
+func fileState(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(file, &st); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%q inode %d mode %o owner %d:%d mtime %v ctime %v", b, st.Ino, st.Mode, st.Uid, st.Gid, st.Mtim, st.Ctim)
+}
+
+// TestPackagedUnit: a unit declared without content is one whose file
+// someone else installed: the host enables and disables it, and never
+// writes, replaces or removes the file; Remove leaves it as it is.
+func TestPackagedUnit(t *testing.T) {
+	needTools(t, "systemctl")
+	root := newRoot(t)
+	d := unit.New(root, unit.Options{})
+	file := packaged(t, root, "mesh-pkg.service", service("packaged", "multi-user.target"))
+	was := fileState(t, file)
+	spec := &drivers.UnitSpec{Name: "mesh-pkg.service", Enabled: true, Active: true}
+
+	obs := observe(t, d, spec)
+	if !obs.Exists || obs.InSync || strings.Join(obs.Differs, ",") != "enabled" || !strings.HasPrefix(obs.Seen, "file:/usr/lib/systemd/system/mesh-pkg.service sha256:") || !strings.HasSuffix(obs.Seen, " disabled") {
+		t.Errorf("Observe of a packaged unit, disabled = %+v, want it found in /usr/lib/systemd/system, differing in enabled", obs)
+	}
+	apply(t, d, spec, drivers.Updated)
+	link := root.Host("/etc/systemd/system/multi-user.target.wants/mesh-pkg.service")
+	// systemctl names the file by the first of its search path that
+	// reaches it: /lib/systemd/system, through the link to usr/lib.
+	if dest, err := os.Readlink(link); err != nil || (dest != "/lib/systemd/system/mesh-pkg.service" && dest != "/usr/lib/systemd/system/mesh-pkg.service") {
+		t.Errorf("wants link after enabling: %q, %v; want it to the packaged file", dest, err)
+	}
+	if obs := observe(t, d, spec); !obs.InSync {
+		t.Errorf("Observe after Apply = %+v, want in sync", obs)
+	}
+	apply(t, d, spec, drivers.Unchanged)
+	if _, err := os.Lstat(root.Host("/etc/systemd/system/mesh-pkg.service")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a unit file in /etc/systemd/system: %v, want none written", err)
+	}
+
+	before := driverstest.Tree(t, root.Dir())
+	if err := d.Remove(t.Context(), &drivers.UnitSpec{Name: spec.Name}); err != nil {
+		t.Errorf("Remove of a packaged unit: %v, want it released as it is", err)
+	}
+	if after := driverstest.Tree(t, root.Dir()); after != before {
+		t.Errorf("Remove of a packaged unit changed the root:\n got: %s\nwant: %s", after, before)
+	}
+
+	disabled := &drivers.UnitSpec{Name: spec.Name}
+	apply(t, d, disabled, drivers.Updated)
+	if _, err := os.Lstat(link); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("wants link after disabling: %v, want it gone", err)
+	}
+	if now := fileState(t, file); now != was {
+		t.Errorf("the packaged file changed:\n got: %s\nwant: %s", now, was)
+	}
+}
+
+// TestPackagedNotInstalled: a unit declared without content whose file is
+// nowhere is absent, and Apply fails saying so without writing anything:
+// above all not an empty unit file, which would mask the unit.
+func TestPackagedNotInstalled(t *testing.T) {
+	needTools(t, "systemctl")
+	root := newRoot(t)
+	d := unit.New(root, unit.Options{})
+	packaged(t, root, "mesh-other.service", service("other", "multi-user.target"))
+	for _, spec := range []*drivers.UnitSpec{
+		{Name: "mesh-nowhere.service", Enabled: true, Active: true},
+		{Name: "mesh-nowhere.service"},
+		{Name: "mesh-tpl@a.service", Enabled: true},
+	} {
+		obs := observe(t, d, spec)
+		if obs.Exists || strings.Join(obs.Differs, ",") != "absent" || obs.Seen != "" {
+			t.Errorf("Observe(%+v) = %+v, want absent", spec, obs)
+		}
+		before := driverstest.Tree(t, root.Dir())
+		_, err := d.Apply(t.Context(), spec)
+		if !errors.Is(err, unit.ErrNotInstalled) || !strings.Contains(err.Error(), "declared without content") {
+			t.Errorf("Apply(%+v) = %v, want ErrNotInstalled saying it is declared without content", spec, err)
+		}
+		if after := driverstest.Tree(t, root.Dir()); after != before {
+			t.Errorf("Apply(%+v) changed the root:\n got: %s\nwant: %s", spec, after, before)
+		}
+	}
+}
+
+// TestPackagedMasked: a masked unit (systemctl mask: a link to /dev/null
+// in /etc/systemd/system) is refused to be enabled or active, naming the
+// mask and how to lift it; neither enabled nor active, it is in sync.
+func TestPackagedMasked(t *testing.T) {
+	needTools(t, "systemctl")
+	root := newRoot(t)
+	d := unit.New(root, unit.Options{})
+	packaged(t, root, "mesh-pkg.service", service("packaged", "multi-user.target"))
+	if out, err := exec.Command("systemctl", "--root="+root.Dir(), "mask", "mesh-pkg.service").CombinedOutput(); err != nil {
+		t.Fatalf("systemctl mask: %v\n%s", err, out)
+	}
+	spec := &drivers.UnitSpec{Name: "mesh-pkg.service", Active: true}
+	obs := observe(t, d, spec)
+	if !obs.Exists || strings.Join(obs.Differs, ",") != "masked" || !strings.Contains(obs.Note, "systemctl unmask mesh-pkg.service") {
+		t.Errorf("Observe(active) of a masked unit = %+v, want it differing in masked, the note saying how to unmask", obs)
+	}
+	before := driverstest.Tree(t, root.Dir())
+	_, err := d.Apply(t.Context(), spec)
+	if !errors.Is(err, unit.ErrMasked) || !strings.Contains(err.Error(), "systemctl unmask mesh-pkg.service") || !strings.Contains(err.Error(), "/dev/null") {
+		t.Errorf("Apply(active) of a masked unit = %v, want ErrMasked naming the mask and how to lift it", err)
+	}
+	if after := driverstest.Tree(t, root.Dir()); after != before {
+		t.Errorf("a refused Apply changed the root:\n got: %s\nwant: %s", after, before)
+	}
+	idle := &drivers.UnitSpec{Name: "mesh-pkg.service"}
+	if obs := observe(t, d, idle); !obs.InSync {
+		t.Errorf("Observe(neither enabled nor active) of a masked unit = %+v, want in sync", obs)
+	}
+	apply(t, d, idle, drivers.Unchanged)
+}
+
+// TestPackagedStatic: a unit with no [Install] section is in sync not
+// enabled, and cannot be enabled.
+func TestPackagedStatic(t *testing.T) {
+	needTools(t, "systemctl")
+	root := newRoot(t)
+	d := unit.New(root, unit.Options{})
+	packaged(t, root, "mesh-static.service", "[Service]\nExecStart=/bin/true\n")
+	static := &drivers.UnitSpec{Name: "mesh-static.service"}
+	if obs := observe(t, d, static); !obs.InSync || !strings.HasSuffix(obs.Seen, " static") {
+		t.Errorf("Observe(static, not enabled) = %+v, want in sync and seen static", obs)
+	}
+	static.Enabled = true
+	if _, err := d.Apply(t.Context(), static); !errors.Is(err, drivers.ErrInvalidSpec) || !strings.Contains(err.Error(), "static") {
+		t.Errorf("Apply(enabled static unit) = %v, want ErrInvalidSpec saying static", err)
+	}
+}
+
+// TestTemplate: a template's file is a unit of its own (name@.service);
+// an instance (name@inst.service) has none, is declared without content
+// and enabled by its own name; Remove of an instance leaves it, Remove of
+// the template takes its file and every instance's links.
+func TestTemplate(t *testing.T) {
+	needTools(t, "systemctl")
+	root := newRoot(t)
+	d := unit.New(root, unit.Options{})
+	template := &drivers.UnitSpec{Name: "mesh-t@.service", Content: "[Service]\nExecStart=/bin/echo %i\n\n[Install]\nWantedBy=multi-user.target\n"}
+	instance := &drivers.UnitSpec{Name: "mesh-t@a.service", Enabled: true, Active: true}
+
+	if obs := observe(t, d, instance); strings.Join(obs.Differs, ",") != "absent" {
+		t.Errorf("Observe of an instance before its template = %+v, want absent", obs)
+	}
+	apply(t, d, template, drivers.Created)
+	if obs := observe(t, d, instance); !obs.Exists || strings.Join(obs.Differs, ",") != "enabled" || !strings.HasPrefix(obs.Seen, "file:/etc/systemd/system/mesh-t@.service ") {
+		t.Errorf("Observe of an instance of an installed template = %+v, want its template's file found, differing in enabled", obs)
+	}
+	apply(t, d, instance, drivers.Updated)
+	link := root.Host("/etc/systemd/system/multi-user.target.wants/mesh-t@a.service")
+	if dest, err := os.Readlink(link); err != nil || dest != "/etc/systemd/system/mesh-t@.service" {
+		t.Errorf("wants link of the instance: %q, %v; want it to the template", dest, err)
+	}
+	if obs := observe(t, d, instance); !obs.InSync {
+		t.Errorf("Observe of the enabled instance = %+v, want in sync", obs)
+	}
+	if obs := observe(t, d, template); !obs.InSync {
+		t.Errorf("Observe of the template once an instance is enabled = %+v, want in sync", obs)
+	}
+	if p := d.PathOf(instance); p != "" {
+		t.Errorf("PathOf(instance) = %q, want none: an instance has no file of its own", p)
+	}
+
+	withContent := *instance
+	withContent.Content = template.Content
+	if _, err := d.Apply(t.Context(), &withContent); !errors.Is(err, drivers.ErrInvalidSpec) || !strings.Contains(err.Error(), "mesh-t@.service") {
+		t.Errorf("Apply(an instance with content) = %v, want ErrInvalidSpec naming the template to declare", err)
+	}
+	activeTemplate := *template
+	activeTemplate.Active = true
+	if _, err := d.Apply(t.Context(), &activeTemplate); !errors.Is(err, drivers.ErrInvalidSpec) {
+		t.Errorf("Apply(an active template) = %v, want ErrInvalidSpec", err)
+	}
+
+	before := driverstest.Tree(t, root.Dir())
+	if err := d.Remove(t.Context(), &drivers.UnitSpec{Name: instance.Name}); err != nil {
+		t.Errorf("Remove of an instance: %v", err)
+	}
+	if after := driverstest.Tree(t, root.Dir()); after != before {
+		t.Errorf("Remove of an instance changed the root:\n got: %s\nwant: %s", after, before)
+	}
+	if err := d.Remove(t.Context(), &drivers.UnitSpec{Name: template.Name}); err != nil {
+		t.Fatalf("Remove of the template: %v", err)
+	}
+	for _, p := range []string{link, root.Host("/etc/systemd/system/mesh-t@.service")} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after Remove of the template: %v, want it gone", p, err)
+		}
+	}
 }
