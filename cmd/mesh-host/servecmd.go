@@ -7,12 +7,16 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/facts"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/unit"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
@@ -76,6 +80,7 @@ func (c *serveCmd) Run(e *env) error {
 			return re.planStored(j, d)
 		},
 		Facts: func() event.HostFactsPayload { return facts.Gather(e.cli.Root, version) },
+		Watch: e.watchUnits,
 	})
 	if errors.Is(err, service.ErrRefused) {
 		return refused("%v", err)
@@ -83,4 +88,28 @@ func (c *serveCmd) Run(e *env) error {
 		return failed("%v", err)
 	}
 	return nil
+}
+
+// watchUnits tells the service when a unit the declaration in force
+// declares stops, where a service manager can say so (unit.Driver.Watch):
+// `active: true` is then repaired at once. Units the mesh does not
+// declare come and go unremarked.
+func (e *env) watchUnits(ctx context.Context, j *journal.Journal, drifted func()) error {
+	root, err := drivers.NewRoot(e.cli.Root)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	d := unit.New(root, unit.Options{})
+	defer d.Close()
+	return d.Watch(ctx, func(name string) {
+		s, _, err := hostjournal.StoredCore(j)
+		if err != nil || s.Desired == nil {
+			return
+		}
+		id := drivers.ID(&drivers.UnitSpec{Name: name})
+		if slices.ContainsFunc(s.Desired.Resources, func(r event.DeclaredResource) bool { return r.ID == id }) {
+			drifted()
+		}
+	})
 }

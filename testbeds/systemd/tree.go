@@ -24,7 +24,9 @@ import (
 const (
 	suite    = "bookworm"
 	mirror   = "http://deb.debian.org/debian"
-	includes = "systemd,systemd-sysv,dbus"
+	// procps is on every Debian system but a minimal one: it has
+	// /bin/kill, which the web server's unit reloads it with.
+	includes = "systemd,systemd-sysv,dbus,procps"
 )
 
 // recipe runs inside the tree once debootstrap has made it: see tree.sh.

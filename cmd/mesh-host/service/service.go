@@ -93,10 +93,11 @@ type Config struct {
 	// Watch, when set, calls drifted whenever something the host holds
 	// may have drifted and something can tell (a service manager saying
 	// a unit stopped), until ctx ends; the service then reconciles at
-	// once (trigger watch) rather than at its drift timer. An error
-	// (no service manager runs, its bus went away) is logged and Watch
-	// is tried again a while later: the drift timer is the floor.
-	Watch func(ctx context.Context, drifted func()) error
+	// once (trigger watch) rather than at its drift timer. j is the
+	// journal held, for what is declared. An error (no service manager
+	// runs, its bus went away) is logged and Watch is tried again a
+	// while later: the drift timer is the floor.
+	Watch func(ctx context.Context, j *journal.Journal, drifted func()) error
 }
 
 // Run runs the host service until ctx ends. It holds the journal,
@@ -257,7 +258,7 @@ func Run(ctx context.Context, c Config) error {
 	if c.Watch != nil { // Drift something tells of: a unit stopped by hand, repaired at once.
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error {
-			watchLoop(ctx, c.Watch, host.wake, log)
+			watchLoop(ctx, func(ctx context.Context, drifted func()) error { return c.Watch(ctx, j, drifted) }, host.wake, log)
 			return nil
 		}, func(error) { cancel() })
 	}
