@@ -325,6 +325,14 @@ func copySpec(s drivers.Spec) drivers.Spec {
 		c.Command, c.Unless, c.OnlyIf = slices.Clone(s.Command), slices.Clone(s.Unless), slices.Clone(s.OnlyIf)
 		c.Env, c.SuccessCodes = slices.Clone(s.Env), slices.Clone(s.SuccessCodes)
 		return &c
+	case *drivers.UserSpec:
+		c := *s
+		c.UID, c.Groups = copyInt(s.UID), slices.Clone(s.Groups)
+		return &c
+	case *drivers.GroupSpec:
+		c := *s
+		c.GID = copyInt(s.GID)
+		return &c
 	case *drivers.ArchiveSpec:
 		c := *s
 		hexDigits := strings.TrimPrefix(s.Digest, "sha256:")
@@ -349,6 +357,14 @@ func isNil(s drivers.Spec) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
+func copyInt(i *int) *int {
+	if i == nil {
+		return nil
+	}
+	c := *i
+	return &c
+}
+
 func copyMode(m *drivers.Mode) *drivers.Mode {
 	if m == nil {
 		return nil
@@ -371,6 +387,8 @@ func DecodeStored(data []byte) (*Declaration, error) {
 		Package   *drivers.PackageSpec   `json:"package"`
 		Unit      *drivers.UnitSpec      `json:"unit"`
 		Exec      *drivers.ExecSpec      `json:"exec"`
+		User      *drivers.UserSpec      `json:"user"`
+		Group     *drivers.GroupSpec     `json:"group"`
 	}
 	var w struct {
 		Mesh      string  `json:"mesh"`
@@ -401,6 +419,12 @@ func DecodeStored(data []byte) (*Declaration, error) {
 		}
 		if e.Exec != nil {
 			specs = append(specs, e.Exec)
+		}
+		if e.User != nil {
+			specs = append(specs, e.User)
+		}
+		if e.Group != nil {
+			specs = append(specs, e.Group)
 		}
 		if len(specs) != 1 {
 			return nil, fmt.Errorf("%w: stored declaration: resources[%d] names %d known kinds, want 1", ErrInvalid, i, len(specs))

@@ -107,3 +107,50 @@ func TestRelationsBounded(t *testing.T) {
 		t.Errorf("got %v, want it placed at %s", err, want)
 	}
 }
+
+// TestEveryKindRoundTrips: a declaration of every kind, written as the
+// host journals it, is read back by DecodeStored and Expanded as it was:
+// a kind the stored form forgot would leave a host unable to use its own
+// journal.
+func TestEveryKindRoundTrips(t *testing.T) {
+	const doc = `mesh: m
+node: n
+revision: 1
+resources:
+  - file: {path: /etc/a, content: "x", owner: web, requires: [user:web]}
+  - directory: {path: /srv}
+  - archive: {path: /srv/a, source: "file:///a.tar", digest: "sha256:1111111111111111111111111111111111111111111111111111111111111111", format: tar}
+  - package: {name: nginx}
+  - unit: {name: a.service, active: true}
+  - exec: {name: e, command: [/bin/true], creates: /srv/done, success_codes: [0, 1]}
+  - user: {name: web, uid: 1500, groups: [adm], system: true, password: {secret: web-pw}}
+  - group: {name: adm, gid: 4}
+`
+	d, err := declaration.ParseYAML("all.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[drivers.Kind]bool{}
+	for _, s := range d.Resources {
+		kinds[s.Kind()] = true
+	}
+	if len(kinds) != len(declaration.Kinds()) {
+		t.Fatalf("the test declares %d kinds, the parser knows %d: declare one of each", len(kinds), len(declaration.Kinds()))
+	}
+	wire, err := d.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := declaration.DecodeStored(wire)
+	if err != nil {
+		t.Fatalf("DecodeStored: %v", err)
+	}
+	if stored.Digest() != d.Digest() {
+		t.Errorf("the stored declaration reads back as another")
+	}
+	for i, s := range d.Expanded() {
+		if drivers.SpecDigest(s) != drivers.SpecDigest(d.Resources[i]) {
+			t.Errorf("resources[%d] expands to another spec", i)
+		}
+	}
+}

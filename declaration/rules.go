@@ -578,3 +578,13 @@ func unitName(s string) string {
 	}
 	return ""
 }
+
+// Kinds are the resource kinds a declaration may hold, in the order
+// messages list them.
+func Kinds() []drivers.Kind {
+	out := make([]drivers.Kind, len(kinds))
+	for i, k := range kinds {
+		out[i] = k.kind
+	}
+	return out
+}

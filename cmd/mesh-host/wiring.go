@@ -1,7 +1,11 @@
 package main
 
 import (
+	"strconv"
+	"strings"
+
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/account"
 	"github.com/mesh-host/mesh-host/drivers/archive"
 	"github.com/mesh-host/mesh-host/drivers/directory"
 	"github.com/mesh-host/mesh-host/drivers/exec"
@@ -24,13 +28,52 @@ type driverOptions struct {
 // by what the machine has, the unit and exec drivers by whether a manager
 // runs. The owner closes them (closeDrivers).
 func newDrivers(root *drivers.Root, o driverOptions) map[drivers.Kind]drivers.Driver {
+	accounts := account.Options{
+		// Every id a name held under the host stays that name's.
+		Reserved: o.reserved(),
+		// Only what the host made is the host's to remove.
+		Created: func(kind, name string) bool {
+			switch kind {
+			case account.CreatedUser:
+				return o.made["user:"+name] == "user:"+name
+			case account.CreatedGroup:
+				return o.made["group:"+name] == "group:"+name
+			case account.CreatedUserGroup:
+				return o.made["group:"+name] == "user:"+name
+			}
+			return false
+		},
+	}
 	return map[drivers.Kind]drivers.Driver{
 		drivers.KindFile:      file.New(root),
 		drivers.KindDirectory: directory.New(root),
 		drivers.KindArchive:   archive.New(root, archive.Options{}),
 		drivers.KindPackage:   pkg.New(root, pkg.Options{}),
-		drivers.KindUnit:      unit.New(root, unit.Options{}),
+		drivers.KindUnit:      unit.New(root, unit.Options{Redact: o.redact}),
 		drivers.KindExec:      exec.New(root, exec.Options{Redact: o.redact}),
+		drivers.KindUser:      account.NewUsers(root, accounts),
+		drivers.KindGroup:     account.NewGroups(root, accounts),
+	}
+}
+
+// reserved is the lookup of ids held (projector.State.IDs, "uid:1001"):
+// a map keyed by kind and number, made once, since an allocation asks it
+// for every id of its range.
+func (o driverOptions) reserved() func(kind string, id int) (string, bool) {
+	type key struct {
+		kind string
+		id   int
+	}
+	held := make(map[key]string, len(o.ids))
+	for k, name := range o.ids {
+		kind, n, _ := strings.Cut(k, ":")
+		if id, err := strconv.Atoi(n); err == nil {
+			held[key{kind, id}] = name
+		}
+	}
+	return func(kind string, id int) (string, bool) {
+		name, ok := held[key{kind, id}]
+		return name, ok
 	}
 }
 
