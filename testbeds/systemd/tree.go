@@ -22,8 +22,8 @@ import (
 // What the tree is made of. The recipe's hash names the tree, so a change
 // to any of them builds a new one beside the old.
 const (
-	suite    = "bookworm"
-	mirror   = "http://deb.debian.org/debian"
+	suite  = "bookworm"
+	mirror = "http://deb.debian.org/debian"
 	// procps is on every Debian system but a minimal one: it has
 	// /bin/kill, which the web server's unit reloads it with.
 	includes = "systemd,systemd-sysv,dbus,procps"
