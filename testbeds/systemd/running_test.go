@@ -273,3 +273,58 @@ func TestSystemdWebServer(t *testing.T) {
 		t.Errorf("a refresh is still owed:\n%s", st)
 	}
 }
+
+// TestSystemdExec: execs run by the host under a real systemd (issue 28,
+// d): a migration guarded by creates runs once over several reconciles;
+// an exec whose daemonised child outlives its timeout is killed with
+// everything it started, its transient scope with it, and the failure
+// says so.
+func TestSystemdExec(t *testing.T) {
+	h := node(t)
+	const migrate = `  - directory: {path: /srv}
+  - directory: {path: /srv/app}
+  - exec:
+      name: migrate
+      command: [/bin/sh, -c, 'echo migrated >> /srv/app/migrations; touch /srv/app/migrated']
+      creates: /srv/app/migrated
+      requires: [directory:/srv/app]
+`
+	for rev := uint64(2); rev <= 4; rev++ {
+		h.Bed.MustMeshctl("declare", h.Node, h.Bed.Declare(h.Node, rev, testbeds.Files{"/etc/motd": fmt.Sprintf("revision %d\n", rev)}, migrate))
+		if c := completed(t, h, rev); c.Result != event.ResultConverged {
+			t.Fatalf("revision %d: %s", rev, c.Result)
+		}
+	}
+	if got := h.MustExec("cat", "/srv/app/migrations"); got != "migrated\n" {
+		t.Errorf("the migration ran %d times over three reconciles, want once", strings.Count(got, "migrated"))
+	}
+
+	// A daemon that outlives the exec's timeout. The copy of sleep under
+	// a name of its own tells its processes from anything else.
+	const daemon = `  - exec:
+      name: daemonises
+      command: [/bin/sh, -c, 'cp /bin/sleep /srv/app/mesh-orphan; setsid /srv/app/mesh-orphan 1000 & /srv/app/mesh-orphan 1000']
+      creates: /srv/app/never
+      timeout: 3s
+      requires: [directory:/srv/app]
+`
+	h.Bed.Meshctl("declare", "--wait", "0", h.Node, h.Bed.Declare(h.Node, 5, testbeds.Files{"/etc/motd": "revision 5\n"}, migrate, daemon))
+	c := completed(t, h, 5)
+	if c.Result != event.ResultFailed || c.Failed != 1 {
+		t.Fatalf("revision 5: %s, %d failed; want the exec failed", c.Result, c.Failed)
+	}
+	recs := mustRecords(t, h)
+	failed := ofKind(recs, event.ResourceApplied, "exec:daemonises")
+	if len(failed) == 0 || !strings.Contains(string(failed[len(failed)-1].Payload), "timed out after 3s") {
+		t.Errorf("the exec's outcome does not say it timed out: %v", failed)
+	}
+	testbeds.Eventually(t, 30*time.Second, "nothing the exec started is left running", func() error {
+		if ps := h.Try("pgrep", "-a", "-f", "mesh-orphan").Stdout; strings.TrimSpace(ps) != "" {
+			return fmt.Errorf("still running:\n%s", ps)
+		}
+		if scopes := h.Try("systemctl", "list-units", "--all", "--no-legend", "mesh-exec-*").Stdout; strings.TrimSpace(scopes) != "" {
+			return fmt.Errorf("a transient scope is left:\n%s", scopes)
+		}
+		return nil
+	})
+}
