@@ -245,8 +245,10 @@ type ResourceAppliedPayload struct {
 	Action     Action `json:"action"`
 	SpecDigest string `json:"spec_digest,omitempty"`
 	Error      string `json:"error,omitempty"`
-	// Note says why a resource was released rather than deleted (what
-	// was left in place).
+	// Note is the driver's word on the outcome: why a resource was
+	// released rather than deleted (what was left in place), what an
+	// exec's run printed (bounded), what a unit's apply could not do
+	// where no service manager runs.
 	Note string `json:"note,omitempty"`
 	// IDs are the ids the resource holds on the machine after the apply
 	// (a user's uid, a group's gid): the projection remembers every id

@@ -992,7 +992,9 @@ func outcomeRecord(s *Step, startSeq uint64) event.Record {
 	if s.Err != nil {
 		p.Error = s.Err.Error()
 	}
-	if s.Outcome == event.ActionReleased {
+	if s.Outcome != event.ActionUnchanged {
+		// Why a resource was released, what an exec's run printed, what
+		// a unit's apply could not do here.
 		p.Note = s.Note
 	}
 	return event.New(event.ResourceApplied, cause, s.ID, p)
