@@ -682,6 +682,10 @@ func (rc *Reconciler) applyBatch(ctx context.Context, steps []*Step, unflushed [
 	var staged []*Step
 	pendings := make(map[*Step]drivers.Pending)
 	var mu sync.Mutex
+	steps, batches := rc.batches(steps)
+	for _, b := range batches {
+		rc.applyTogether(ctx, b)
+	}
 	_ = rc.each(ctx, steps, func(ctx context.Context, s *Step) {
 		if s.Err != nil { // observing it failed: try once more, plainly
 			s.Err = nil
@@ -729,19 +733,7 @@ func (rc *Reconciler) applyBatch(ctx context.Context, steps []*Step, unflushed [
 			return
 		}
 		a, err := d.Apply(ctx, s.Spec)
-		if err != nil {
-			s.fail(err)
-			return
-		}
-		s.Outcome = outcome(a)
-		if n, ok := d.(drivers.Noter); ok {
-			s.Note = n.ApplyNote(s.Spec)
-		}
-		if n, ok := d.(drivers.Numbered); ok {
-			for _, id := range n.Numbers(s.Spec) {
-				s.IDs = append(s.IDs, event.HeldID{Kind: id.Kind, ID: id.ID, Name: id.Name, Made: id.Made})
-			}
-		}
+		s.applied(d, a, err)
 	})
 	if len(staged) == 0 {
 		return nil, unflushed
@@ -820,6 +812,72 @@ func commitFlushingEach(staged []*Step, pendings map[*Step]drivers.Pending) (dur
 		durable = append(durable, s)
 	}
 	return durable
+}
+
+// applied records what an Apply of s by d did, with the driver's note
+// and the ids the resource holds.
+func (s *Step) applied(d drivers.Driver, a drivers.Action, err error) {
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	s.Outcome = outcome(a)
+	if n, ok := d.(drivers.Noter); ok {
+		s.Note = n.ApplyNote(s.Spec)
+	}
+	if n, ok := d.(drivers.Numbered); ok {
+		for _, id := range n.Numbers(s.Spec) {
+			s.IDs = append(s.IDs, event.HeldID{Kind: id.Kind, ID: id.ID, Name: id.Name, Made: id.Made})
+		}
+	}
+}
+
+// batches takes out of steps those a driver applies together
+// (drivers.BatchApplier: units, whose manager is reloaded once for all),
+// grouped by driver; the rest are applied one by one.
+func (rc *Reconciler) batches(steps []*Step) (rest []*Step, batches [][]*Step) {
+	byKind := map[drivers.Kind][]*Step{}
+	var kinds []drivers.Kind
+	for _, s := range steps {
+		kind, _, _ := drivers.SplitID(s.ID)
+		if _, ok := rc.Drivers[kind].(drivers.BatchApplier); !ok || s.Spec == nil || s.Planned == event.ActionReleased {
+			rest = append(rest, s)
+			continue
+		}
+		if _, seen := byKind[kind]; !seen {
+			kinds = append(kinds, kind)
+		}
+		byKind[kind] = append(byKind[kind], s)
+	}
+	for _, k := range kinds {
+		batches = append(batches, byKind[k])
+	}
+	return rest, batches
+}
+
+// applyTogether applies steps, all of one kind whose driver is a
+// drivers.BatchApplier, in one call.
+func (rc *Reconciler) applyTogether(ctx context.Context, steps []*Step) {
+	d, err := rc.driver(steps[0].ID)
+	if err != nil {
+		for _, s := range steps {
+			s.fail(err)
+		}
+		return
+	}
+	specs := make([]drivers.Spec, len(steps))
+	for i, s := range steps {
+		s.Err = nil // observing it failed: try once more, plainly
+		specs[i] = s.Spec
+	}
+	results := d.(drivers.BatchApplier).ApplyBatch(ctx, specs)
+	for i, s := range steps {
+		if i >= len(results) {
+			s.fail(fmt.Errorf("%s: the driver's batch said nothing of it", s.ID))
+			continue
+		}
+		s.applied(d, results[i].Action, results[i].Err)
+	}
 }
 
 func (s *Step) fail(err error) {

@@ -352,3 +352,41 @@ func BenchmarkRefreshesPerReconcile(b *testing.B) {
 		})
 	}
 }
+
+// batchingUnits is the bed's unit driver as a drivers.BatchApplier: it
+// records the batches it is given.
+type batchingUnits struct {
+	*memDriver
+	batches [][]string
+}
+
+func (d *batchingUnits) ApplyBatch(ctx context.Context, specs []drivers.Spec) []drivers.Applied {
+	var keys []string
+	out := make([]drivers.Applied, len(specs))
+	for i, s := range specs {
+		keys = append(keys, s.Key())
+		out[i].Action, out[i].Err = d.Apply(ctx, s)
+	}
+	d.batches = append(d.batches, keys)
+	return out
+}
+
+// TestUnitsApplyTogether: the units of a reconcile reach a batching
+// driver in one call (so the manager is reloaded once), each with its own
+// outcome; a unit that relations put later comes in a batch of its own.
+func TestUnitsApplyTogether(t *testing.T) {
+	b := newBed(t)
+	u := &batchingUnits{memDriver: b.drv[drivers.KindUnit]}
+	b.rc.Drivers[drivers.KindUnit] = u
+	b.drv[drivers.KindUnit].fail["b.service"] = errors.New("job failed")
+	res := b.reconcile(event.TriggerManual, unit("a.service"), unit("b.service"), unit("c.service"),
+		&drivers.UnitSpec{Name: "d.service", Content: "x", Relations: drivers.Relations{Requires: []string{"unit:a.service"}}},
+		file("/etc/motd", "x"))
+	want := [][]string{{"a.service", "b.service", "c.service"}, {"d.service"}}
+	if fmt.Sprint(u.batches) != fmt.Sprint(want) {
+		t.Errorf("got batches %v, want %v", u.batches, want)
+	}
+	if res.Failed != 1 || res.Changed != 4 {
+		t.Errorf("got %d changed, %d failed; want 4 and 1 (b.service)", res.Changed, res.Failed)
+	}
+}
