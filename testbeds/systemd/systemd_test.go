@@ -43,7 +43,7 @@ var (
 
 // builds are the bed's programs (meshctl runs on this machine) and the
 // host's packages, built once and only by a test that needs them.
-func builds(t *testing.T) (testbeds.Binaries, systemd.Packages) {
+func builds(t testing.TB) (testbeds.Binaries, systemd.Packages) {
 	t.Helper()
 	buildOnce.Do(func() {
 		start := time.Now()
@@ -61,7 +61,7 @@ func builds(t *testing.T) (testbeds.Binaries, systemd.Packages) {
 
 // requireContainers skips the test with -short or where containers
 // cannot be booted.
-func requireContainers(t *testing.T) {
+func requireContainers(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("boots containers with systemd-nspawn; skipped with -short")
@@ -70,7 +70,7 @@ func requireContainers(t *testing.T) {
 }
 
 // boot boots a container, unless the test is skipped.
-func boot(t *testing.T, opt systemd.Options) *systemd.Container {
+func boot(t testing.TB, opt systemd.Options) *systemd.Container {
 	t.Helper()
 	requireContainers(t)
 	return systemd.Boot(t, opt)
@@ -79,7 +79,7 @@ func boot(t *testing.T, opt systemd.Options) *systemd.Container {
 // node boots a container, starts a mesh, and installs the host in the
 // container from its package, enrolled as web-1, with a declaration
 // applied and its version confirmed.
-func node(t *testing.T) *systemd.Host {
+func node(t testing.TB) *systemd.Host {
 	t.Helper()
 	c := boot(t, systemd.Options{})
 	b, p := builds(t)
