@@ -56,7 +56,7 @@ func Pack(bin, root string) (Release, error) {
 	if out, err := exec.Command("tar", "-czf", f.Name(), "-C", stage, "mesh-host").CombinedOutput(); err != nil {
 		return Release{}, fmt.Errorf("tar: %v\n%s", err, out)
 	}
-	sum, err := fileDigest(f.Name())
+	sum, err := FileDigest(f.Name())
 	if err != nil {
 		return Release{}, err
 	}
@@ -73,7 +73,7 @@ func (r Release) ArchiveYAML() string {
 // digest, with an arrival marker after everything else. It returns the
 // version's name.
 func (h *Host) Install(bin string) (string, error) {
-	sum, err := fileDigest(bin)
+	sum, err := FileDigest(bin)
 	if err != nil {
 		return "", err
 	}
@@ -127,7 +127,8 @@ func (h *Host) Log() string {
 	return string(b)
 }
 
-func fileDigest(path string) (string, error) {
+// FileDigest is the hex SHA-256 of the file at path: a host version's name.
+func FileDigest(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err

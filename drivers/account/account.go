@@ -122,9 +122,9 @@
 // lock makes their edits of the four files one after the other, so none
 // is lost. Observe, and an Apply or Remove that finds nothing to change,
 // read the files without the lock: every writer renames whole files into
-// place, so a reader sees each file before a change or after it. Root.LookupUser and Root.LookupGroup read the files at every
-// call, so a file whose owner is a user made by the same reconcile finds
-// it.
+// place, so a reader sees each file before a change or after it.
+// Root.LookupUser and Root.LookupGroup read the files at every call, so a
+// file whose owner is a user made by the same reconcile finds it.
 package account
 
 import (

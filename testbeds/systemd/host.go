@@ -2,12 +2,9 @@ package systemd
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -84,7 +81,7 @@ type Host struct {
 // hears the node run the installed version.
 func InstallHost(tb TB, c *Container, bed *testbeds.Bed, pkgs Packages, node string) *Host {
 	tb.Helper()
-	sum, err := fileSHA256(pkgs.Binary)
+	sum, err := testbeds.FileDigest(pkgs.Binary)
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}
@@ -246,19 +243,6 @@ func RecordJSON(r event.Record) string {
 		return "<" + err.Error() + ">"
 	}
 	return string(b)
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func copyFile(src, dst string) error {
