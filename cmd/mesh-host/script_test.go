@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -50,6 +51,13 @@ func TestScripts(t *testing.T) {
 				return err
 			}
 			return os.WriteFile(e.WorkDir+"/history.jsonl", history, 0o600)
+		},
+		// [root]: the script runs as root (account files, chown).
+		Condition: func(cond string) (bool, error) {
+			if cond == "root" {
+				return os.Geteuid() == 0, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"seed":              cmdSeed,

@@ -125,7 +125,7 @@ func (g *Groups) edit(d *db, s *drivers.GroupSpec) (edit, error) {
 		if d.gshadow.find(s.Name) < 0 {
 			d.gshadow.set(-1, []string{s.Name, lockedHash, "", ""})
 		}
-		return edit{action: drivers.Created, numbers: []drivers.Number{{Kind: "gid", ID: gid, Name: s.Name}}}, nil
+		return edit{action: drivers.Created, numbers: []drivers.Number{{Kind: "gid", ID: gid, Name: s.Name, Made: true}}}, nil
 	}
 	gid, err := d.group.id(f, 2)
 	if err != nil {

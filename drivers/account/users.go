@@ -259,13 +259,13 @@ func (u *Users) create(d *db, s *drivers.UserSpec, pw password) (edit, error) {
 			return edit{}, err
 		}
 	}
-	e := edit{action: drivers.Created, numbers: []drivers.Number{{Kind: "uid", ID: uid, Name: s.Name}}}
+	e := edit{action: drivers.Created, numbers: []drivers.Number{{Kind: "uid", ID: uid, Name: s.Name, Made: true}}}
 	gid, made, err := u.primaryGroup(d, s, uid)
 	if err != nil {
 		return edit{}, err
 	}
 	if made {
-		e.numbers = append(e.numbers, drivers.Number{Kind: "gid", ID: gid, Name: s.Name})
+		e.numbers = append(e.numbers, drivers.Number{Kind: "gid", ID: gid, Name: s.Name, Made: true})
 		e.note = fmt.Sprintf("made group %s (gid %d) as its primary group", s.Name, gid)
 	}
 	if err := setGroups(d, s.Name, s.Groups); err != nil {

@@ -151,10 +151,10 @@ func TestAllocation(t *testing.T) {
 	if got := field(t, r, "/etc/passwd", "carol", 2); got != "1005" {
 		t.Errorf("carol: uid %s, want 1005, after the highest taken", got)
 	}
-	if numbers := users.Numbers(&drivers.UserSpec{Name: "app"}); !slices.Equal(numbers, []drivers.Number{{Kind: "uid", ID: 1004, Name: "app"}, {Kind: "gid", ID: 1005, Name: "app"}}) {
-		t.Errorf("Numbers(app) = %v, want its uid and the gid of the group it made", numbers)
+	if numbers := users.Numbers(&drivers.UserSpec{Name: "app"}); !slices.Equal(numbers, []drivers.Number{{Kind: "uid", ID: 1004, Name: "app", Made: true}, {Kind: "gid", ID: 1005, Name: "app", Made: true}}) {
+		t.Errorf("Numbers(app) = %v, want its uid and the gid of the group it made, both made", numbers)
 	}
-	if numbers := users.Numbers(&drivers.UserSpec{Name: "carol"}); !slices.Equal(numbers, []drivers.Number{{Kind: "uid", ID: 1005, Name: "carol"}}) {
+	if numbers := users.Numbers(&drivers.UserSpec{Name: "carol"}); !slices.Equal(numbers, []drivers.Number{{Kind: "uid", ID: 1005, Name: "carol", Made: true}}) {
 		t.Errorf("Numbers(carol) = %v, want its uid alone: its group is not its own", numbers)
 	}
 }
