@@ -439,6 +439,11 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 			o.digest == s.Digest && !o.failed {
 			s.Drift = true
 		}
+		if s.Planned != event.ActionUnchanged {
+			// What the driver saw that a plan should say: why an exec
+			// would run, what a unit's apply cannot do here.
+			s.Note = s.Observation.Note
+		}
 	})
 	if err == nil {
 		rc.foreseeReleases(ctx, steps)
