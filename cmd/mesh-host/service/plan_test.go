@@ -52,12 +52,15 @@ func TestPlanAnswersAndJournalsOnce(t *testing.T) {
 			{ID: "file:/etc/hosts", Planned: event.ActionUnchanged},
 			{ID: "unit:app.service", Planned: event.ActionCreate, Err: errors.New("observe: no manager")},
 			{ID: "directory:/etc/app", Planned: event.ActionReleased, Note: "left in place: it holds what the host does not own"},
-		}}, nil
+		}, Refreshes: []*agent.Refresh{{Target: "unit:app.service", How: "reload", Why: []string{"file:/etc/motd would be updated"}}}}, nil
 	}
 	before := lastRecord(t, j).Seq
 	a := h.Plan(context.Background(), planRequest(2, linkprototest.Doc(2, "secret-looking content\n")))
-	if a.Refused != "" || a.Seq != before+1 || a.Unchanged != 1 || len(a.Steps) != 3 {
-		t.Fatalf("got %+v, want three steps, one unchanged, journaled next", a)
+	if a.Refused != "" || a.Seq != before+1 || a.Unchanged != 1 || len(a.Steps) != 4 {
+		t.Fatalf("got %+v, want three steps and a refresh, one unchanged, journaled next", a)
+	}
+	if s := a.Steps[3]; s.ID != "unit:app.service" || s.Action != "reload" || s.Note != "refresh: file:/etc/motd would be updated" {
+		t.Errorf("a refresh the plan would deliver: got %+v", s)
 	}
 	if s := a.Steps[0]; s.ID != "file:/etc/motd" || s.Action != event.ActionUpdate || len(s.Differs) != 1 {
 		t.Errorf("first step: got %+v", s)
