@@ -283,7 +283,7 @@ func describeSources(sources []string, more int) string {
 			s += ", " + src
 		}
 	}
-	if rest := len(sources) - shown + more; rest > 0 {
+	if rest := max(0, len(sources)-shown) + more; rest > 0 {
 		s += fmt.Sprintf(" and %d more", rest)
 	}
 	return s + " changed"

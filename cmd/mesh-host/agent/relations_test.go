@@ -390,3 +390,22 @@ func TestUnitsApplyTogether(t *testing.T) {
 		t.Errorf("got %d changed, %d failed; want 4 and 1 (b.service)", res.Changed, res.Failed)
 	}
 }
+
+func TestDescribeSources(t *testing.T) {
+	for _, c := range []struct {
+		sources []string
+		more    int
+		want    string
+	}{
+		{nil, 0, "a change"},
+		{[]string{"a"}, 0, "a changed"},
+		{[]string{"a", "b"}, 0, "a and b changed"},
+		{[]string{"a", "b", "c"}, 0, "a, b and c changed"},
+		{[]string{"a", "b", "c", "d", "e"}, 0, "a, b, c and 2 more changed"},
+		{[]string{"a"}, 20, "a and 20 more changed"},
+	} {
+		if got := describeSources(c.sources, c.more); got != c.want {
+			t.Errorf("describeSources(%q, %d) = %q, want %q", c.sources, c.more, got, c.want)
+		}
+	}
+}
