@@ -89,3 +89,17 @@ func TestPatternsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestRelationKindsAreTheKinds: the kinds a relation may name, written
+// out where the kinds cannot be read (they are built from these rules),
+// are the kinds.
+func TestRelationKindsAreTheKinds(t *testing.T) {
+	if !slices.Equal(relationKinds, kindNames()) {
+		t.Errorf("relations name kinds %v, the parser knows %v", relationKinds, kindNames())
+	}
+	for _, k := range kindNames() {
+		if !regexp.MustCompile(relationPattern).MatchString(k + ":x") {
+			t.Errorf("the relation pattern refuses kind %s", k)
+		}
+	}
+}

@@ -878,23 +878,44 @@ func (r *Root) lookupID(file, what, name string) (int, error) {
 }
 
 func (r *Root) findID(file, name string) (int, error) {
+	var found []string
+	err := r.EachAccountEntry(file, func(f []string) bool {
+		if len(f) >= 3 && f[0] == name {
+			found = f
+			return false
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("not found: cannot read %s in the root: %w", file, err)
+	case found == nil:
+		return 0, fmt.Errorf("not found in the root's %s", file)
+	}
+	id, err := strconv.Atoi(found[2])
+	if err != nil {
+		return 0, fmt.Errorf("%s names %q with id %q", file, name, found[2])
+	}
+	return id, nil
+}
+
+// EachAccountEntry calls fn with the colon-separated fields of each line
+// of one of the root's own account files (/etc/passwd, /etc/group), in
+// order, until fn returns false. A missing file is an error wrapping
+// fs.ErrNotExist.
+func (r *Root) EachAccountEntry(file string, fn func(fields []string) bool) error {
 	b, err := r.ReadFile(file)
 	if err != nil {
-		return 0, fmt.Errorf("not found: cannot read %s in the root: %w", file, err)
+		return err
 	}
 	// Lines of any length: a bufio.Scanner would stop at a 64 KiB line
 	// and report the name as missing.
 	for line := range bytes.Lines(b) {
-		f := strings.Split(strings.TrimRight(string(line), "\r\n"), ":")
-		if len(f) >= 3 && f[0] == name {
-			id, err := strconv.Atoi(f[2])
-			if err != nil {
-				return 0, fmt.Errorf("%s names %q with id %q", file, name, f[2])
-			}
-			return id, nil
+		if !fn(strings.Split(strings.TrimRight(string(line), "\r\n"), ":")) {
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("not found in the root's %s", file)
+	return nil
 }
 
 // SweepStaged removes the temporary files StageFile left in directory dir

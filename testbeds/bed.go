@@ -56,7 +56,7 @@ func Build(dir, version string) (Binaries, error) {
 // a line for every few packages compiled, since a first build compiles
 // every dependency and takes minutes on a small machine.
 func BuildWithProgress(dir, version string, progress io.Writer) (Binaries, error) {
-	root, err := moduleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -99,7 +99,9 @@ func (p *buildProgress) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func moduleRoot() (string, error) {
+// ModuleRoot is the directory of the mesh-host module, asked of the go
+// command, so that a bed works from any directory inside it.
+func ModuleRoot() (string, error) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
 	if err != nil {
 		return "", fmt.Errorf("find the module: %w", err)

@@ -14,7 +14,7 @@ import (
 // dir and returns its path: the broker a fleet runs on instead of the
 // embedded one.
 func BuildNATSServer(dir string) (string, error) {
-	root, err := moduleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}

@@ -16,7 +16,7 @@ import (
 // one real `mesh-host serve` a node in one process (cmd/mesh-host
 // fleet_test.go says how), saying it is version.
 func BuildFleetRunner(dir, version string) (string, error) {
-	root, err := moduleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}

@@ -45,7 +45,7 @@ func Pack(bin, root string) (Release, error) {
 		return Release{}, err
 	}
 	defer os.RemoveAll(stage)
-	if err := copyFile(bin, filepath.Join(stage, "mesh-host"), 0o755); err != nil {
+	if err := CopyFile(bin, filepath.Join(stage, "mesh-host"), 0o755); err != nil {
 		return Release{}, err
 	}
 	f, err := os.CreateTemp(dir, "release-*.tar.gz")
@@ -81,7 +81,7 @@ func (h *Host) Install(bin string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	if err := copyFile(bin, filepath.Join(dir, "mesh-host"), 0o755); err != nil {
+	if err := CopyFile(bin, filepath.Join(dir, "mesh-host"), 0o755); err != nil {
 		return "", err
 	}
 	marker := fmt.Sprintf("%s 1\n", time.Now().UTC().Format("2006-01-02T15:04:05.000000000Z"))
@@ -141,7 +141,8 @@ func FileDigest(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func copyFile(from, to string, mode os.FileMode) error {
+// CopyFile copies the file from to a new file to, of mode mode.
+func CopyFile(from, to string, mode os.FileMode) error {
 	in, err := os.Open(from)
 	if err != nil {
 		return err

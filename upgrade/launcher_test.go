@@ -398,11 +398,14 @@ func TestLauncherWithoutVersions(t *testing.T) {
 // anything else.
 func TestLauncherForwardsSIGTERM(t *testing.T) {
 	eachShell(t, func(t *testing.T, b *launcherBed) {
+		// It says it is ready once its trap is set: a TERM before that
+		// would end it unheard (seen on a loaded machine).
 		b.version("a", 1, `trap 'echo "a got TERM" >>"$`+logEnv+`"; exit 0' TERM
+: >"$`+logEnv+`.trapped"
 while :; do sleep 1 & wait $!; done`)
 		cmd, stderr := b.start(nil)
 		deadline := time.Now().Add(20 * time.Second)
-		for b.started() != "a" {
+		for _, err := os.Stat(b.log + ".trapped"); b.started() != "a" || err != nil; _, err = os.Stat(b.log + ".trapped") {
 			if time.Now().After(deadline) {
 				cmd.Process.Kill()
 				t.Fatalf("a never started:\n%s", stderr)

@@ -94,7 +94,7 @@ func (c *applyCmd) Run(e *env) error {
 		}
 		fmt.Fprintln(e.stdout, applied)
 		printOutcomes(e.stdout, res, false, false)
-		if res.Failed+res.Skipped+res.RefreshFailed > 0 {
+		if res.Failures() > 0 {
 			return silent(exitFailed)
 		}
 		return nil

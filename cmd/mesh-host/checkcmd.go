@@ -37,7 +37,7 @@ func (c *checkCmd) Run(e *env) error {
 			return nil
 		}
 		printOutcomes(e.stdout, res, false, true)
-		if res.Failed+res.Skipped+res.RefreshFailed > 0 || (c.NoRepair && drifted > 0) {
+		if res.Failures() > 0 || (c.NoRepair && drifted > 0) {
 			return silent(exitFailed)
 		}
 		return nil

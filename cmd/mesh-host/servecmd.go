@@ -12,13 +12,13 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/facts"
-	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/unit"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/projector"
 )
 
 // serveCmd runs the host service (service.Run says what it does) as the
@@ -103,12 +103,19 @@ func (e *env) watchUnits(ctx context.Context, j *journal.Journal, drifted func()
 	d := unit.New(root, unit.Options{})
 	defer d.Close()
 	return d.Watch(ctx, func(name string) {
-		s, _, err := hostjournal.StoredCore(j)
-		if err != nil || s.Desired == nil {
+		// The declaration alone, not the whole stored state: a stop of
+		// any unit of the machine comes here.
+		var desired *projector.Desired
+		err := j.Projection(func(v journal.View, _ uint64) error {
+			var err error
+			desired, err = projector.LoadDesired(v)
+			return err
+		})
+		if err != nil || desired == nil {
 			return
 		}
 		id := drivers.ID(&drivers.UnitSpec{Name: name})
-		if slices.ContainsFunc(s.Desired.Resources, func(r event.DeclaredResource) bool { return r.ID == id }) {
+		if slices.ContainsFunc(desired.Resources, func(r event.DeclaredResource) bool { return r.ID == id }) {
 			drifted()
 		}
 	})

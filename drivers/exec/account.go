@@ -1,7 +1,6 @@
 package exec
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,9 +29,9 @@ type account struct {
 
 // lookupAccount resolves user (default root) and group (default the
 // user's primary group) in the root's etc/passwd and etc/group. root
-// needs no passwd: it is uid 0 everywhere. Drivers.Root resolves names to
-// ids only; a command needs the home and the groups too, so passwd and
-// group are read here, through the root, as Root reads them.
+// needs no passwd: it is uid 0 everywhere. Root.LookupUser gives the id
+// alone; a command needs the home and the groups too, so the entries are
+// read here (Root.EachAccountEntry).
 func lookupAccount(root *drivers.Root, user, group string) (account, error) {
 	if user == "" {
 		user = "root"
@@ -56,59 +55,56 @@ func lookupAccount(root *drivers.Root, user, group string) (account, error) {
 }
 
 func findUser(root *drivers.Root, name string) (account, error) {
-	b, err := root.ReadFile("/etc/passwd")
-	if errors.Is(err, fs.ErrNotExist) && name == "root" {
+	var f []string
+	err := root.EachAccountEntry("/etc/passwd", func(fields []string) bool {
+		if len(fields) >= 7 && fields[0] == name {
+			f = fields
+			return false
+		}
+		return true
+	})
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && name == "root", err == nil && f == nil && name == "root":
 		return account{name: "root", home: "/root", shell: "/bin/sh"}, nil
-	}
-	if err != nil {
+	case err != nil:
 		return account{}, fmt.Errorf("%w: user %q: cannot read /etc/passwd in the root: %v", drivers.ErrInvalidSpec, name, err)
+	case f == nil:
+		return account{}, fmt.Errorf("%w: user %q: not found in the root's /etc/passwd", drivers.ErrInvalidSpec, name)
 	}
-	for line := range bytes.Lines(b) {
-		f := strings.Split(strings.TrimRight(string(line), "\r\n"), ":")
-		if len(f) < 7 || f[0] != name {
-			continue
-		}
-		uid, err1 := strconv.ParseUint(f[2], 10, 32)
-		gid, err2 := strconv.ParseUint(f[3], 10, 32)
-		if err1 != nil || err2 != nil {
-			return account{}, fmt.Errorf("%w: user %q: /etc/passwd in the root gives it ids %q:%q", drivers.ErrInvalidSpec, name, f[2], f[3])
-		}
-		a := account{name: name, uid: uint32(uid), gid: uint32(gid), home: f[5], shell: f[6]}
-		if a.home == "" {
-			a.home = "/"
-		}
-		if a.shell == "" {
-			a.shell = "/bin/sh"
-		}
-		return a, nil
+	uid, err1 := strconv.ParseUint(f[2], 10, 32)
+	gid, err2 := strconv.ParseUint(f[3], 10, 32)
+	if err1 != nil || err2 != nil {
+		return account{}, fmt.Errorf("%w: user %q: /etc/passwd in the root gives it ids %q:%q", drivers.ErrInvalidSpec, name, f[2], f[3])
 	}
-	if name == "root" {
-		return account{name: "root", home: "/root", shell: "/bin/sh"}, nil
+	a := account{name: name, uid: uint32(uid), gid: uint32(gid), home: f[5], shell: f[6]}
+	if a.home == "" {
+		a.home = "/"
 	}
-	return account{}, fmt.Errorf("%w: user %q: not found in the root's /etc/passwd", drivers.ErrInvalidSpec, name)
+	if a.shell == "" {
+		a.shell = "/bin/sh"
+	}
+	return a, nil
 }
 
 // memberOf is gid and every group of the root's etc/group that lists
 // user among its members.
 func memberOf(root *drivers.Root, user string, gid uint32) ([]uint32, error) {
 	groups := []uint32{gid}
-	b, err := root.ReadFile("/etc/group")
+	err := root.EachAccountEntry("/etc/group", func(f []string) bool {
+		if len(f) < 4 || !slices.Contains(strings.Split(f[3], ","), user) {
+			return true
+		}
+		// A broken line names no group the user could be given.
+		if id, err := strconv.ParseUint(f[2], 10, 32); err == nil {
+			groups = append(groups, uint32(id))
+		}
+		return true
+	})
 	if errors.Is(err, fs.ErrNotExist) {
 		return groups, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("user %q: read /etc/group in the root: %w", user, err)
-	}
-	for line := range bytes.Lines(b) {
-		f := strings.Split(strings.TrimRight(string(line), "\r\n"), ":")
-		if len(f) < 4 || !slices.Contains(strings.Split(f[3], ","), user) {
-			continue
-		}
-		id, err := strconv.ParseUint(f[2], 10, 32)
-		if err != nil {
-			continue // a broken line names no group the user could be given
-		}
-		groups = append(groups, uint32(id))
 	}
 	slices.Sort(groups)
 	return slices.Compact(groups), nil

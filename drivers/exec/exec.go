@@ -22,7 +22,7 @@
 //
 // A command is an argv, never given to a shell unless its first element
 // names one. That program is an absolute path, or a name looked up on
-// DefaultPath (or the PATH the spec's env sets), on this machine. The
+// DefaultPath (or the PATH the spec's env sets), outside the root. The
 // command runs on the machine itself, not in a chroot: on a node the root
 // prefix is "/", and a sandbox root prefix only moves where Creates and
 // Cwd are looked up (and where HOME points); the command itself sees the
@@ -145,7 +145,7 @@ func New(root *drivers.Root, opts Options) *Driver {
 		notes:          map[string]string{},
 	}
 	if d.managerRunning == nil {
-		d.managerRunning = func() bool { return booted(root) }
+		d.managerRunning = root.Booted
 	}
 	return d
 }

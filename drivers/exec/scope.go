@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	osexec "os/exec"
 	"strconv"
 	"strings"
@@ -188,14 +187,4 @@ func lookupEnv(env []string, name string) string {
 		}
 	}
 	return ""
-}
-
-// booted is sd_booted(3) for the root: only "/" can be run by this
-// machine's service manager.
-func booted(root *drivers.Root) bool {
-	if root.Dir() != "/" {
-		return false
-	}
-	fi, err := os.Lstat("/run/systemd/system")
-	return err == nil && fi.IsDir()
 }

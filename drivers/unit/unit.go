@@ -47,7 +47,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path"
 	"regexp"
@@ -151,7 +150,7 @@ func New(root *drivers.Root, opts Options) *Driver {
 		d.timeout = DefaultTimeout
 	}
 	if d.managerRunning == nil {
-		d.managerRunning = func() bool { return booted(root) }
+		d.managerRunning = root.Booted
 	}
 	return d
 }
@@ -167,16 +166,6 @@ func (d *Driver) Close() error {
 		d.conn = nil
 	}
 	return nil
-}
-
-// booted is sd_booted(3) for the root: only "/" can be run by this
-// machine's service manager.
-func booted(root *drivers.Root) bool {
-	if root.Dir() != "/" {
-		return false
-	}
-	fi, err := os.Lstat("/run/systemd/system")
-	return err == nil && fi.IsDir()
 }
 
 // ApplyNote says what Apply cannot do here: start or stop anything when no

@@ -322,8 +322,8 @@ func TestNoAnalyze(t *testing.T) {
 }
 
 // packaged installs a unit file as a package would, in the root's
-// /usr/lib/systemd/system, with /lib a link to usr/lib as on a Debian
-// since bookworm; it returns the file's path on this machine.
+// /usr/lib/systemd/system, with /lib a link to usr/lib as on a merged-/usr
+// Debian; it returns the file's path outside the root.
 func packaged(t *testing.T, root *drivers.Root, name, content string) string {
 	t.Helper()
 	dir := root.Host("/usr/lib/systemd/system")

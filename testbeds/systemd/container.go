@@ -47,7 +47,7 @@ var baseEnv = []string{
 
 // Options say how to boot a container.
 type Options struct {
-	// Binds are directories or files of this machine seen inside,
+	// Binds are directories or files outside the container seen inside,
 	// beside Share.
 	Binds []Bind
 	// PrivateNetwork gives the container a network namespace of its own
@@ -62,7 +62,7 @@ type Options struct {
 	Module bool
 }
 
-// Bind is a path of this machine seen inside a container.
+// Bind is a path outside a container seen inside it.
 type Bind struct {
 	Host, Container string
 	// Writable binds it read-write; by default the container cannot
@@ -75,18 +75,18 @@ type Bind struct {
 type Container struct {
 	// Name is the machine's name and its hostname (uname -n).
 	Name string
-	// Share is a directory of this machine the container sees, read-only,
+	// Share is a directory outside the container that it sees, read-only,
 	// at SharePath: put files there for it (a package, test binaries) at
 	// any time.
 	Share string
 
 	tb      TB
 	module  string // the module's directory, bound at its own path; or ""
-	console string // the console's output, on this machine
+	console string // the console's output, outside the container
 	cgroups []string
 	nspawn  *exec.Cmd
 	done    chan struct{} // closed when nspawn has exited
-	pid1    int           // the container's init, as this machine numbers it
+	pid1    int           // the container's init, as the outer machine numbers it
 
 	stopOnce sync.Once
 	stopErr  error
@@ -107,7 +107,7 @@ func Boot(tb TB, opt Options) *Container {
 	args := []string{
 		"--directory=" + tree, "--boot", "--machine=" + c.Name,
 		// Not registered with a machined, and in the cgroup it is
-		// started in rather than a scope of its own: this machine's PID 1
+		// started in rather than a scope of its own: the outer machine's PID 1
 		// need not be systemd. Without --keep-unit nspawn asks the system
 		// bus for a scope, and fails without one.
 		"--register=no", "--keep-unit",
@@ -118,7 +118,7 @@ func Boot(tb TB, opt Options) *Container {
 		// its input.
 		"--console=read-only",
 		// The journal stays inside: every container has the tree's
-		// machine id, and auto would share this machine's journal
+		// machine id, and auto would share the outer machine's journal
 		// directory for it between them.
 		"--link-journal=no",
 		"--bind-ro=" + c.Share + ":" + SharePath,
@@ -127,7 +127,7 @@ func Boot(tb TB, opt Options) *Container {
 		args = append(args, "--private-network")
 	}
 	if opt.Module {
-		dir, err := moduleDir()
+		dir, err := testbeds.ModuleRoot()
 		if err != nil {
 			tb.Fatalf("%v", err)
 		}
@@ -265,7 +265,7 @@ func (c *Container) exited() bool {
 	}
 }
 
-// Cgroups are the container's control groups on this machine, one in
+// Cgroups are the container's control groups outside the container, one in
 // each hierarchy; Stop removes them.
 func (c *Container) Cgroups() []string { return slices.Clone(c.cgroups) }
 
@@ -382,7 +382,7 @@ func (c *Container) ConsoleTail(n int) string {
 	return string(tail(b, n))
 }
 
-// HostPID is the process this machine numbers pid in the container.
+// HostPID is the outer machine's number of the process the container numbers pid.
 func (c *Container) HostPID(pid int) (int, error) {
 	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", c.pid1))
 	if err != nil {
@@ -490,18 +490,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// moduleDir is the directory of the module this package is in, asked of
-// the go command so that it works from any directory inside it.
-func moduleDir() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("not inside the mesh-host module: go env GOMOD names none")
-	}
-	return filepath.Dir(gomod), nil
 }

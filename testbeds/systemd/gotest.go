@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/mesh-host/mesh-host/testbeds"
 )
 
 // goTestLimit bounds a package's tests inside a container.
@@ -21,7 +23,7 @@ const goTestLimit = 3 * time.Minute
 // path. A package that does not exist is ErrNoPackage; one without tests,
 // ErrNoTests.
 func CompileTests(dir, pkg string) (string, error) {
-	module, err := moduleDir()
+	module, err := testbeds.ModuleRoot()
 	if err != nil {
 		return "", err
 	}

@@ -34,7 +34,7 @@ type Packages struct {
 // dir`. (The builder makes every format; it has no way to make the .deb
 // alone, and the rest costs seconds.)
 func BuildPackages(dir, version string) (Packages, error) {
-	module, err := moduleDir()
+	module, err := testbeds.ModuleRoot()
 	if err != nil {
 		return Packages{}, err
 	}
@@ -87,7 +87,7 @@ func InstallHost(tb TB, c *Container, bed *testbeds.Bed, pkgs Packages, node str
 	}
 	h := &Host{Container: c, Bed: bed, Node: node, Installed: sum}
 	deb := filepath.Join(c.Share, filepath.Base(pkgs.Deb))
-	if err := copyFile(pkgs.Deb, deb); err != nil {
+	if err := testbeds.CopyFile(pkgs.Deb, deb, 0o644); err != nil {
 		tb.Fatalf("%v", err)
 	}
 	out := c.MustExec("dpkg", "--install", path.Join(SharePath, filepath.Base(deb)))
@@ -243,12 +243,4 @@ func RecordJSON(r event.Record) string {
 		return "<" + err.Error() + ">"
 	}
 	return string(b)
-}
-
-func copyFile(src, dst string) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(dst, b, 0o644)
 }

@@ -185,6 +185,10 @@ type Result struct {
 	RefreshFailed int
 }
 
+// Failures counts what keeps a reconcile from converging: resources that
+// failed, were skipped for a failure, and refreshes that failed.
+func (r *Result) Failures() int { return r.Failed + r.Skipped + r.RefreshFailed }
+
 // Pending reports whether the plan changes anything.
 func (r *Result) Pending() bool {
 	for _, s := range r.Steps {
@@ -273,9 +277,11 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 				s.Outcome = event.ActionUnchanged
 			case s.Drift && !req.Repair:
 				s.Outcome = "" // observed, journaled, left as it is
-			case failedDep(s) != nil:
-				s.skip(failedDep(s))
 			default:
+				if dep := failedDep(s); dep != nil {
+					s.skip(dep)
+					continue
+				}
 				todo = append(todo, s)
 			}
 		}
@@ -1200,7 +1206,7 @@ func (rc *Reconciler) complete(res *Result, req Request, started time.Time, caus
 		}
 	}
 	result := event.ResultConverged
-	if res.Failed > 0 || res.Skipped > 0 || res.RefreshFailed > 0 || slices.ContainsFunc(res.Steps, func(s *Step) bool { return s.Drift && !req.Repair }) {
+	if res.Failures() > 0 || slices.ContainsFunc(res.Steps, func(s *Step) bool { return s.Drift && !req.Repair }) {
 		result = event.ResultFailed
 	}
 	end := event.New(event.ReconcileCompleted, cause, "", event.ReconcileCompletedPayload{
