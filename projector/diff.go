@@ -12,6 +12,10 @@ import (
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
+// The comparisons below name each field, so that Diff can say which one
+// differs in the State's own JSON path; fields_test.go changes every leaf of
+// State in turn and fails if a comparison here (or Clone) misses it.
+
 // Equal reports whether a and b say the same thing: Diff(a, b) is empty. A
 // nil and an empty map or slice are equal, and times are equal when they are
 // the same instant.
@@ -220,6 +224,7 @@ func (d *differ) running(a, b *Running) {
 		return
 	}
 	same(d, p+".version", a.Version, b.Version)
+	same(d, p+".build", a.Build, b.Build)
 	same(d, p+".pid", a.PID, b.PID)
 	sameTime(d, p+".since", a.Since, b.Since)
 	same(d, p+".seq", a.Seq, b.Seq)
