@@ -285,7 +285,7 @@ func fleetFigures(b *testing.B, bed *testbeds.Bed, n int) {
 	b.ReportMetric(float64(use[0].peakRSS-before[0])/1e3/float64(n), "serve-KB/node")
 	// Over the window: what the fleet holds on the whole, between the
 	// peaks of its heartbeats (each grows its connection's stacks until
-	// memsettle's collections shrink them).
+	// tuning.SettleStacks shrinks them).
 	b.ReportMetric(float64(use[0].meanRSS-before[0])/1e3/float64(n), "serve-mean-KB/node")
 	if len(bed.Cluster) > 0 {
 		var cpu float64

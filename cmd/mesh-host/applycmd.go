@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
-	"github.com/mesh-host/mesh-host/cmd/mesh-host/membudget"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
@@ -34,7 +34,7 @@ func readDeclaration(path string) (*declaration.Declaration, error) {
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err == nil {
-		paceForDocument(fi.Size())
+		tuning.PaceForDocument(fi.Size())
 	}
 	return declaration.Read(path, f)
 }
@@ -102,12 +102,12 @@ func (c *applyCmd) Run(e *env) error {
 }
 
 // budgetFor bounds a command's memory by the size of the declaration it
-// works on (package membudget). Inside the service it does nothing: the
-// service returns its memory after each reconcile (service.heapReturns),
-// and a limit would outlive the command.
+// works on (tuning.SetMemoryBudget). Inside the service it does nothing:
+// the service returns its memory after each reconcile (ReturnHeap), and a
+// limit would outlive the command.
 func (e *env) budgetFor(resources int) {
 	if e.held == nil {
-		membudget.Set(membudget.ForResources(resources))
+		tuning.SetMemoryBudget(tuning.BudgetFor(resources))
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/declaration"
@@ -64,7 +65,7 @@ func (e *env) reconcileStored(j *journal.Journal, trigger event.Trigger, repair 
 		defer closeDrivers(rc.Drivers)
 		return rc.Reconcile(e.ctx, agent.Request{Trigger: trigger, Repair: repair})
 	}
-	paceForDocument(int64(max(s.Desired.DocumentBytes, len(s.Desired.Document))))
+	tuning.PaceForDocument(int64(max(s.Desired.DocumentBytes, len(s.Desired.Document))))
 	doc, err := hostjournal.Document(j, s.Desired.Document, s.Desired.DocumentSHA256)
 	if hostjournal.IsDamage(err) {
 		return nil, err

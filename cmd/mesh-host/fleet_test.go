@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
 )
 
 // fleetMain is mesh-host-fleet, the many-hosts runner of the beds (see
@@ -35,6 +37,7 @@ import (
 // (-starting), each until its link is up. The hosts' logs go, each line
 // prefixed with its node, to DIR/fleet.log.
 func fleetMain(args []string, stdout, stderr io.Writer) int {
+	heapReturner = tuning.NewHeapReturner() // one for all its hosts
 	fs := flag.NewFlagSet("mesh-host-fleet", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "directory of the hosts: DIR/NODE/{root,state}, and fleet.log")

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/internal/completion"
 	"github.com/mesh-host/mesh-host/cmd/internal/termsafe"
+	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/upgrade"
@@ -29,38 +29,17 @@ import (
 // (-ldflags "-X main.version=...").
 var version = "dev"
 
+// heapReturner is the process's one tuning.HeapReturner, made by main
+// (and by the beds' many-hosts runner, which runs many services in one
+// process) before any command runs; the service is handed its Request.
+// Nil where a test runs commands itself: nothing is returned.
+var heapReturner *tuning.HeapReturner
+
 func main() {
-	// Most runs are short commands that allocate a projection and exit:
-	// collecting garbage four times less often is most of a no-op check's
-	// spare time. The service sets its own pace (serveCmd.Run).
-	debug.SetGCPercent(fastGC)
+	// The service sets its own pace (serveCmd.Run).
+	tuning.ShortCommand()
+	heapReturner = tuning.NewHeapReturner()
 	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// The collector's pace: fastGC for a short command's small heap, paced
-// (Go's default) once a declaration is large (paceForDocument).
-const (
-	fastGC  = 400
-	pacedGC = 100
-)
-
-// largeDocument is the size of a declaration's document, as JSON or as
-// written (some 3,000 files), past which a command's heap is large: its
-// parse and its reconcile hold a few kilobytes a resource, and GOGC=400
-// lets the heap grow to five times that before collecting. At 10,000 files
-// the default pace took an apply from 92 to 61 MB resident and a check
-// from 55 to 44 MB, in the same time (the live heap is some 20 MB, a
-// collection a few milliseconds of the second core); at 1,000 files a
-// collection saved is about a tenth of a check.
-const largeDocument = 256 << 10
-
-// paceForDocument sets the default pace for the rest of the process once a
-// declaration of size bytes is about to be read. It is only ever lowered:
-// a service that has reconciled a large declaration keeps the default.
-func paceForDocument(size int64) {
-	if size > largeDocument {
-		debug.SetGCPercent(pacedGC)
-	}
 }
 
 // Exit codes shared by the commands.

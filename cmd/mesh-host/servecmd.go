@@ -6,10 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/facts"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
@@ -43,8 +43,8 @@ func (c *serveCmd) Run(e *env) error {
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
 	// The service lives beside the machine's workload: Go's default pace,
 	// not a short command's (see main). It gives back what a reconcile
-	// took when it ends (service.giver).
-	debug.SetGCPercent(pacedGC)
+	// took when it ends (ReturnHeap).
+	tuning.HostService()
 	if !filepath.IsAbs(e.cli.Versions) {
 		return refused("--versions %s: a path under --root must be absolute", e.cli.Versions)
 	}
@@ -79,8 +79,9 @@ func (c *serveCmd) Run(e *env) error {
 			re.ctx = ctx
 			return re.planStored(j, d)
 		},
-		Facts: func() event.HostFactsPayload { return facts.Gather(e.cli.Root, version) },
-		Watch: e.watchUnits,
+		Facts:      func() event.HostFactsPayload { return facts.Gather(e.cli.Root, version) },
+		Watch:      e.watchUnits,
+		ReturnHeap: heapReturner.Request,
 	})
 	if errors.Is(err, service.ErrRefused) {
 		return refused("%v", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sys/unix"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/completion"
 	"github.com/mesh-host/mesh-host/cmd/internal/termsafe"
@@ -75,8 +76,12 @@ type cli struct {
 type env struct {
 	ctx            context.Context
 	stdout, stderr io.Writer
-	now            func() time.Time
-	cli            *cli
+	// terminal is stdout when it is a terminal, for a progress bar drawn
+	// in place; nil otherwise (and in tests), when progress is plain
+	// lines.
+	terminal io.Writer
+	now      func() time.Time
+	cli      *cli
 }
 
 // exitError carries a command's exit code through kong.
@@ -121,11 +126,24 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// What nodes and declarations wrote reaches the terminal escaped.
-	return runCLI(ctx, args, termsafe.Writer(stdout), termsafe.Writer(stderr))
+	return runCLI(ctx, args, termsafe.Writer(stdout), termsafe.Writer(stderr), terminal(stdout))
+}
+
+// terminal is w when it is a terminal, else nil.
+func terminal(w io.Writer) io.Writer {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err != nil {
+		return nil
+	}
+	return f
 }
 
 // runCLI parses and runs args until ctx ends (serve) or the command is done.
-func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+// term, when not nil, is the terminal stdout writes to, unfiltered.
+func runCLI(ctx context.Context, args []string, stdout, stderr, term io.Writer) (code int) {
 	var c cli
 	defer func() {
 		if p := recover(); p != nil {
@@ -155,7 +173,7 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) (code 
 		fmt.Fprintf(stderr, "meshctl: %v\n", err)
 		return exitRefused
 	}
-	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, now: time.Now, cli: &c}
+	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, terminal: term, now: time.Now, cli: &c}
 	if err := classify(kctx.Run(e)); err != nil {
 		ee := err.(*exitError)
 		if ee.err != nil && ee.err.Error() != "" {

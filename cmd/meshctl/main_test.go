@@ -28,7 +28,7 @@ import (
 func meshctl(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = runCLI(context.Background(), args, &out, &errOut)
+	code = runCLI(context.Background(), args, &out, &errOut, nil)
 	return code, out.String(), errOut.String()
 }
 
@@ -58,7 +58,7 @@ func serve(t *testing.T, args ...string) *syncBuffer {
 	ctx, cancel := context.WithCancel(context.Background())
 	log := &syncBuffer{}
 	done := make(chan int, 1)
-	go func() { done <- runCLI(ctx, args, &bytes.Buffer{}, log) }()
+	go func() { done <- runCLI(ctx, args, &bytes.Buffer{}, log, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != exitOK {

@@ -4,26 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/labels"
 )
-
-// terminal is stdout when it is a terminal, for the progress bar; nil
-// otherwise (and in tests), when progress is plain lines.
-var terminal io.Writer
-
-func init() {
-	if _, err := unix.IoctlGetTermios(int(os.Stdout.Fd()), unix.TCGETS); err == nil {
-		terminal = os.Stdout
-	}
-}
 
 type rolloutCmd struct {
 	Start  rolloutStartCmd  `cmd:"" default:"withargs" help:"Start a rollout (the default): push what the profiles render to the nodes SEL selects, in waves."`
@@ -111,7 +97,7 @@ func follow(e *env, cl *control.Client, r *control.Rollout, detach bool) error {
 			}
 			return err
 		}
-		if terminal == nil {
+		if e.terminal == nil {
 			for _, n := range cur.Nodes {
 				if seen[n.Node] == n.Step {
 					continue
@@ -127,14 +113,14 @@ func follow(e *env, cl *control.Client, r *control.Rollout, detach bool) error {
 				fmt.Fprintln(e.stdout, line)
 			}
 		} else if bar := progressBar(cur); bar != lastBar {
-			fmt.Fprintf(terminal, "\r%s", bar)
+			fmt.Fprintf(e.terminal, "\r%s", bar)
 			lastBar = bar
 		}
 		if cur.State.Active() {
 			continue
 		}
-		if terminal != nil {
-			fmt.Fprintln(terminal)
+		if e.terminal != nil {
+			fmt.Fprintln(e.terminal)
 		}
 		return ended(e, cur)
 	}
@@ -218,7 +204,7 @@ func (c *rolloutStatusCmd) Run(e *env) error {
 	if r.Reason != "" {
 		fmt.Fprintf(e.stdout, "reason: %s\n", r.Reason)
 	}
-	if terminal != nil {
+	if e.terminal != nil {
 		fmt.Fprintln(e.stdout, progressBar(r))
 	}
 	for w := range r.Waves() {

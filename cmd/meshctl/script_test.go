@@ -44,7 +44,7 @@ func cmdWaitServe(ts *testscript.TestScript, neg bool, args []string) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var out bytes.Buffer
-		if runCLI(context.Background(), []string{"--data", ts.Getenv("MESHCTL_DATA"), "nodes"}, &out, &out) == exitOK {
+		if runCLI(context.Background(), []string{"--data", ts.Getenv("MESHCTL_DATA"), "nodes"}, &out, &out, nil) == exitOK {
 			return
 		}
 		if time.Now().After(deadline) {

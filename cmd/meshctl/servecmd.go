@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
-	"os"
-	"runtime/debug"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/memsettle"
 )
 
 // serveCmd is the control service: with --nats it serves a mesh on an
@@ -28,18 +26,8 @@ type serveCmd struct {
 	ReleasesListen string `name:"releases-listen" default:"127.0.0.1:4280" placeholder:"HOST:PORT" help:"Where to serve DATA/releases over HTTP for nodes to fetch host releases (port 0: any free port; \"off\": not at all)."`
 }
 
-// serveGCPercent is the collector's target for the control service unless
-// GOGC says otherwise. The service holds, for every connected node, the
-// broker's client, its TLS state and its goroutines' stacks; at Go's
-// default of 100 the heap may grow to twice what is live before a
-// collection. BenchmarkFleet at 2,000 nodes: 118 KB a node at 100, 100 KB
-// at 50, CPU the same (7.5 % of a core).
-const serveGCPercent = 50
-
 func (c *serveCmd) Run(e *env) error {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(serveGCPercent)
-	}
+	tuning.ControlService()
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	a, created, err := control.Init(e.cli.Data, c.Mesh)
 	if err != nil {
@@ -71,10 +59,10 @@ func (c *serveCmd) Run(e *env) error {
 		}
 	}
 	// The broker's connections leave their goroutines' stacks grown by
-	// their writes; see memsettle.
+	// their writes; see tuning.SettleStacks.
 	ctx, stop := context.WithCancel(e.ctx)
 	defer stop()
-	go memsettle.Run(ctx, log)
+	go tuning.SettleStacks(ctx, log)
 	if err := control.Serve(ctx, a, cfg); err != nil {
 		return failed("%v", err)
 	}

@@ -98,6 +98,11 @@ type Config struct {
 	// runs, its bus went away) is logged and Watch is tried again a
 	// while later: the drift timer is the floor.
 	Watch func(ctx context.Context, j *journal.Journal, drifted func()) error
+	// ReturnHeap, when set, returns the process's freed heap to the
+	// system after each reconcile and a client's command: the process's
+	// one returner, which paces returns when many services share it. Nil
+	// gives back only the journal's pages.
+	ReturnHeap func()
 }
 
 // Run runs the host service until ctx ends. It holds the journal,
@@ -178,7 +183,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 
 	held := &Held{Journal: j, StateDir: c.StateDir, look: make(chan struct{}, 1)}
-	giver := newGiver(j)
+	giver := newGiver(j, c.ReturnHeap)
 	defer giver.stop()
 	host := NewLinkHost(held, c.Admit, c.Plan)
 	var lnk *link.Link

@@ -1,4 +1,4 @@
-package membudget
+package tuning
 
 import (
 	"math"
@@ -38,15 +38,15 @@ func current() int64 { return debug.SetMemoryLimit(-1) }
 
 func TestSetOnlyRaises(t *testing.T) {
 	reset(t)
-	Set(64 << 20)
+	SetMemoryBudget(64 << 20)
 	if got := current(); got != 64<<20 {
 		t.Fatalf("limit %d after Set(64 MiB)", got)
 	}
-	Set(32 << 20)
+	SetMemoryBudget(32 << 20)
 	if got := current(); got != 64<<20 {
 		t.Fatalf("a smaller budget lowered the limit to %d", got)
 	}
-	Set(128 << 20)
+	SetMemoryBudget(128 << 20)
 	if got, lim := current(), ours(); got != 128<<20 || lim != 128<<20 {
 		t.Fatalf("limit %d (ours %d) after Set(128 MiB)", got, lim)
 	}
@@ -55,7 +55,7 @@ func TestSetOnlyRaises(t *testing.T) {
 func TestOperatorsLimitStands(t *testing.T) {
 	reset(t)
 	t.Setenv("GOMEMLIMIT", "1GiB")
-	Set(64 << 20)
+	SetMemoryBudget(64 << 20)
 	if got := current(); got != math.MaxInt64 || ours() != 0 {
 		t.Fatalf("with GOMEMLIMIT set, Set changed the limit to %d", got)
 	}
@@ -71,7 +71,7 @@ func TestLiftedOnceTheLiveHeapNearsIt(t *testing.T) {
 		sink = append(sink, make([]byte, 256<<10)) // 16 MiB live
 	}
 	defer func() { sink = nil }()
-	Set(16 << 20) // below what is live
+	SetMemoryBudget(16 << 20) // below what is live
 	deadline := time.Now().Add(10 * time.Second)
 	for ours() != 0 {
 		if time.Now().After(deadline) {
@@ -83,7 +83,7 @@ func TestLiftedOnceTheLiveHeapNearsIt(t *testing.T) {
 	if got := current(); got != math.MaxInt64 {
 		t.Fatalf("ours says lifted, the runtime's is %d", got)
 	}
-	Set(1 << 30) // once lifted, for the rest of the process
+	SetMemoryBudget(1 << 30) // once lifted, for the rest of the process
 	if got := current(); got != math.MaxInt64 {
 		t.Fatalf("a lifted limit was set again: %d", got)
 	}
@@ -91,7 +91,7 @@ func TestLiftedOnceTheLiveHeapNearsIt(t *testing.T) {
 
 func TestKeptWhileTheLiveHeapIsWellBelow(t *testing.T) {
 	reset(t)
-	Set(1 << 30)
+	SetMemoryBudget(1 << 30)
 	for range 5 {
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)

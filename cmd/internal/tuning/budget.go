@@ -1,21 +1,4 @@
-// Package membudget keeps a command's memory near what its work holds
-// rather than at twice it.
-//
-// Go's collector lets the heap grow to twice what was live after the last
-// collection (GOGC=100) before it collects again, and keeps the freed pages
-// a while. For an apply of 10,000 files, live at most some 26 MB, that is a
-// heap of 40 to 50 MB at its peak: memory taken from the workload of the
-// machine for nothing. A soft memory limit (runtime/debug.SetMemoryLimit)
-// makes the collector run more often as the heap nears it, and return
-// freed pages to the system at once.
-//
-// A limit below what is live would make the collector run nearly all the
-// time (the runtime caps it at half the CPU): a declaration whose files
-// hold more than this package expects would take twice as long. So the
-// limit is lifted for the rest of the process once a collection finds the
-// live heap past liftAt of it; from there the collector keeps its usual
-// pace.
-package membudget
+package tuning
 
 import (
 	"math"
@@ -30,16 +13,17 @@ import (
 // such command holds (its program's data, the journal's projection, a
 // transaction), and perResource for each resource (its spec, digest, step,
 // outcome record and the journal's entries for it, until its transaction
-// commits). Measured with the apply's peak live heap (runtime/metrics
-// /gc/heap/live:bytes): 2.8 MB at 1,000 files, 25.6 MB at 10,000 and 31
-// to 35 MB at 19,000; the budget is some 30 % above it.
+// commits). The budget is some 30 % above an apply's peak live heap
+// (runtime/metrics /gc/heap/live:bytes), so that the collector's extra
+// work stays small; docs/architecture.md has the measurements.
 const (
 	floor       = 24 << 20
 	perResource = 900
 )
 
-// ForResources is the budget for n resources.
-func ForResources(n int) int64 {
+// BudgetFor is the memory budget for a command that applies or checks n
+// resources.
+func BudgetFor(n int) int64 {
 	return floor + int64(n)*perResource
 }
 
@@ -54,11 +38,27 @@ var (
 	watched bool
 )
 
-// Set makes limit the process's soft memory limit, unless the operator set
+// SetMemoryBudget keeps a command's memory near what its work holds rather
+// than at twice it.
+//
+// Go's collector lets the heap grow to twice what was live after the last
+// collection (GOGC=100) before it collects again, and keeps the freed pages
+// a while: for an apply of many files, memory taken from the workload of
+// the machine for nothing. A soft memory limit (runtime/debug.SetMemoryLimit)
+// makes the collector run more often as the heap nears it, and return
+// freed pages to the system at once.
+//
+// A limit below what is live would make the collector run nearly all the
+// time (the runtime caps it at half the CPU): a declaration whose files
+// hold more than BudgetFor expects would take twice as long. So the limit
+// is lifted for the rest of the process once a collection finds the live
+// heap past liftAt of it; from there the collector keeps its usual pace.
+//
+// SetMemoryBudget makes bytes the process's soft memory limit, unless the operator set
 // one (GOMEMLIMIT) or an earlier limit was lifted. It only ever raises a
 // limit set here: a command that reads a larger declaration gets the
 // larger budget.
-func Set(bytes int64) {
+func SetMemoryBudget(bytes int64) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}

@@ -1,22 +1,4 @@
-// Package memsettle gives back the stack memory that bursts of traffic
-// leave behind in a long-running service.
-//
-// The embedded broker runs two goroutines for each connection, and either
-// grows its stack to 32 KB when it writes (nats-server's flush keeps 24 KB
-// of write vectors on its stack): the reader when it passes a node's
-// heartbeat on to the service, the writer when it answers the node. The
-// runtime shrinks a stack only during a collection, by half each time, and
-// an idle service allocates little, so collections are rare (the runtime
-// forces one every two minutes). Measured at 2,000 nodes just connected:
-// 85 MB of stacks, 4.6 MB of them in use.
-//
-// So the service looks at its stacks every few seconds, and when they have
-// grown by more than minGrowth (or a quarter) since they last settled, it
-// collects and returns the freed pages to the system, again at each look
-// while that shrinks them. What a stack uses is not a guide: the runtime
-// knows it only from the last collection, which during a burst finds the
-// stacks in use.
-package memsettle
+package tuning
 
 import (
 	"context"
@@ -33,10 +15,29 @@ const interval = 10 * time.Second
 // hundred connections' worth.
 const minGrowth = 16 << 20
 
-// Run looks at the process's stacks every interval until ctx is done, and
+// SettleStacks gives back the stack memory that bursts of traffic leave
+// behind in a long-running service.
+//
+// The embedded broker runs two goroutines for each connection, and either
+// grows its stack to 32 KB when it writes (nats-server's flush keeps 24 KB
+// of write vectors on its stack): the reader when it passes a node's
+// heartbeat on to the service, the writer when it answers the node. The
+// runtime shrinks a stack only during a collection, by half each time, and
+// an idle service allocates little, so collections are rare (the runtime
+// forces one every two minutes), and a few thousand nodes just connected
+// leave tens of megabytes of stacks mostly unused.
+//
+// So SettleStacks looks at the stacks every few seconds, and when they have
+// grown by more than minGrowth (or a quarter) since they last settled, it
+// collects and returns the freed pages to the system, again at each look
+// while that shrinks them. What a stack uses is not a guide: the runtime
+// knows it only from the last collection, which during a burst finds the
+// stacks in use.
+//
+// It looks at the process's stacks every interval until ctx is done, and
 // collects when they have grown; log gets a debug record of each
 // collection.
-func Run(ctx context.Context, log *slog.Logger) {
+func SettleStacks(ctx context.Context, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	s := settler{minGrowth: minGrowth}

@@ -1,4 +1,4 @@
-package service
+package tuning
 
 import (
 	"sync/atomic"

@@ -1,4 +1,4 @@
-package memsettle
+package tuning
 
 import (
 	"runtime"
