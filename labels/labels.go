@@ -35,9 +35,9 @@ func CheckKey(k string) error {
 	return nil
 }
 
-// CheckValue refuses a value that is longer than MaxValueBytes or holds
+// checkValue refuses a value that is longer than MaxValueBytes or holds
 // other than letters, digits, -, _ and . (inside).
-func CheckValue(k, v string) error {
+func checkValue(k, v string) error {
 	if len(v) > MaxValueBytes || !valueRE.MatchString(v) {
 		return fmt.Errorf("%w: value %q of %s: want at most %d bytes of letters, digits, and - _ . inside", ErrInvalid, v, k, MaxValueBytes)
 	}
@@ -56,7 +56,7 @@ func (s Set) Check() error {
 		if err := CheckKey(k); err != nil {
 			return err
 		}
-		if err := CheckValue(k, s[k]); err != nil {
+		if err := checkValue(k, s[k]); err != nil {
 			return err
 		}
 	}
@@ -110,7 +110,7 @@ func (s Set) apply(edits []string) (Set, error) {
 		if err := CheckKey(k); err != nil {
 			return nil, err
 		}
-		if err := CheckValue(k, v); err != nil {
+		if err := checkValue(k, v); err != nil {
 			return nil, err
 		}
 		out[k] = v

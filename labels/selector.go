@@ -67,7 +67,7 @@ const MaxSelectorBytes = 4096
 //
 //	key=value  key!=value  key in (v1,v2)  key notin (v1,v2)  key  !key
 //
-// Keys and values follow CheckKey and CheckValue. An error names the
+// Keys and values follow CheckKey and checkValue. An error names the
 // position (a byte offset, from 1) and what was wanted there.
 func Parse(text string) (Selector, error) {
 	sel := Selector{text: text}
@@ -154,7 +154,7 @@ func (p *parser) key() (string, error) {
 func (p *parser) value(k string) (string, error) {
 	at := p.pos
 	v := p.word()
-	if err := CheckValue(k, v); err != nil {
+	if err := checkValue(k, v); err != nil {
 		return "", fmt.Errorf("selector %q, at %d: %w", p.s, at+1, err)
 	}
 	return v, nil

@@ -62,7 +62,7 @@ type Declaration struct {
 	// as). It is inside the signed part: the node journals it as a fact.
 	Operator string `json:"operator,omitempty"`
 	// Signer and Signature are the mesh's declaration key (public) and its
-	// signature over SignedBytes. A node refuses a declaration without
+	// signature over signedBytes. A node refuses a declaration without
 	// them, or signed by another key.
 	Signer    string `json:"signer,omitempty"`
 	Signature string `json:"signature,omitempty"`
@@ -296,7 +296,7 @@ type SentReport struct {
 	Report
 	// Digest is ReportDigest(Report), which the heartbeats name.
 	Digest string
-	// Body is the Report's JSON, gzip-compressed past CompressReportsOver
+	// Body is the Report's JSON, gzip-compressed past compressReportsOver
 	// bytes; Encoding is then EncodingGzip, the EncodingHeader's value.
 	Body     []byte
 	Encoding string

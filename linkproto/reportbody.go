@@ -9,7 +9,7 @@ import (
 )
 
 // A Report is sent as its JSON, compressed with gzip when that is over
-// CompressReportsOver bytes; EncodingHeader then says so. A host of
+// compressReportsOver bytes; EncodingHeader then says so. A host of
 // 19,000 files reports 5.5 MB of JSON: nats.go keeps its write buffer at
 // the size of the largest message the connection sent, so the host held
 // that much for good, and at some 28,000 files the JSON no longer fits in
@@ -19,9 +19,9 @@ const (
 	EncodingHeader = "Mesh-Encoding"
 	// EncodingGzip is a body compressed with gzip.
 	EncodingGzip = "gzip"
-	// CompressReportsOver is the size of a Report's JSON past which it is
+	// compressReportsOver is the size of a Report's JSON past which it is
 	// sent compressed.
-	CompressReportsOver = 64 << 10
+	compressReportsOver = 64 << 10
 	// MaxReportJSON bounds a Report's JSON once decompressed: a body that
 	// inflates past it is refused, not read further.
 	MaxReportJSON = 64 << 20
@@ -30,7 +30,7 @@ const (
 // encodeBody is the body of a Report of JSON doc as sent, and its
 // encoding ("" for plain JSON).
 func encodeBody(doc []byte) (body []byte, encoding string) {
-	if len(doc) <= CompressReportsOver {
+	if len(doc) <= compressReportsOver {
 		return doc, ""
 	}
 	var buf bytes.Buffer

@@ -147,9 +147,9 @@ func short(key string) string {
 	return key
 }
 
-// SignedBytes is what d's signature covers: mesh, node, revision, the
+// signedBytes is what d's signature covers: mesh, node, revision, the
 // operator and the document exactly as it travels.
-func (d *Declaration) SignedBytes() []byte {
+func (d *Declaration) signedBytes() []byte {
 	return signedBytes(declarationContext, []byte(d.Mesh), []byte(d.Node),
 		[]byte(strconv.FormatUint(d.Revision, 10)), []byte(d.Operator), d.Document)
 }
@@ -157,14 +157,14 @@ func (d *Declaration) SignedBytes() []byte {
 // Sign signs d with key, the mesh's declaration key.
 func (d *Declaration) Sign(key nkeys.KeyPair) error {
 	var err error
-	d.Signer, d.Signature, err = sign(key, d.SignedBytes())
+	d.Signer, d.Signature, err = sign(key, d.signedBytes())
 	return err
 }
 
 // Verify checks that d is signed by trusted, the mesh's declaration key,
 // and unchanged since. It says nothing about whom d is for: For does.
 func (d *Declaration) Verify(trusted string) error {
-	return verify("declaration", trusted, d.Signer, d.Signature, d.SignedBytes())
+	return verify("declaration", trusted, d.Signer, d.Signature, d.signedBytes())
 }
 
 // VerifyStored checks a declaration a node journaled: its fields as the
@@ -175,9 +175,9 @@ func VerifyStored(trusted, mesh, node string, revision uint64, operator string, 
 	return d.Verify(trusted)
 }
 
-// SignedBytes is what p's signature covers: a declaration's fields under
+// signedBytes is what p's signature covers: a declaration's fields under
 // the plan's own context.
-func (p *PlanRequest) SignedBytes() []byte {
+func (p *PlanRequest) signedBytes() []byte {
 	return signedBytes(planContext, []byte(p.Mesh), []byte(p.Node),
 		[]byte(strconv.FormatUint(p.Revision, 10)), []byte(p.Operator), p.Document)
 }
@@ -185,14 +185,14 @@ func (p *PlanRequest) SignedBytes() []byte {
 // Sign signs p with key, the mesh's declaration key.
 func (p *PlanRequest) Sign(key nkeys.KeyPair) error {
 	var err error
-	p.Signer, p.Signature, err = sign(key, p.SignedBytes())
+	p.Signer, p.Signature, err = sign(key, p.signedBytes())
 	return err
 }
 
 // Verify checks that p is signed by trusted for planning, and unchanged
 // since. A push's signature does not verify here.
 func (p *PlanRequest) Verify(trusted string) error {
-	return verify("plan request", trusted, p.Signer, p.Signature, p.SignedBytes())
+	return verify("plan request", trusted, p.Signer, p.Signature, p.signedBytes())
 }
 
 func (w *Welcome) signedBytes(mesh, node string) []byte {

@@ -173,7 +173,7 @@ func ParseToken(s string) (Token, error) {
 
 // checkCA checks that caPEM is one certificate, a certificate authority's.
 func checkCA(caPEM []byte) error {
-	_, n, err := CAPool(caPEM)
+	_, n, err := caPool(caPEM)
 	if err == nil && n != 1 {
 		err = errors.New("more than one certificate")
 	}

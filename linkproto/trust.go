@@ -8,10 +8,10 @@ import (
 	"fmt"
 )
 
-// CAPool reads PEM certificates that must each be a certificate
+// caPool reads PEM certificates that must each be a certificate
 // authority's: what a node (or a tool acting as one) trusts the broker by.
 // n is how many it read.
-func CAPool(caPEM []byte) (pool *x509.CertPool, n int, err error) {
+func caPool(caPEM []byte) (pool *x509.CertPool, n int, err error) {
 	pool = x509.NewCertPool()
 	for {
 		var block *pem.Block
@@ -42,7 +42,7 @@ func CAPool(caPEM []byte) (pool *x509.CertPool, n int, err error) {
 // broker: the CAs in caPEM are trusted, and nothing else (not the
 // system's roots), so only the mesh's broker can answer.
 func BrokerTLS(caPEM []byte) (*tls.Config, error) {
-	pool, _, err := CAPool(caPEM)
+	pool, _, err := caPool(caPEM)
 	if err != nil {
 		return nil, err
 	}

@@ -192,7 +192,10 @@ func TestConflictsAreRefused(t *testing.T) {
 		ps := genProfiles(t)
 		seen := map[string]string{}
 		conflict := false
-		for _, p := range profile.Matching(ps, web1.Labels) {
+		for _, p := range ps {
+			if !p.Selects(web1.Labels) {
+				continue
+			}
 			d, _, err := profile.Render(web1, []*profile.Parsed{p}, 1)
 			if err != nil {
 				if errors.Is(err, profile.ErrNoProfile) {

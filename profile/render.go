@@ -72,11 +72,11 @@ func (p *Parsed) UsesFacts() bool { return p.usesFacts }
 // Selects reports whether p's selector matches a node with these labels.
 func (p *Parsed) Selects(l labels.Set) bool { return p.selector.Matches(l) }
 
-// Matching returns the profiles that select a node with labels l, in the
+// matching returns the profiles that select a node with labels l, in the
 // order rendering merges them: by priority, lower first, then by name.
 // A lower priority comes first in the document, so a base profile's
 // packages are installed before a role's files that need them.
-func Matching(profiles []*Parsed, l labels.Set) []*Parsed {
+func matching(profiles []*Parsed, l labels.Set) []*Parsed {
 	var out []*Parsed
 	for _, p := range profiles {
 		if p.Selects(l) {
@@ -100,8 +100,8 @@ func Matching(profiles []*Parsed, l labels.Set) []*Parsed {
 // rules as a whole. It returns, beside the declaration, the names of the
 // profiles it was made of.
 func Render(node Node, profiles []*Parsed, revision uint64) (*declaration.Declaration, []string, error) {
-	matching := Matching(profiles, node.Labels)
-	if len(matching) == 0 {
+	selected := matching(profiles, node.Labels)
+	if len(selected) == 0 {
 		return nil, nil, ErrNoProfile
 	}
 	type origin struct {
@@ -115,7 +115,7 @@ func Render(node Node, profiles []*Parsed, revision uint64) (*declaration.Declar
 		names  []string
 		list   Errors
 	)
-	for _, p := range matching {
+	for _, p := range selected {
 		names = append(names, p.Name)
 		d, items, err := p.render(node, revision)
 		if err != nil {

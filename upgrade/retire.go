@@ -8,14 +8,14 @@ import (
 	"strings"
 )
 
-// Retirable returns the versions of vs (as List orders them) that Retire
+// retirable returns the versions of vs (as List orders them) that Retire
 // would remove: every version that arrived before the predecessor and
 // before the running version. The running version, the predecessor and
 // anything newer than the running version are never among them. When
 // predecessor is not among vs ("" included) or did not arrive before
 // running, the newest version older than running stands in for it. ok is false when running is not among vs:
 // nothing can be placed, so nothing is retirable.
-func Retirable(vs []Version, running, predecessor string) (retire []Version, pred Version, ok bool) {
+func retirable(vs []Version, running, predecessor string) (retire []Version, pred Version, ok bool) {
 	var run Version
 	for _, v := range vs {
 		switch v.Name {
@@ -48,7 +48,7 @@ func Retirable(vs []Version, running, predecessor string) (retire []Version, pre
 }
 
 // Retire removes from dir every version that arrived before predecessor
-// (see Retirable), and returns what it removed, oldest first. Each is
+// (see retirable), and returns what it removed, oldest first. Each is
 // first renamed to RetiringPrefix+NAME, which is no version, so a crash
 // mid-removal leaves nothing that looks runnable; then removed through an
 // os.Root, which never follows a symlink out of dir. A version that cannot
@@ -58,7 +58,7 @@ func Retire(dir, running, predecessor string) (removed []Version, err error) {
 	if err != nil {
 		return nil, err
 	}
-	retire, _, ok := Retirable(vs, running, predecessor)
+	retire, _, ok := retirable(vs, running, predecessor)
 	if !ok {
 		return nil, fmt.Errorf("retire: running version %s: %w", running, ErrNotVersion)
 	}

@@ -20,7 +20,7 @@ func ReadKnownGood(stateDir string) (string, error) {
 	if err != nil || f == nil {
 		return "", err
 	}
-	if len(f) != 1 || !ValidName(f[0]) {
+	if len(f) != 1 || !validName(f[0]) {
 		return "", fmt.Errorf("%w: %s: %q is not a version name", ErrBadRecord, filepath.Join(stateDir, KnownGoodFile), strings.Join(f, " "))
 	}
 	return f[0], nil
@@ -30,7 +30,7 @@ func ReadKnownGood(stateDir string) (string, error) {
 // replaced whole (a temporary file, synced, renamed over it, the directory
 // synced), so a crash leaves the old record or the new, never a torn one.
 func WriteKnownGood(stateDir, name string) error {
-	if !ValidName(name) {
+	if !validName(name) {
 		return fmt.Errorf("write known-good: %w: %q", ErrNotVersion, name)
 	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
@@ -48,7 +48,7 @@ func Failures(stateDir string) (version string, count int, err error) {
 		return "", 0, err
 	}
 	if len(f) == 2 {
-		if n, err := strconv.Atoi(f[1]); err == nil && n >= 0 && ValidName(f[0]) {
+		if n, err := strconv.Atoi(f[1]); err == nil && n >= 0 && validName(f[0]) {
 			return f[0], n, nil
 		}
 	}
@@ -76,7 +76,7 @@ func Bad(stateDir string) (version string, exitCode int, err error) {
 	if err != nil || f == nil {
 		return "", 0, err
 	}
-	if len(f) == 2 && ValidName(f[0]) {
+	if len(f) == 2 && validName(f[0]) {
 		if n, err := strconv.Atoi(f[1]); err == nil {
 			return f[0], n, nil
 		}
@@ -131,7 +131,7 @@ func Decisions(stateDir string) ([]Decision, error) {
 
 func parseDecision(line string) (Decision, bool) {
 	f := strings.SplitN(line, " ", 5)
-	if len(f) < 4 || (f[0] != VerbRolledBack && f[0] != VerbHalted) || !ValidName(f[1]) || !ValidName(f[2]) {
+	if len(f) < 4 || (f[0] != VerbRolledBack && f[0] != VerbHalted) || !validName(f[1]) || !validName(f[2]) {
 		return Decision{}, false
 	}
 	code, err := strconv.Atoi(f[3])

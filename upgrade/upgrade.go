@@ -17,7 +17,7 @@
 // last: one line, "TIME COUNTER", the arrival time in RFC 3339 UTC and a
 // decimal counter one more than any sibling's. VERSIONS is
 // DefaultVersionsDir on a node (under the host's root prefix). NAME is the
-// artifact's digest hex, or whatever name the archive path gave; ValidName
+// artifact's digest hex, or whatever name the archive path gave; validName
 // says which names count.
 //
 // A directory whose marker is missing or not "TIME COUNTER" (a counter of
@@ -120,7 +120,7 @@ const (
 var (
 	// ErrNotVersion is returned when a name is not a version in the
 	// directory: absent, half-delivered (no valid arrival marker, no
-	// executable mesh-host), a symlink, or not a ValidName.
+	// executable mesh-host), a symlink, or not a validName.
 	ErrNotVersion = errors.New("not a version")
 	// ErrBadMarker is returned by ParseArrival for a marker that is not
 	// "TIME COUNTER".

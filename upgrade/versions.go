@@ -37,10 +37,10 @@ const maxCounterDigits = 18
 // maxMarker is more than a marker line ever holds.
 const maxMarker = 4096
 
-// ValidName reports whether name can be a version's name: 1 to 255 of
+// validName reports whether name can be a version's name: 1 to 255 of
 // A-Z a-z 0-9 . _ + -, not starting with ".". Names outside it are not
 // versions (the launcher would have to quote what it cannot).
-func ValidName(name string) bool {
+func validName(name string) bool {
 	if name == "" || len(name) > 255 || name[0] == '.' {
 		return false
 	}
@@ -136,7 +136,7 @@ func lookup(root *os.Root, dir, name string) (Version, error) {
 	notVersion := func(why string) (Version, error) {
 		return Version{}, fmt.Errorf("%w: %s: %s", ErrNotVersion, filepath.Join(dir, name), why)
 	}
-	if !ValidName(name) {
+	if !validName(name) {
 		return notVersion("not a version name")
 	}
 	fi, err := root.Lstat(name)

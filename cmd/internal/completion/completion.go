@@ -15,12 +15,12 @@ import (
 	"github.com/willabides/kongplete"
 )
 
-// Shells are the shells Script writes for.
-var Shells = []string{"bash", "zsh", "fish"}
+// shells are the shells Script writes for.
+var shells = []string{"bash", "zsh", "fish"}
 
-// Script is what shell evaluates to complete the command name by asking
+// script is what shell evaluates to complete the command name by asking
 // the binary at bin: bash and zsh run it with COMP_LINE set; fish sets it.
-func Script(shell, name, bin string) (string, error) {
+func script(shell, name, bin string) (string, error) {
 	q := shellQuote(bin)
 	switch shell {
 	case "bash":
@@ -38,7 +38,7 @@ end
 complete -f -c %[3]s -a "(%[1]s)"
 `, fn, q, name), nil
 	}
-	return "", fmt.Errorf("no completion for shell %q (%s)", shell, strings.Join(Shells, ", "))
+	return "", fmt.Errorf("no completion for shell %q (%s)", shell, strings.Join(shells, ", "))
 }
 
 // Answer answers a shell asking for completions (COMP_LINE is set) and
@@ -52,15 +52,15 @@ func Answer(parser *kong.Kong) {
 
 // ScriptForThis is Script for this binary, under the command name name.
 func ScriptForThis(shell, name string) (string, error) {
-	bin, err := Executable()
+	bin, err := executable()
 	if err != nil {
 		return "", err
 	}
-	return Script(shell, name, bin)
+	return script(shell, name, bin)
 }
 
-// Executable is this binary's absolute path, for Script.
-func Executable() (string, error) {
+// executable is this binary's absolute path, for Script.
+func executable() (string, error) {
 	bin, err := os.Executable()
 	if err != nil {
 		return "", err

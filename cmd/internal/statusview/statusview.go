@@ -76,7 +76,7 @@ func Print(out io.Writer, s projector.State, o Options) error {
 	} else {
 		line("last good", "none: no declaration has converged")
 	}
-	if behind, why := Behind(s); behind {
+	if behind, why := behind(s); behind {
 		line("behind", "%s", why)
 	}
 	if r := s.LastReconcile; r != nil {
@@ -158,9 +158,9 @@ func Print(out io.Writer, s projector.State, o Options) error {
 	return w.Flush()
 }
 
-// Counts returns how many resources drifted and how many failed: owned
+// counts returns how many resources drifted and how many failed: owned
 // resources whose last apply failed, and declared ones never applied.
-func Counts(s projector.State) (drifted, failed int) {
+func counts(s projector.State) (drifted, failed int) {
 	for _, o := range s.Owned {
 		if o.Drifted {
 			drifted++
@@ -172,10 +172,10 @@ func Counts(s projector.State) (drifted, failed int) {
 	return drifted, failed + len(s.Failing)
 }
 
-// Behind reports whether the host holds an older declaration than the one
+// behind reports whether the host holds an older declaration than the one
 // it was given (its latest did not converge), and says so: the last good
 // revision, the desired one, and how many resources failed.
-func Behind(s projector.State) (bool, string) {
+func behind(s projector.State) (bool, string) {
 	d := s.Desired
 	if d == nil {
 		return false, ""
@@ -187,7 +187,7 @@ func Behind(s projector.State) (bool, string) {
 	if g := s.LastGood; g != nil {
 		last = fmt.Sprint(g.Revision)
 	}
-	_, failed := Counts(s)
+	_, failed := counts(s)
 	why := fmt.Sprintf("last good %s, desired %d", last, d.Revision)
 	switch {
 	case s.Pending != nil:

@@ -78,7 +78,7 @@ func (h *LinkHost) answered(a linkproto.PlanAnswer, p *linkproto.PlanRequest, de
 	if err != nil {
 		a.Refused, rec.Refused = err.Error(), err.Error()
 	} else {
-		a.Steps, a.Unchanged = PlanSteps(res)
+		a.Steps, a.Unchanged = planSteps(res)
 		for _, s := range res.Steps {
 			switch {
 			case s.Err != nil:
@@ -106,9 +106,9 @@ func (h *LinkHost) answered(a linkproto.PlanAnswer, p *linkproto.PlanRequest, de
 	return a
 }
 
-// PlanSteps is res as a plan answer carries it: the steps that change
+// planSteps is res as a plan answer carries it: the steps that change
 // something or met an error, in order, and how many are unchanged.
-func PlanSteps(res *agent.Result) (steps []linkproto.PlanStep, unchanged int) {
+func planSteps(res *agent.Result) (steps []linkproto.PlanStep, unchanged int) {
 	for _, s := range res.Steps {
 		if s.Planned == event.ActionUnchanged && s.Err == nil {
 			unchanged++
