@@ -80,10 +80,10 @@ func (j *Journal) append(docs [][]byte, recs []event.Record) ([]event.Record, er
 // releaseAfter is how many records (or documents) an append takes to
 // have read enough of the file, the pages of the indexes and of the
 // projection it rewrote, to give those pages back (releasePages) once
-// it commits. At 19,000 files an apply's outcome transactions left 8 to
-// 11 MB of the file mapped, a sixth of its peak resident memory; a
-// push's few records touch a few pages, and a release would cost them
-// their next read's faults.
+// it commits. A large apply's outcome transactions otherwise leave a
+// good share of its peak resident memory mapped from the file; a push's
+// few records touch a few pages, and a release would cost them their next
+// read's faults.
 const releaseAfter = 1000
 
 // appendTx numbers, stamps and stores recs in place, and folds them into the

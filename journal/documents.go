@@ -169,8 +169,8 @@ func (j *Journal) Document(sum Sum) ([]byte, error) {
 		doc, err = j.readDocument(tx, sum)
 		if len(doc) > releaseAfterDocument {
 			// doc is a copy: the pages it was read from need not stay
-			// resident while it is decoded and reconciled. At 10,000
-			// files they were some 3 MB of a check's peak.
+			// resident while it is decoded and reconciled, a share of
+			// a large check's peak.
 			releasePages(tx)
 		}
 		return err

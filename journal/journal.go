@@ -505,7 +505,8 @@ func indexKey(prefix []byte, seq uint64) []byte {
 // key is its epoch, then the name (resource or kind), then its sequence.
 // Keyed by name alone, an append lands in the middle of the index, once
 // per name: a reconcile of a thousand resources would dirty a page per
-// resource once each had a page of history (4 MB written a reconcile), and
+// resource once each had a page of history (megabytes written a
+// reconcile), and
 // a quiet timer record splits the by-kind pages a large batch packed. By
 // epoch first, what one append adds lands together at the end.
 const epochShift = 8

@@ -9,11 +9,11 @@ import (
 )
 
 // A Report is sent as its JSON, compressed with gzip when that is over
-// compressReportsOver bytes; EncodingHeader then says so. A host of
-// 19,000 files reports 5.5 MB of JSON: nats.go keeps its write buffer at
-// the size of the largest message the connection sent, so the host held
-// that much for good, and at some 28,000 files the JSON no longer fits in
-// one message at all. Compressed, it is about a tenth of that.
+// compressReportsOver bytes; EncodingHeader then says so. A host of many
+// thousand files reports megabytes of JSON: nats.go keeps its write
+// buffer at the size of the largest message the connection sent, so the
+// host would hold that much for good, and past some 28,000 files the JSON
+// would not fit in one message at all. Compressed, it is about a tenth.
 const (
 	// EncodingHeader is the message header that names a body's encoding.
 	EncodingHeader = "Mesh-Encoding"

@@ -142,8 +142,8 @@ func Load(r Reader) (State, error) {
 // LoadCore is Load without the owned set: every owned resource is still
 // read and checked (a byte flipped in one is damage, found by every whole
 // read), but none is kept; State.Owned is nil. A reconcile reads the
-// owned set once, with EachOwned, rather than hold 10,000 of them (some
-// 4.5 MB) for its whole length.
+// owned set once, with EachOwned, rather than hold them all (some
+// 450 bytes each) for its whole length.
 func LoadCore(r Reader) (State, error) {
 	return load(r, false)
 }
@@ -340,8 +340,8 @@ func encodeCore(s State) ([]byte, error) {
 // big-endian, then the JSON of its plan (a step for every resource it
 // changes). It is kept apart from the core so that the folds of the
 // reconcile's outcomes, which read and write the core each time, do not
-// carry it: at 100,000 files each of eleven folds decoded and rewrote 5 MB
-// for it. A plan whose seq is not the core's Pending's (left by a version
+// carry it: otherwise every outcome's fold of a large reconcile would
+// decode and rewrite the whole plan. A plan whose seq is not the core's Pending's (left by a version
 // that kept plans in the core, one rolled back to) is not used, and the
 // next fold drops it.
 const pendingSeqSize = 8

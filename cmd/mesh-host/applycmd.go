@@ -69,8 +69,8 @@ func (c *applyCmd) Run(e *env) error {
 			return failed("journal the declaration: %v", err)
 		}
 		// The parsed declaration is let go for the reconcile, which
-		// applies specs, copies of its resources: held with them, it was
-		// 2 MB more of an apply of 10,000 files, live through its peak.
+		// applies specs, copies of its resources: held with them, it
+		// would be live through the apply's peak for nothing.
 		applied := fmt.Sprintf("revision %d of %s/%s from %s (%s)", decl.Revision, decl.Mesh, decl.Node, c.File, hostjournal.ShortDigest(digest))
 		revision := decl.Revision
 		decl = nil

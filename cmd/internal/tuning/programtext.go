@@ -13,9 +13,10 @@ import (
 // program's own file that it maps read-only: its code and constant data.
 // A reconcile runs most of the program (parsing, planning, the drivers,
 // the journal's writers), and each page of code it ran stays counted as
-// the service's memory until the kernel needs it back: 12.3 of the 22.0 MiB
-// an idle host held after reconciling 19,000 files. Between reconciles
-// the service runs a small part of it (timers, heartbeats, the link).
+// the service's memory until the kernel needs it back: more than half of
+// what an idle host holds after a large reconcile (docs/performance.md).
+// Between reconciles the service runs a small part of it (timers,
+// heartbeats, the link).
 //
 // The pages stay in the page cache; the code that runs next faults its
 // pages back in from there, as after the kernel's own reclaim, which

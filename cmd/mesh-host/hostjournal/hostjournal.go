@@ -234,8 +234,8 @@ type StoredOwned struct{ J *journal.Journal }
 
 // EachOwned calls fn with every owned resource, in the order of their IDs.
 // Past releaseAfterOwned of them, the file's pages read meanwhile are let
-// go once walked (journal.Release): fn keeps what it needs of each, and at
-// 10,000 files the pages were some 2.5 MB of a check's peak.
+// go once walked (journal.Release): fn keeps what it needs of each, and
+// the pages would otherwise be a share of a large check's peak.
 func (o StoredOwned) EachOwned(fn func(id string, ow projector.Owned) error) error {
 	walked := 0
 	err := o.J.Projection(func(v journal.View, _ uint64) error {

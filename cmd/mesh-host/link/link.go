@@ -68,9 +68,8 @@ const (
 	// PingInterval apart, about 3 minutes at the default. Pings cost the
 	// broker: each wakes the connection's two goroutines, and the PONG's
 	// write grows the writer's stack to 32 KB (nats-server's flush keeps
-	// 24 KB of vectors on the stack) until collections shrink it again.
-	// At one every 5 s they were most of an idle broker's CPU and kept
-	// 64 KB of stacks a node.
+	// 24 KB of vectors on the stack) until collections shrink it again:
+	// frequent pings would be most of an idle broker's CPU and stacks.
 	maxPingsOut = 2
 	// maxInFlight bounds the events published beyond what the stream is
 	// known to hold.
@@ -80,7 +79,7 @@ const (
 	// markAfter acknowledgements. Meanwhile the mark rides the journal's
 	// next append (NoteAcked), which a busy host soon makes: a push's
 	// records are acknowledged half a second after they are sent, and a
-	// commit for them alone, 1 s later as it was, was a fifth of the
+	// commit for them alone soon after would be a good share of the
 	// flushes of a push on the host.
 	markAfter = 1000
 	// refusalsPerMinute bounds the link.refused records journaled; the rest

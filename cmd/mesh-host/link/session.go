@@ -184,8 +184,8 @@ func (l *Link) heartbeats(ctx context.Context, nc *nats.Conn) {
 // lastState is what a heartbeat last read of the host's state. The state
 // is a function of the journal: while its head has not moved, it is the
 // same, and an idle heartbeat reads the head alone, not the projection of
-// every resource the host owns (at 19,000 files, decoding it and encoding
-// its Report took 8 MB a heartbeat, once a minute).
+// every resource the host owns (decoding it and encoding its Report is
+// megabytes a heartbeat for a large host).
 type lastState struct {
 	ok     bool
 	head   uint64
