@@ -303,7 +303,9 @@ const (
 	// LegacyAnyMeshEvents is what the events stream captured before the
 	// sequence moved into the subject: every record of a node on one
 	// subject, told apart by headers the node chose. The control plane
-	// reads it only to move such records to their own subjects.
+	// reads it only to move such records to their own subjects; it can
+	// go, with that move, once no stream holds records of nodes before
+	// ProtocolVersion 2.
 	LegacyAnyMeshEvents = subjectRoot + ".*." + upToken + ".*." + eventsToken
 )
 

@@ -254,7 +254,9 @@ func loadDesired(r Reader, sealed bool) (*Desired, error) {
 // Every append that completes a reconcile needs them: from desired-ref,
 // small, when it was written with the desired value stored now; else
 // (written by an older version, or by none) from the desired value, which
-// holds a line for every resource declared.
+// holds a line for every resource declared. That second path can go once
+// no host can roll back to a version before desired-ref (793a86c,
+// 2026-12-03) and every journal has stored a declaration since.
 func loadDesiredRef(r Reader, sealed bool) (*Desired, error) {
 	if sealed {
 		d, err := storedDesiredRef(r)

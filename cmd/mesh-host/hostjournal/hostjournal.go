@@ -101,7 +101,9 @@ func expandPlan(r event.Record, document func(journal.Sum) ([]byte, error)) (eve
 	if errors.Is(err, journal.ErrNoDocument) {
 		// Dropped by an older version's compaction, which did not know
 		// the record names it (planDocuments): the plan is history, not
-		// state, and the record is read without it.
+		// state, and the record is read without it. Such journals last
+		// as long as their records: this can go when no journal kept
+		// records compacted by a version before ec8a33b (2026-12-02).
 		return r, nil
 	}
 	if err != nil {
