@@ -26,6 +26,14 @@ var (
 	// ErrToolMissing is returned when the tool a driver needs (dpkg,
 	// systemctl) is not installed; the error names the tool.
 	ErrToolMissing = errors.New("tool not installed")
+	// ErrToolFailed is returned when a tool a driver runs (dpkg,
+	// systemctl, systemd-analyze) ran and failed: the error carries the
+	// command, how it ended and its own message (ToolOutput.Failed).
+	ErrToolFailed = errors.New("tool failed")
+	// ErrTimeout is returned when a driver's operation runs past the
+	// driver's timeout (WithTimeout); the tool it was running is killed
+	// with everything it started.
+	ErrTimeout = errors.New("tool timed out")
 	// ErrInvalidSpec is returned for a spec a driver cannot apply.
 	ErrInvalidSpec = errors.New("invalid spec")
 	// ErrWrongKind is returned when a driver is handed another kind's spec.

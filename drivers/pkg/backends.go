@@ -178,7 +178,7 @@ func installed(out drivers.ToolOutput, err error, notInstalled bool) (bool, erro
 	case notInstalled:
 		return false, nil
 	}
-	return false, out.Failed(ErrToolFailed)
+	return false, out.Failed(drivers.ErrToolFailed)
 }
 
 // succeeded judges a command: anything but exit code 0 is the tool failing.
@@ -187,7 +187,7 @@ func succeeded(out drivers.ToolOutput, err error) error {
 		return err
 	}
 	if out.Code != 0 {
-		return out.Failed(ErrToolFailed)
+		return out.Failed(drivers.ErrToolFailed)
 	}
 	return nil
 }

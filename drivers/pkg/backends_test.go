@@ -119,8 +119,8 @@ func TestNotInstalledAnswers(t *testing.T) {
 		}
 		fakeTools(t, map[string]string{tc.tool: tc.broken})
 		ok, err := tc.backend.Installed(t.Context(), "nginx")
-		if !errors.Is(err, pkg.ErrToolFailed) || ok {
-			t.Errorf("%s failing: Installed = %v, %v; want ErrToolFailed", tc.tool, ok, err)
+		if !errors.Is(err, drivers.ErrToolFailed) || ok {
+			t.Errorf("%s failing: Installed = %v, %v; want drivers.ErrToolFailed", tc.tool, ok, err)
 		} else if !strings.Contains(err.Error(), "database") || !strings.Contains(err.Error(), "exit code") {
 			t.Errorf("%s failing: error %q does not carry the tool's message and exit code", tc.tool, err)
 		}
@@ -232,8 +232,8 @@ func TestTimeoutKillsTool(t *testing.T) {
 	start := time.Now()
 	_, err := d.Observe(t.Context(), present("nginx"))
 	took := time.Since(start)
-	if !errors.Is(err, pkg.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Observe with a hung tool: got %v, want ErrTimeout and context.DeadlineExceeded", err)
+	if !errors.Is(err, drivers.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Observe with a hung tool: got %v, want drivers.ErrTimeout and context.DeadlineExceeded", err)
 	}
 	for _, want := range []string{"dpkg-query", "killed", "timed out after 300ms"} {
 		if !strings.Contains(err.Error(), want) {
@@ -265,7 +265,7 @@ func TestCancelKillsTool(t *testing.T) {
 	cancel()
 	select {
 	case err := <-done:
-		if !errors.Is(err, context.Canceled) || errors.Is(err, pkg.ErrTimeout) {
+		if !errors.Is(err, context.Canceled) || errors.Is(err, drivers.ErrTimeout) {
 			t.Errorf("Apply cancelled while the tool runs: got %v, want context.Canceled", err)
 		}
 	case <-time.After(5 * time.Second):

@@ -56,7 +56,7 @@ func (b *Dpkg) Installed(ctx context.Context, name string) (bool, error) {
 	case 1: // no package of that name is known
 		return false, nil
 	default:
-		return false, out.Failed(ErrToolFailed)
+		return false, out.Failed(drivers.ErrToolFailed)
 	}
 	// One line an architecture the package is known for.
 	for _, line := range strings.Split(out.Stdout, "\n") {
@@ -100,7 +100,7 @@ func (b *Dpkg) dpkg(ctx context.Context, args ...string) error {
 		return err
 	}
 	if out.Code != 0 {
-		return out.Failed(ErrToolFailed)
+		return out.Failed(drivers.ErrToolFailed)
 	}
 	return nil
 }
@@ -136,7 +136,7 @@ func (b *Dpkg) findDeb(ctx context.Context, name string) (string, error) {
 			return "", err
 		}
 		if out.Code != 0 {
-			return "", out.Failed(ErrToolFailed)
+			return "", out.Failed(drivers.ErrToolFailed)
 		}
 		pkg := strings.TrimSpace(out.Stdout)
 		names = append(names, pkg)
@@ -174,7 +174,7 @@ func (b *Dpkg) aptInstall(ctx context.Context, name string) error {
 		case uerr != nil:
 			return uerr
 		case upd.Code != 0:
-			return upd.Failed(ErrToolFailed)
+			return upd.Failed(drivers.ErrToolFailed)
 		}
 		out, err = drivers.RunTool(ctx, env, "apt-get", args...)
 	}
@@ -182,7 +182,7 @@ func (b *Dpkg) aptInstall(ctx context.Context, name string) error {
 		return err
 	}
 	if out.Code != 0 {
-		return out.Failed(ErrToolFailed)
+		return out.Failed(drivers.ErrToolFailed)
 	}
 	return nil
 }

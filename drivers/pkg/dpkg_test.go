@@ -205,8 +205,8 @@ func TestDpkgToolMessage(t *testing.T) {
 	d := pkg.New(root, pkg.Options{DebDir: debs})
 
 	_, err := d.Apply(t.Context(), present("mesh-test-needy"))
-	if !errors.Is(err, pkg.ErrToolFailed) {
-		t.Fatalf("Apply: got %v, want ErrToolFailed", err)
+	if !errors.Is(err, drivers.ErrToolFailed) {
+		t.Fatalf("Apply: got %v, want drivers.ErrToolFailed", err)
 	}
 	for _, want := range []string{"dpkg", "exit code 1", "depends on mesh-test-nonexistent"} {
 		if !strings.Contains(err.Error(), want) {
@@ -235,8 +235,8 @@ func TestDpkgLockHeld(t *testing.T) {
 	}
 
 	_, err = d.Apply(t.Context(), present("mesh-test-hello"))
-	if !errors.Is(err, pkg.ErrToolFailed) {
-		t.Fatalf("Apply with the lock held: got %v, want ErrToolFailed", err)
+	if !errors.Is(err, drivers.ErrToolFailed) {
+		t.Fatalf("Apply with the lock held: got %v, want drivers.ErrToolFailed", err)
 	}
 	for _, want := range []string{"exit code 2", "dpkg frontend lock", fmt.Sprint(os.Getpid())} {
 		if !strings.Contains(err.Error(), want) {
@@ -330,8 +330,8 @@ func TestAptUnknownPackage(t *testing.T) {
 	d := pkg.New(root, pkg.Options{})
 
 	_, err := d.Apply(t.Context(), present("mesh-test-nowhere"))
-	if !errors.Is(err, pkg.ErrToolFailed) {
-		t.Fatalf("Apply of an unknown package: got %v, want ErrToolFailed", err)
+	if !errors.Is(err, drivers.ErrToolFailed) {
+		t.Fatalf("Apply of an unknown package: got %v, want drivers.ErrToolFailed", err)
 	}
 	for _, want := range []string{"apt-get", "exit code 100", "Unable to locate package mesh-test-nowhere"} {
 		if !strings.Contains(err.Error(), want) {

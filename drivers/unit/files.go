@@ -265,7 +265,7 @@ func (d *Driver) state(ctx context.Context, args ...string) (string, error) {
 	}
 	state, _, _ := strings.Cut(strings.TrimSpace(out.Stdout), "\n")
 	if state == "" {
-		return "", out.Failed(ErrToolFailed)
+		return "", out.Failed(drivers.ErrToolFailed)
 	}
 	return state, nil
 }
@@ -277,7 +277,7 @@ func (d *Driver) systemctl(ctx context.Context, args ...string) error {
 		return err
 	}
 	if out.Code != 0 {
-		return out.Failed(ErrToolFailed)
+		return out.Failed(drivers.ErrToolFailed)
 	}
 	return nil
 }
@@ -289,7 +289,7 @@ func (d *Driver) enable(ctx context.Context, s *drivers.UnitSpec) error {
 		return fmt.Errorf("unit %s: %w", s.Name, err)
 	}
 	if out.Code != 0 {
-		return fmt.Errorf("unit %s: %w", s.Name, out.Failed(ErrToolFailed))
+		return fmt.Errorf("unit %s: %w", s.Name, out.Failed(drivers.ErrToolFailed))
 	}
 	state, err := d.state(ctx, "--root="+d.root.Dir(), "is-enabled", "--", s.Name)
 	if err != nil {
@@ -347,7 +347,7 @@ func (d *Driver) verify(ctx context.Context, s *drivers.UnitSpec) error {
 		out.Cmdline = strings.ReplaceAll(out.Cmdline, file, d.path(s))
 		out.Stdout = strings.ReplaceAll(out.Stdout, file, d.path(s))
 		out.Stderr = strings.ReplaceAll(out.Stderr, file, d.path(s))
-		return fmt.Errorf("unit %s: %w: systemd-analyze rejects it: %w", s.Name, drivers.ErrInvalidSpec, out.Failed(ErrToolFailed))
+		return fmt.Errorf("unit %s: %w: systemd-analyze rejects it: %w", s.Name, drivers.ErrInvalidSpec, out.Failed(drivers.ErrToolFailed))
 	}
 	return nil
 }

@@ -175,8 +175,8 @@ func TestTimeoutKillsSystemctl(t *testing.T) {
 
 	start := time.Now()
 	_, err := d.Apply(t.Context(), spec)
-	if !errors.Is(err, unit.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timed out after 300ms") {
-		t.Errorf("Apply with a hung systemctl: got %v, want ErrTimeout saying it timed out after 300ms", err)
+	if !errors.Is(err, drivers.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timed out after 300ms") {
+		t.Errorf("Apply with a hung systemctl: got %v, want drivers.ErrTimeout saying it timed out after 300ms", err)
 	}
 	if took := time.Since(start); took > 4*time.Second {
 		t.Errorf("Apply returned after %v, want soon after the 300ms timeout", took)

@@ -174,8 +174,8 @@ func TestRejectedUnit(t *testing.T) {
 	} {
 		bad := &drivers.UnitSpec{Name: "mesh-hello.service", Content: content, Enabled: true}
 		_, err := d.Apply(t.Context(), bad)
-		if !errors.Is(err, drivers.ErrInvalidSpec) || !errors.Is(err, unit.ErrToolFailed) {
-			t.Errorf("Apply(%q): got %v, want ErrInvalidSpec and ErrToolFailed", content, err)
+		if !errors.Is(err, drivers.ErrInvalidSpec) || !errors.Is(err, drivers.ErrToolFailed) {
+			t.Errorf("Apply(%q): got %v, want ErrInvalidSpec and drivers.ErrToolFailed", content, err)
 			continue
 		}
 		for _, want := range []string{"systemd-analyze verify", "exit code 1", "/etc/systemd/system/mesh-hello.service"} {
