@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Dpkg is the Debian backend. It asks dpkg-query about the root's own
@@ -25,7 +26,7 @@ import (
 // log inside the root (or none), and --force-not-root when not run as
 // root.
 type Dpkg struct {
-	root   *drivers.Root
+	root   *rootfs.Root
 	debDir string
 	// refreshed is set once apt-get update has run for a package apt
 	// could not locate: lists are fetched once per process, not per miss.
@@ -36,7 +37,7 @@ var _ Backend = (*Dpkg)(nil)
 
 // NewDpkg returns the Debian backend for root; debDir, if not empty, is
 // a directory of .deb files to install from instead of apt-get.
-func NewDpkg(root *drivers.Root, debDir string) *Dpkg {
+func NewDpkg(root *rootfs.Root, debDir string) *Dpkg {
 	return &Dpkg{root: root, debDir: debDir}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/driverstest"
 	"github.com/mesh-host/mesh-host/drivers/pkg"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // needTools skips the test when a Debian tool it runs is missing: these
@@ -68,7 +69,7 @@ func writeFile(t *testing.T, p, content string) {
 // dpkgRoot is a root prefix with a dpkg database of its own: dpkg --root
 // needs no more than the info and updates directories and an empty status
 // file (it makes its lock files, triggers and status-old itself).
-func dpkgRoot(t *testing.T) *drivers.Root {
+func dpkgRoot(t *testing.T) *rootfs.Root {
 	t.Helper()
 	dir := t.TempDir()
 	for _, d := range []string{"var/lib/dpkg/info", "var/lib/dpkg/updates"} {
@@ -77,7 +78,7 @@ func dpkgRoot(t *testing.T) *drivers.Root {
 		}
 	}
 	writeFile(t, filepath.Join(dir, "var/lib/dpkg/status"), "")
-	root, err := drivers.NewRoot(dir)
+	root, err := rootfs.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestDpkgLockHeld(t *testing.T) {
 // a flat repository (a directory with a Packages index) holding the given
 // .debs. The index is written here, as dpkg-scanpackages would, and the
 // lists are fetched with apt-get update.
-func aptRoot(t *testing.T, debs ...string) *drivers.Root {
+func aptRoot(t *testing.T, debs ...string) *rootfs.Root {
 	t.Helper()
 	root := aptRootWithoutLists(t, debs...)
 	conf := filepath.Join(t.TempDir(), "apt.conf")
@@ -267,7 +268,7 @@ func aptRoot(t *testing.T, debs ...string) *drivers.Root {
 
 // aptRootWithoutLists is aptRoot before its first apt-get update: a fresh
 // machine's state.
-func aptRootWithoutLists(t *testing.T, debs ...string) *drivers.Root {
+func aptRootWithoutLists(t *testing.T, debs ...string) *rootfs.Root {
 	t.Helper()
 	needTools(t, "apt-get")
 	root := dpkgRoot(t)

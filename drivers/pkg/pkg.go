@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Errors of the package driver.
@@ -81,7 +82,7 @@ type Driver struct {
 var _ drivers.Driver = (*Driver)(nil)
 
 // New returns the package driver for root.
-func New(root *drivers.Root, opts Options) *Driver {
+func New(root *rootfs.Root, opts Options) *Driver {
 	d := &Driver{timeout: opts.Timeout, turn: drivers.NewTurn()}
 	switch {
 	case opts.Backend != nil:

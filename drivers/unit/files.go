@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // This file is the unit's side that lives in files: the unit file, where
@@ -159,7 +160,7 @@ func (d *Driver) kindAt(name, p string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("unit %s: %w", name, err)
 	}
-	return drivers.FileType(uint32(st.Mode)), nil
+	return rootfs.FileType(uint32(st.Mode)), nil
 }
 
 // inspect reads the unit file v found: its content, or where the symlink
@@ -316,7 +317,7 @@ func (d *Driver) write(s *drivers.UnitSpec) error {
 			return fmt.Errorf("unit %s: %w", s.Name, err)
 		}
 	}
-	err := d.root.WriteFile(d.path(s), []byte(s.Content), drivers.WriteOptions{Mode: 0o644, UID: uid, GID: gid, Sync: true})
+	err := d.root.WriteFile(d.path(s), []byte(s.Content), rootfs.WriteOptions{Mode: 0o644, UID: uid, GID: gid, Sync: true})
 	if err != nil {
 		return fmt.Errorf("unit %s: %w", s.Name, err)
 	}

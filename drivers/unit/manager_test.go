@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/drivers/unit"
 )
 
@@ -35,7 +36,7 @@ esac
 // fake is a driver on a temporary root with the fake systemctl, no
 // manager, and a function returning the systemctl command lines it ran
 // since it was last called, with the root written R.
-func fake(t *testing.T) (*unit.Driver, *drivers.Root, func() []string) {
+func fake(t *testing.T) (*unit.Driver, *rootfs.Root, func() []string) {
 	t.Helper()
 	bin, state := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(bin, "systemctl"), []byte(fakeSystemctl), 0o755); err != nil {

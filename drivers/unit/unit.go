@@ -57,6 +57,7 @@ import (
 	sdbus "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Errors of the unit driver.
@@ -112,7 +113,7 @@ type Options struct {
 
 // Driver manages systemd units in a root. Close it once done with it.
 type Driver struct {
-	root           *drivers.Root
+	root           *rootfs.Root
 	timeout        time.Duration
 	managerRunning func() bool
 	redact         func(string) string
@@ -138,7 +139,7 @@ var (
 
 // New returns the unit driver for root. It connects to nothing until a
 // call needs the manager.
-func New(root *drivers.Root, opts Options) *Driver {
+func New(root *rootfs.Root, opts Options) *Driver {
 	d := &Driver{root: root, timeout: opts.Timeout, managerRunning: opts.ManagerRunning, redact: opts.Redact, turn: drivers.NewTurn()}
 	if d.timeout <= 0 {
 		d.timeout = DefaultTimeout
