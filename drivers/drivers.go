@@ -132,8 +132,8 @@ type Noter interface {
 // Stager is an optional Driver capability: Apply in two phases, so that the
 // reconciler can make a thousand files durable with one SyncFS of the root
 // (rootfs.Root.SyncFS) between staging them all and committing them all,
-// and one after, instead of two fsyncs a file. Nothing a Stage does is visible at the resource's path
-// until Commit.
+// and one after, instead of two fsyncs a file. Nothing a Stage does is
+// visible at the resource's path until Commit.
 type Stager interface {
 	// Stage prepares what Apply would do (writes a temporary file, say)
 	// without making it visible. It returns nil when the resource already
@@ -143,8 +143,8 @@ type Stager interface {
 
 // Flusher is an optional Pending capability: the change made durable by
 // itself, an fsync of what it wrote before Commit and of its directory
-// after, rather than by rootfs.Root.SyncFS. The reconciler uses it for a few
-// changes: two fsyncs are then cheaper than two flushes of a whole
+// after, rather than by rootfs.Root.SyncFS. The reconciler uses it for a
+// few changes: two fsyncs are then cheaper than two flushes of a whole
 // filesystem that holds other work, whose writes a SyncFS waits for too.
 type Flusher interface {
 	// FlushStaged makes what Stage wrote durable; before Commit.

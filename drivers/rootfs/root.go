@@ -39,9 +39,10 @@ import (
 // Root is the root prefix the drivers manage: "/" on a node, a sandbox in
 // tests and demos. Every path is resolved beneath it one component at a
 // time with O_NOFOLLOW, so a symlink planted at a path or in any parent is
-// refused (drivers.ErrUnsafePath), never followed, and nothing is read or written
-// outside it. Paths handed to Root are absolute and clean, as declarations
-// state them ("/etc/motd"), and mean that path under the root.
+// refused (drivers.ErrUnsafePath), never followed, and nothing is read or
+// written outside it. Paths handed to Root are absolute and clean, as
+// declarations state them ("/etc/motd"), and mean that path under the
+// root.
 type Root struct {
 	dir string
 	// fd is the root directory, held open so that resolving a path costs
@@ -192,9 +193,9 @@ func (r *Root) walk(p string) (int, error) {
 	return fd, nil
 }
 
-// pathErr turns ELOOP/ENOTDIR from an O_NOFOLLOW walk into drivers.ErrUnsafePath:
-// something on the way is a symlink (or not a directory) where the host
-// expects a directory.
+// pathErr turns ELOOP/ENOTDIR from an O_NOFOLLOW walk into
+// drivers.ErrUnsafePath: something on the way is a symlink (or not a
+// directory) where the host expects a directory.
 func (r *Root) pathErr(op, p string, err error) error {
 	switch {
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EMLINK), errors.Is(err, unix.EXDEV):
@@ -802,7 +803,8 @@ func (r *Root) Mkdir(p string, mode drivers.Mode, uid, gid int) (bool, error) {
 }
 
 // Chown sets the mode and owner of the regular file or directory p,
-// without following a symlink at p; anything else at p is drivers.ErrUnsafePath.
+// without following a symlink at p; anything else at p is
+// drivers.ErrUnsafePath.
 func (r *Root) Chown(p string, mode drivers.Mode, uid, gid int) error {
 	d, name, err := r.parent(p)
 	if err != nil {
