@@ -85,8 +85,12 @@ func TestDependencyDirection(t *testing.T) {
 			return []string{"declaration", "drivers", "labels", "journal/event"}, true
 		case path == "linkproto":
 			return []string{"journal/event", "projector"}, true
-		case strings.HasPrefix(path, "drivers/") && path != "drivers/driverstest":
+		case path == "drivers/rootfs":
+			// The confined filesystem wraps drivers' errors and takes
+			// its modes; drivers never imports it.
 			return []string{"drivers"}, true
+		case strings.HasPrefix(path, "drivers/") && path != "drivers/driverstest":
+			return []string{"drivers", "drivers/rootfs"}, true
 		}
 		return nil, false
 	}
@@ -180,6 +184,29 @@ func TestHostDoesNotLinkBroker(t *testing.T) {
 	for _, d := range strings.Fields(string(out)) {
 		if strings.HasPrefix(d, "github.com/nats-io/nats-server") {
 			t.Errorf("mesh-host links %s", d)
+		}
+	}
+}
+
+// TestSpecsLinkNoFilesystem: what only names a spec (a declaration, a
+// profile, the link's messages, the drivers' vocabulary) links neither the
+// confined filesystem nor the system calls it makes, so that the control
+// plane and the parsers do not carry them.
+func TestSpecsLinkNoFilesystem(t *testing.T) {
+	forbidden := []string{"golang.org/x/sys/unix", module + "/drivers/rootfs"}
+	for _, p := range []string{"declaration", "profile", "linkproto", "drivers"} {
+		out, err := exec.Command("go", "list", "-deps", "./"+p).Output()
+		if err != nil {
+			t.Fatalf("go list -deps ./%s: %v", p, err)
+		}
+		deps := strings.Fields(string(out))
+		if len(deps) == 0 {
+			t.Fatalf("go list -deps ./%s listed nothing", p)
+		}
+		for _, f := range forbidden {
+			if slices.Contains(deps, f) {
+				t.Errorf("%s depends on %s: a spec is named without the filesystem", p, rel(f))
+			}
 		}
 	}
 }

@@ -1,11 +1,16 @@
 // Package drivers is what every resource kind shares: the Driver interface
-// the reconciler calls, the spec of each kind as a declaration states it,
-// resource identities, the shared errors, and Root, the root prefix every
-// driver works under without following a symlink it did not expect.
+// the reconciler calls and its optional capabilities, the spec of each
+// kind as a declaration states it, modes and path checks, resource
+// identities, the shared errors, and the running of the tools drivers
+// drive.
 //
 // Each kind's behaviour lives in its own package under drivers/ (file,
-// directory, archive, pkg, unit), which imports only this one. This package
-// knows nothing of the journal or of how declarations are parsed.
+// directory, archive, pkg, unit, exec, account), which imports only this
+// one and drivers/rootfs, the confined filesystem the drivers work under.
+// This package does not import rootfs: what only names a spec
+// (declarations, profiles, the control plane) links no filesystem system
+// calls. It knows nothing of the journal or of how declarations are
+// parsed.
 package drivers
 
 import (
@@ -26,6 +31,14 @@ var (
 	// ErrToolMissing is returned when the tool a driver needs (dpkg,
 	// systemctl) is not installed; the error names the tool.
 	ErrToolMissing = errors.New("tool not installed")
+	// ErrToolFailed is returned when a tool a driver runs (dpkg,
+	// systemctl, systemd-analyze) ran and failed: the error carries the
+	// command, how it ended and its own message (ToolOutput.Failed).
+	ErrToolFailed = errors.New("tool failed")
+	// ErrTimeout is returned when a driver's operation runs past the
+	// driver's timeout (WithTimeout); the tool it was running is killed
+	// with everything it started.
+	ErrTimeout = errors.New("tool timed out")
 	// ErrInvalidSpec is returned for a spec a driver cannot apply.
 	ErrInvalidSpec = errors.New("invalid spec")
 	// ErrWrongKind is returned when a driver is handed another kind's spec.
@@ -117,10 +130,10 @@ type Noter interface {
 }
 
 // Stager is an optional Driver capability: Apply in two phases, so that the
-// reconciler can make a thousand files durable with one Root.SyncFS between
-// staging them all and committing them all, and one after, instead of two
-// fsyncs a file. Nothing a Stage does is visible at the resource's path
-// until Commit.
+// reconciler can make a thousand files durable with one SyncFS of the root
+// (rootfs.Root.SyncFS) between staging them all and committing them all,
+// and one after, instead of two fsyncs a file. Nothing a Stage does is
+// visible at the resource's path until Commit.
 type Stager interface {
 	// Stage prepares what Apply would do (writes a temporary file, say)
 	// without making it visible. It returns nil when the resource already
@@ -130,8 +143,8 @@ type Stager interface {
 
 // Flusher is an optional Pending capability: the change made durable by
 // itself, an fsync of what it wrote before Commit and of its directory
-// after, rather than by Root.SyncFS. The reconciler uses it for a few
-// changes: two fsyncs are then cheaper than two flushes of a whole
+// after, rather than by rootfs.Root.SyncFS. The reconciler uses it for a
+// few changes: two fsyncs are then cheaper than two flushes of a whole
 // filesystem that holds other work, whose writes a SyncFS waits for too.
 type Flusher interface {
 	// FlushStaged makes what Stage wrote durable; before Commit.

@@ -21,6 +21,7 @@ import (
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/directory"
 	"github.com/mesh-host/mesh-host/drivers/file"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/projector"
@@ -182,7 +183,7 @@ func simService(bed *testbeds.Bed, node string) service.Config {
 			if err != nil {
 				return nil, err
 			}
-			r, err := drivers.NewRoot(root)
+			r, err := rootfs.Open(root)
 			if err != nil {
 				return nil, err
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/archive"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/upgrade"
 )
 
@@ -188,7 +189,7 @@ func TestArchiveDeliveries(t *testing.T) {
 	if err := os.MkdirAll(versions, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	root, err := drivers.NewRoot(rootDir)
+	root, err := rootfs.Open(rootDir)
 	if err != nil {
 		t.Fatal(err)
 	}

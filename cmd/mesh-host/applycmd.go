@@ -15,7 +15,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/declaration"
-	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/projector"
@@ -270,7 +270,7 @@ func printOutcomes(w io.Writer, res *agent.Result, planned, changesOnly bool) {
 // state s remembers of users and groups. Its drivers are closed with
 // closeDrivers once it has reconciled.
 func (e *env) reconciler(j *journal.Journal, s projector.State) (*agent.Reconciler, error) {
-	root, err := drivers.NewRoot(e.cli.Root)
+	root, err := rootfs.Open(e.cli.Root)
 	if err != nil {
 		return nil, err
 	}

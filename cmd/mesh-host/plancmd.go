@@ -12,6 +12,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/projector"
@@ -116,7 +117,7 @@ func (e *env) planStored(j *journal.Journal, decl *declaration.Declaration) (*ag
 // declared one. A secret's content is never printed, nor what the file
 // holds now (it may be an older value of the secret): only that it
 // changes.
-func printDiff(e *env, root *drivers.Root, f *drivers.FileSpec) {
+func printDiff(e *env, root *rootfs.Root, f *drivers.FileSpec) {
 	if f.Secret != nil {
 		fmt.Fprintf(e.stdout, "\n%s: content is secret %q (sealed); not shown\n", f.Path, f.Secret.Name)
 		return

@@ -15,6 +15,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/drivers/unit"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -96,7 +97,7 @@ func (c *serveCmd) Run(e *env) error {
 // `active: true` is then repaired at once. Units the mesh does not
 // declare come and go unremarked.
 func (e *env) watchUnits(ctx context.Context, j *journal.Journal, drifted func()) error {
-	root, err := drivers.NewRoot(e.cli.Root)
+	root, err := rootfs.Open(e.cli.Root)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/mesh-host/mesh-host/drivers/exec"
 	"github.com/mesh-host/mesh-host/drivers/file"
 	"github.com/mesh-host/mesh-host/drivers/pkg"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/drivers/unit"
 	"github.com/mesh-host/mesh-host/projector"
 )
@@ -27,7 +28,7 @@ type driverOptions struct {
 // newDrivers chooses the driver of each kind for root: the package backend
 // by what the machine has, the unit and exec drivers by whether a manager
 // runs. The owner closes them (closeDrivers).
-func newDrivers(root *drivers.Root, o driverOptions) map[drivers.Kind]drivers.Driver {
+func newDrivers(root *rootfs.Root, o driverOptions) map[drivers.Kind]drivers.Driver {
 	accounts := account.Options{
 		// Every id a name held under the host stays that name's.
 		Reserved: o.reserved(),

@@ -9,7 +9,7 @@
 // differently from one shadow-utils version or distribution to the next.
 // The driver does to the four files what shadow-utils does, and no more:
 //
-//   - Beneath the root, through drivers.Root: a symlink at any of the
+//   - Beneath the root, through rootfs.Root: a symlink at any of the
 //     files, or at /etc, is refused (drivers.ErrUnsafePath), never followed.
 //   - Under the shadow-utils lock: /etc/.pwd.lock beneath the root, locked
 //     for writing with fcntl(2) as lckpwdf(3) locks it, and held from the
@@ -19,7 +19,7 @@
 //     past it Apply fails with ErrLocked, naming the lock. See lockFile
 //     for why one lock is enough within the host too.
 //   - Atomically: each file is written whole beside itself and renamed over
-//     it (drivers.Root.WriteFile), durable before Apply returns, with the
+//     it (rootfs.Root.WriteFile), durable before Apply returns, with the
 //     mode and owner the file had. A file that is missing is made, owned
 //     by the host (root, on a node): passwd and group 0644, shadow and
 //     gshadow 0640 and of group shadow when the root has that group (as
@@ -137,6 +137,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Errors of the account drivers.
@@ -213,14 +214,14 @@ type Options struct {
 // database is what both drivers work on: the root's four files and the
 // lock over them.
 type database struct {
-	root *drivers.Root
+	root *rootfs.Root
 	opts Options
 	// turn queues this driver's own edits, so that they wait on a
 	// channel rather than poll the lock file against each other.
 	turn *drivers.Turn
 }
 
-func newDatabase(root *drivers.Root, opts Options) *database {
+func newDatabase(root *rootfs.Root, opts Options) *database {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

@@ -3,10 +3,10 @@ package account
 import (
 	"context"
 
-	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // HoldLock takes the lock the drivers take, for the tests.
-func HoldLock(ctx context.Context, root *drivers.Root) (unlock func(), err error) {
+func HoldLock(ctx context.Context, root *rootfs.Root) (unlock func(), err error) {
 	return lockFile(ctx, root, DefaultLockTimeout)
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // The files, as paths beneath the root.
@@ -45,7 +46,7 @@ type table struct {
 
 // readTable reads the file p beneath the root; a missing file is an
 // empty table. A symlink at p (or at /etc) is drivers.ErrUnsafePath.
-func readTable(root *drivers.Root, p string) (*table, error) {
+func readTable(root *rootfs.Root, p string) (*table, error) {
 	t := &table{path: p}
 	f, err := root.OpenFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -208,7 +209,7 @@ type db struct {
 	passwd, shadow, group, gshadow *table
 }
 
-func readDB(root *drivers.Root) (*db, error) {
+func readDB(root *rootfs.Root) (*db, error) {
 	var d db
 	for _, f := range []struct {
 		t **table
@@ -236,12 +237,12 @@ func (d *db) removedOrder() []*table { return []*table{d.passwd, d.shadow, d.gro
 // write writes each changed table of order, in order, whole and renamed
 // into place, durable before the next. A file that was missing is made
 // with the mode and owner shadow-utils gives it.
-func (d *db) write(root *drivers.Root, order []*table) error {
+func (d *db) write(root *rootfs.Root, order []*table) error {
 	for _, t := range order {
 		if !t.changed() {
 			continue
 		}
-		opts := drivers.WriteOptions{Mode: t.mode, UID: t.uid, GID: t.gid, Sync: true}
+		opts := rootfs.WriteOptions{Mode: t.mode, UID: t.uid, GID: t.gid, Sync: true}
 		if !t.exists {
 			opts = d.newFileOptions(t)
 		}
@@ -260,8 +261,8 @@ func (d *db) write(root *drivers.Root, order []*table) error {
 // readable by all; shadow and gshadow by their group shadow where the
 // root has one (Debian), else by their owner alone. The owner is the
 // host's own, root on a node.
-func (d *db) newFileOptions(t *table) drivers.WriteOptions {
-	opts := drivers.WriteOptions{Mode: 0o644, UID: -1, GID: -1, Sync: true}
+func (d *db) newFileOptions(t *table) rootfs.WriteOptions {
+	opts := rootfs.WriteOptions{Mode: 0o644, UID: -1, GID: -1, Sync: true}
 	if t == d.shadow || t == d.gshadow {
 		opts.Mode = 0o600
 		if i, f, err := d.group.record("shadow", groupFields); err == nil && i >= 0 {

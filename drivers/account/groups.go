@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Groups is the driver of kind group. A group's members are not its
@@ -22,7 +23,7 @@ var (
 )
 
 // NewGroups returns the group driver for root.
-func NewGroups(root *drivers.Root, opts Options) *Groups {
+func NewGroups(root *rootfs.Root, opts Options) *Groups {
 	return &Groups{database: newDatabase(root, opts)}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/account"
 	"github.com/mesh-host/mesh-host/drivers/driverstest"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // The lock helper is this test binary run again: an fcntl lock is the
@@ -72,7 +73,7 @@ func lockHelper(mode, path string) int {
 
 // holdLock starts a helper that holds the root's /etc/.pwd.lock; release
 // ends it (and is called at cleanup in any case).
-func holdLock(t *testing.T, root *drivers.Root) (release func()) {
+func holdLock(t *testing.T, root *rootfs.Root) (release func()) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=hold", helperPathEnv+"="+root.Host("/etc/.pwd.lock"))
@@ -104,7 +105,7 @@ func holdLock(t *testing.T, root *drivers.Root) (release func()) {
 
 // tryLock asks a helper process whether the root's lock is free to
 // another process, as lckpwdf would find it.
-func tryLock(t *testing.T, root *drivers.Root) string {
+func tryLock(t *testing.T, root *rootfs.Root) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=try", helperPathEnv+"="+root.Host("/etc/.pwd.lock"))
@@ -122,7 +123,7 @@ const shadowGID = 42
 // newRoot is a fresh root whose etc holds testdata/set's four files,
 // passwd and group 0644, shadow and gshadow 0640 (and of group shadow
 // when the test runs as root), as on Debian.
-func newRoot(t *testing.T, set string) *drivers.Root {
+func newRoot(t *testing.T, set string) *rootfs.Root {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "etc"), 0o755); err != nil {
@@ -143,7 +144,7 @@ func newRoot(t *testing.T, set string) *drivers.Root {
 			}
 		}
 	}
-	r, err := drivers.NewRoot(dir)
+	r, err := rootfs.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func newRoot(t *testing.T, set string) *drivers.Root {
 }
 
 // read returns the root's file p.
-func read(t *testing.T, r *drivers.Root, p string) string {
+func read(t *testing.T, r *rootfs.Root, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(r.Host(p))
 	if err != nil {
@@ -162,7 +163,7 @@ func read(t *testing.T, r *drivers.Root, p string) string {
 }
 
 // files is the root's four files, for comparing before and after.
-func files(t *testing.T, r *drivers.Root) map[string]string {
+func files(t *testing.T, r *rootfs.Root) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, p := range []string{"/etc/passwd", "/etc/shadow", "/etc/group", "/etc/gshadow"} {
@@ -172,7 +173,7 @@ func files(t *testing.T, r *drivers.Root) map[string]string {
 }
 
 // line returns the line of name in the root's file p, "" when none.
-func line(t *testing.T, r *drivers.Root, p, name string) string {
+func line(t *testing.T, r *rootfs.Root, p, name string) string {
 	t.Helper()
 	for l := range strings.Lines(read(t, r, p)) {
 		if strings.HasPrefix(l, name+":") {
@@ -183,7 +184,7 @@ func line(t *testing.T, r *drivers.Root, p, name string) string {
 }
 
 // field returns field n of name's line in p.
-func field(t *testing.T, r *drivers.Root, p, name string, n int) string {
+func field(t *testing.T, r *rootfs.Root, p, name string, n int) string {
 	t.Helper()
 	l := line(t, r, p, name)
 	f := strings.Split(l, ":")
@@ -298,7 +299,7 @@ const (
 )
 
 // treeOf lists the root as driverstest.Tree does.
-func treeOf(t *testing.T, r *drivers.Root) string {
+func treeOf(t *testing.T, r *rootfs.Root) string {
 	t.Helper()
 	return driverstest.Tree(t, r.Dir())
 }

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // lockFile locks /etc/.pwd.lock beneath the root for writing, as
@@ -27,7 +28,7 @@ import (
 // lckpwdf bounds its wait with alarm(2), a signal to the whole process;
 // here the lock is tried and tried again instead, until it is free,
 // timeout passes (ErrLocked) or ctx ends.
-func lockFile(ctx context.Context, root *drivers.Root, timeout time.Duration) (unlock func(), err error) {
+func lockFile(ctx context.Context, root *rootfs.Root, timeout time.Duration) (unlock func(), err error) {
 	dir, err := root.OpenDir("/etc")
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", lockPath, err)
@@ -49,7 +50,7 @@ func lockFile(ctx context.Context, root *drivers.Root, timeout time.Duration) (u
 		if err != nil {
 			return nil, fmt.Errorf("lock %s: %w", root.Host(lockPath), err)
 		}
-		return nil, fmt.Errorf("lock %s: %w: a %s is there, not a file", lockPath, drivers.ErrUnsafePath, drivers.FileType(st.Mode))
+		return nil, fmt.Errorf("lock %s: %w: a %s is there, not a file", lockPath, drivers.ErrUnsafePath, rootfs.FileType(st.Mode))
 	}
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 0}
 	deadline := time.Now().Add(timeout)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // A host killed between two renames leaves a machine a login can stand
@@ -30,7 +31,7 @@ func TestWriteOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	root, err := drivers.NewRoot(dir)
+	root, err := rootfs.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

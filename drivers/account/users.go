@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // A new user's defaults for what its spec leaves empty: useradd's for a
@@ -32,7 +33,7 @@ var (
 )
 
 // NewUsers returns the user driver for root.
-func NewUsers(root *drivers.Root, opts Options) *Users {
+func NewUsers(root *rootfs.Root, opts Options) *Users {
 	return &Users{database: newDatabase(root, opts)}
 }
 

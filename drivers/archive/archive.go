@@ -85,6 +85,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Errors of the archive driver.
@@ -143,7 +144,7 @@ type Options struct {
 
 // Driver manages archive resources under a root prefix.
 type Driver struct {
-	root  *drivers.Root
+	root  *rootfs.Root
 	opts  Options
 	locks pathLocks
 	// arrival serialises the read-greatest-counter-then-write of arrival
@@ -154,7 +155,7 @@ type Driver struct {
 var _ drivers.Driver = (*Driver)(nil)
 
 // New returns the archive driver for root.
-func New(root *drivers.Root, opts Options) *Driver {
+func New(root *rootfs.Root, opts Options) *Driver {
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMaxBytes
 	}

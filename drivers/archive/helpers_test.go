@@ -20,6 +20,7 @@ import (
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/archive"
 	"github.com/mesh-host/mesh-host/drivers/driverstest"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // ent is one archive entry to craft: a regular file unless typ says
@@ -128,7 +129,7 @@ func sum(b []byte) string {
 type env struct {
 	t       *testing.T
 	rootDir string
-	root    *drivers.Root
+	root    *rootfs.Root
 	src     string
 	d       *archive.Driver
 }
@@ -149,7 +150,7 @@ func newEnvAt(t *testing.T, rootDir string, opts archive.Options) *env {
 	if err := os.MkdirAll(e.src, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	root, err := drivers.NewRoot(e.rootDir)
+	root, err := rootfs.Open(e.rootDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Errors of the directory driver.
@@ -40,13 +41,13 @@ const DefaultMode drivers.Mode = 0o755
 
 // Driver manages directories beneath a root.
 type Driver struct {
-	root *drivers.Root
+	root *rootfs.Root
 }
 
 var _ drivers.Driver = (*Driver)(nil)
 
 // New returns the directory driver for root.
-func New(root *drivers.Root) *Driver { return &Driver{root: root} }
+func New(root *rootfs.Root) *Driver { return &Driver{root: root} }
 
 // Observe reports how the directory at spec's path stands against spec;
 // anything else there, a symlink included, is a "type" difference.
@@ -218,7 +219,7 @@ func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.Director
 // wanted is a spec resolved against the root: owner names made ids.
 type wanted struct {
 	path string
-	drivers.Attrs
+	rootfs.Attrs
 }
 
 func (d *Driver) want(s *drivers.DirectorySpec) (wanted, error) {
@@ -252,7 +253,7 @@ func (d *Driver) find(s *drivers.DirectorySpec) (*found, error) {
 		return nil, fmt.Errorf("directory %s: %w", s.Path, err)
 	}
 	return &found{
-		kind: drivers.FileType(uint32(st.Mode)),
+		kind: rootfs.FileType(uint32(st.Mode)),
 		mode: drivers.Mode(st.Mode & 0o7777),
 		uid:  int(st.Uid),
 		gid:  int(st.Gid),

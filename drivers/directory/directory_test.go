@@ -13,10 +13,11 @@ import (
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/directory"
 	"github.com/mesh-host/mesh-host/drivers/driverstest"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // newRoot is driverstest.NewRoot with the directories these tests use.
-func newRoot(t *testing.T) *drivers.Root { return driverstest.NewRoot(t, "srv") }
+func newRoot(t *testing.T) *rootfs.Root { return driverstest.NewRoot(t, "srv") }
 
 func mode(m drivers.Mode) *drivers.Mode { return &m }
 

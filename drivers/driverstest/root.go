@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // The accounts NewRoot's etc/passwd and etc/group hold: root, user app
@@ -17,7 +17,7 @@ const (
 
 // NewRoot is a Root over a fresh directory holding etc/passwd and
 // etc/group (see Passwd and Group) and the directories dirs.
-func NewRoot(t *testing.T, dirs ...string) *drivers.Root {
+func NewRoot(t *testing.T, dirs ...string) *rootfs.Root {
 	t.Helper()
 	dir := t.TempDir()
 	for _, d := range append([]string{"etc"}, dirs...) {
@@ -30,7 +30,7 @@ func NewRoot(t *testing.T, dirs ...string) *drivers.Root {
 			t.Fatal(err)
 		}
 	}
-	r, err := drivers.NewRoot(dir)
+	r, err := rootfs.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

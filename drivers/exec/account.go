@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // account is who a command runs as: a user of the root's own etc/passwd,
@@ -32,7 +33,7 @@ type account struct {
 // needs no passwd: it is uid 0 everywhere. Root.LookupUser gives the id
 // alone; a command needs the home and the groups too, so the entries are
 // read here (Root.EachAccountEntry).
-func lookupAccount(root *drivers.Root, user, group string) (account, error) {
+func lookupAccount(root *rootfs.Root, user, group string) (account, error) {
 	if user == "" {
 		user = "root"
 	}
@@ -54,7 +55,7 @@ func lookupAccount(root *drivers.Root, user, group string) (account, error) {
 	return a, nil
 }
 
-func findUser(root *drivers.Root, name string) (account, error) {
+func findUser(root *rootfs.Root, name string) (account, error) {
 	var f []string
 	err := root.EachAccountEntry("/etc/passwd", func(fields []string) bool {
 		if len(fields) >= 7 && fields[0] == name {
@@ -88,7 +89,7 @@ func findUser(root *drivers.Root, name string) (account, error) {
 
 // memberOf is gid and every group of the root's etc/group that lists
 // user among its members.
-func memberOf(root *drivers.Root, user string, gid uint32) ([]uint32, error) {
+func memberOf(root *rootfs.Root, user string, gid uint32) ([]uint32, error) {
 	groups := []uint32{gid}
 	err := root.EachAccountEntry("/etc/group", func(f []string) bool {
 		if len(f) < 4 || !slices.Contains(strings.Split(f[3], ","), user) {

@@ -80,6 +80,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Errors of the exec driver.
@@ -111,7 +112,7 @@ type Options struct {
 
 // Driver runs execs under a root.
 type Driver struct {
-	root           *drivers.Root
+	root           *rootfs.Root
 	redact         func(string) string
 	managerRunning func() bool
 
@@ -136,7 +137,7 @@ var (
 )
 
 // New returns the exec driver for root.
-func New(root *drivers.Root, opts Options) *Driver {
+func New(root *rootfs.Root, opts Options) *Driver {
 	d := &Driver{
 		root:           root,
 		redact:         redactor(opts.Redact),

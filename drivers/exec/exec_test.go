@@ -18,6 +18,7 @@ import (
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/driverstest"
 	"github.com/mesh-host/mesh-host/drivers/exec"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // sh is the argv that runs script with /bin/sh, args as $1...
@@ -27,7 +28,7 @@ func sh(script string, args ...string) []string {
 
 // newDriver is a driver over a fresh root holding etc/passwd, etc/group,
 // /out and /srv, with no service manager.
-func newDriver(t *testing.T, opts exec.Options) (*exec.Driver, *drivers.Root) {
+func newDriver(t *testing.T, opts exec.Options) (*exec.Driver, *rootfs.Root) {
 	t.Helper()
 	root := driverstest.NewRoot(t, "out", "srv")
 	if opts.ManagerRunning == nil {
@@ -59,7 +60,7 @@ func apply(t *testing.T, d *exec.Driver, s *drivers.ExecSpec, want drivers.Actio
 
 // runs is how many lines the file p beneath root holds: the commands of
 // these tests append one line to a log each time they run.
-func runs(t *testing.T, root *drivers.Root, p string) int {
+func runs(t *testing.T, root *rootfs.Root, p string) int {
 	t.Helper()
 	b, err := os.ReadFile(root.Host(p))
 	if errors.Is(err, os.ErrNotExist) {
@@ -85,7 +86,7 @@ func output(note string) string {
 // TestRemoveUndoesNothing tests the driver's own Remove.
 type undone struct {
 	*exec.Driver
-	root *drivers.Root
+	root *rootfs.Root
 }
 
 func (u undone) Remove(ctx context.Context, spec drivers.Spec) error {

@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // DefaultTimeout bounds a run when the spec states no timeout; MaxTimeout
@@ -196,7 +197,7 @@ func (d *Driver) prepare(s *drivers.ExecSpec) (*job, error) {
 // locale, the same on every node, yet UTF-8 where a tool prints a name),
 // MESH_ROOT, the root prefix, and then the spec's env, which may replace
 // any of them but MESH_ROOT.
-func environment(root *drivers.Root, as account, extra []string) []string {
+func environment(root *rootfs.Root, as account, extra []string) []string {
 	env := []string{
 		"PATH=" + DefaultPath,
 		"HOME=" + root.Host(as.home),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/exec"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // The TestLive tests run execs on the root "/" of a machine where systemd
@@ -34,7 +35,7 @@ func needLive(t *testing.T) *exec.Driver {
 	if os.Geteuid() != 0 {
 		t.Skipf("a live test runs as root, on the root /; this runs as uid %d", os.Geteuid())
 	}
-	root, err := drivers.NewRoot("/")
+	root, err := rootfs.Open("/")
 	if err != nil {
 		t.Fatal(err)
 	}

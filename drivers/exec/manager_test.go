@@ -11,6 +11,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/exec"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // fakeSystemdRun stands in for systemd-run --scope where no manager runs:
@@ -38,7 +39,7 @@ echo "systemctl $*" >> 'LOG'
 // runs, the directory of the fakes' state, and a function returning the
 // command lines the fakes ran since it was last called, the root written
 // R and each unit's random part RANDOM.
-func managed(t *testing.T, version string) (*exec.Driver, *drivers.Root, string, func() []string) {
+func managed(t *testing.T, version string) (*exec.Driver, *rootfs.Root, string, func() []string) {
 	t.Helper()
 	bin, dir := t.TempDir(), t.TempDir()
 	log := filepath.Join(dir, "log")

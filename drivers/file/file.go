@@ -22,6 +22,7 @@ import (
 	"sync"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Errors of the file driver.
@@ -40,7 +41,7 @@ const DefaultMode drivers.Mode = 0o644
 
 // Driver manages regular files beneath a root.
 type Driver struct {
-	root *drivers.Root
+	root *rootfs.Root
 	// sweeps holds, per directory, the one sweep of the temporary files a
 	// killed process left there: every stage into the directory waits for
 	// it, so it never removes a file staged by this process.
@@ -53,7 +54,7 @@ var (
 )
 
 // New returns the file driver for root.
-func New(root *drivers.Root) *Driver { return &Driver{root: root} }
+func New(root *rootfs.Root) *Driver { return &Driver{root: root} }
 
 // Observe reports how the file at spec's path stands against spec. A
 // symlink, directory or anything else that is not a regular file is
@@ -148,7 +149,7 @@ type wanted struct {
 	// digestKey is set for a secret's content: the file's content is then
 	// told by a keyed digest, never a plain one.
 	digestKey []byte
-	drivers.Attrs
+	rootfs.Attrs
 }
 
 func (d *Driver) want(s *drivers.FileSpec) (wanted, error) {
@@ -210,7 +211,7 @@ func (d *Driver) find(s *drivers.FileSpec) (*found, error) {
 		return nil, fmt.Errorf("file %s: %w", s.Path, err)
 	}
 	if f == nil {
-		return &found{kind: drivers.FileType(uint32(st.Mode))}, nil
+		return &found{kind: rootfs.FileType(uint32(st.Mode))}, nil
 	}
 	defer f.Close()
 	h, prefix := sha256.New(), "sha256:"
@@ -306,7 +307,7 @@ func (d *Driver) plan(ctx context.Context, spec drivers.Spec, durable bool) (*pe
 	if err := d.sweep(path.Dir(s.Path)); err != nil {
 		return nil, fmt.Errorf("file %s: %w", s.Path, err)
 	}
-	staged, err := d.root.StageFile(s.Path, w.content, drivers.WriteOptions{Mode: w.Mode, UID: w.UID, GID: w.GID, Sync: durable})
+	staged, err := d.root.StageFile(s.Path, w.content, rootfs.WriteOptions{Mode: w.Mode, UID: w.UID, GID: w.GID, Sync: durable})
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %w", drivers.NoParent(drivers.KindFile, s.Path), err)
 	}
@@ -322,7 +323,7 @@ type pending struct {
 	d      *Driver
 	w      wanted
 	action drivers.Action
-	staged *drivers.Staged
+	staged *rootfs.Staged
 	// durable makes a chown durable; a staged write knows for itself.
 	durable bool
 
@@ -395,7 +396,7 @@ func (p *pending) Abort() {
 }
 
 // syncFile makes a change to p's inode (its mode, its owner) durable.
-func syncFile(root *drivers.Root, p string) error {
+func syncFile(root *rootfs.Root, p string) error {
 	f, err := root.OpenFile(p)
 	if err != nil {
 		return fmt.Errorf("file %s: sync: %w", p, err)

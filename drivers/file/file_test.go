@@ -18,10 +18,11 @@ import (
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/driverstest"
 	"github.com/mesh-host/mesh-host/drivers/file"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // newRoot is driverstest.NewRoot with the directories these tests use.
-func newRoot(t *testing.T) *drivers.Root { return driverstest.NewRoot(t, "srv/app") }
+func newRoot(t *testing.T) *rootfs.Root { return driverstest.NewRoot(t, "srv/app") }
 
 func mode(m drivers.Mode) *drivers.Mode { return &m }
 
@@ -346,7 +347,7 @@ func TestObserveDiffers(t *testing.T) {
 	}
 	r := newRoot(t)
 	d := file.New(r)
-	if err := r.WriteFile("/srv/app/app.conf", []byte(content), drivers.WriteOptions{Mode: 0o640, UID: 1234, GID: 50}); err != nil {
+	if err := r.WriteFile("/srv/app/app.conf", []byte(content), rootfs.WriteOptions{Mode: 0o640, UID: 1234, GID: 50}); err != nil {
 		t.Fatal(err)
 	}
 	wantSeen := fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(content)))
@@ -458,10 +459,10 @@ func TestInvalidSpec(t *testing.T) {
 func TestStageBatch(t *testing.T) {
 	r := newRoot(t)
 	d := file.New(r)
-	if err := r.WriteFile("/etc/hosts", []byte("old\n"), drivers.WriteOptions{Mode: 0o644}); err != nil {
+	if err := r.WriteFile("/etc/hosts", []byte("old\n"), rootfs.WriteOptions{Mode: 0o644}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.WriteFile("/etc/same", []byte("same\n"), drivers.WriteOptions{Mode: 0o644}); err != nil {
+	if err := r.WriteFile("/etc/same", []byte("same\n"), rootfs.WriteOptions{Mode: 0o644}); err != nil {
 		t.Fatal(err)
 	}
 	specs := []*drivers.FileSpec{

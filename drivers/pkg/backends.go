@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Detect picks the backend for root by what the machine has: the first of
@@ -15,7 +16,7 @@ import (
 // root holds, else the first whose tool is on PATH (a root not yet
 // populated). When none is on PATH, every call of the backend it returns
 // fails with drivers.ErrToolMissing naming the tools looked for.
-func Detect(root *drivers.Root) Backend {
+func Detect(root *rootfs.Root) Backend {
 	candidates := []struct {
 		tool    string
 		dbs     []string
@@ -64,12 +65,12 @@ func (m missing) Remove(context.Context, string) error            { return m.err
 // --dbpath in the root, so that the database is the root's even where the
 // machine's pacman.conf names another; repositories come from the
 // machine's pacman.conf, as pacstrap uses them.
-type Pacman struct{ root *drivers.Root }
+type Pacman struct{ root *rootfs.Root }
 
 var _ Backend = (*Pacman)(nil)
 
 // NewPacman returns the pacman backend for root.
-func NewPacman(root *drivers.Root) *Pacman { return &Pacman{root: root} }
+func NewPacman(root *rootfs.Root) *Pacman { return &Pacman{root: root} }
 
 func (b *Pacman) args(args ...string) []string {
 	if dir := b.root.Dir(); dir != "/" {
@@ -98,12 +99,12 @@ func (b *Pacman) Remove(ctx context.Context, name string) error {
 // Apk is the Alpine backend: apk info -e, apk add and apk del, with --root
 // in a root other than "/" (apk then reads the root's repositories and
 // keys).
-type Apk struct{ root *drivers.Root }
+type Apk struct{ root *rootfs.Root }
 
 var _ Backend = (*Apk)(nil)
 
 // NewApk returns the apk backend for root.
-func NewApk(root *drivers.Root) *Apk { return &Apk{root: root} }
+func NewApk(root *rootfs.Root) *Apk { return &Apk{root: root} }
 
 func (b *Apk) args(args ...string) []string {
 	if dir := b.root.Dir(); dir != "/" {
@@ -131,12 +132,12 @@ func (b *Apk) Remove(ctx context.Context, name string) error {
 
 // RPM is the backend for rpm-based systems: rpm -q asks, dnf installs and
 // removes, with --root and --installroot in a root other than "/".
-type RPM struct{ root *drivers.Root }
+type RPM struct{ root *rootfs.Root }
 
 var _ Backend = (*RPM)(nil)
 
 // NewRPM returns the rpm and dnf backend for root.
-func NewRPM(root *drivers.Root) *RPM { return &RPM{root: root} }
+func NewRPM(root *rootfs.Root) *RPM { return &RPM{root: root} }
 
 // Installed runs rpm -q: exit code 1 with "is not installed" is not
 // installed.
@@ -178,7 +179,7 @@ func installed(out drivers.ToolOutput, err error, notInstalled bool) (bool, erro
 	case notInstalled:
 		return false, nil
 	}
-	return false, out.Failed(ErrToolFailed)
+	return false, out.Failed(drivers.ErrToolFailed)
 }
 
 // succeeded judges a command: anything but exit code 0 is the tool failing.
@@ -187,7 +188,7 @@ func succeeded(out drivers.ToolOutput, err error) error {
 		return err
 	}
 	if out.Code != 0 {
-		return out.Failed(ErrToolFailed)
+		return out.Failed(drivers.ErrToolFailed)
 	}
 	return nil
 }

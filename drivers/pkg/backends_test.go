@@ -12,6 +12,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/pkg"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // fakeTools puts a directory of shell scripts first and alone on PATH:
@@ -34,9 +35,9 @@ const recorder = `printf '%s\n' "$*" >> "$FAKE_LOG"
 exit "${FAKE_EXIT:-0}"
 `
 
-func newRoot(t *testing.T, dir string) *drivers.Root {
+func newRoot(t *testing.T, dir string) *rootfs.Root {
 	t.Helper()
-	root, err := drivers.NewRoot(dir)
+	root, err := rootfs.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,22 +54,22 @@ func TestCommandLines(t *testing.T) {
 
 	for _, tc := range []struct {
 		root string
-		new  func(*drivers.Root) pkg.Backend
+		new  func(*rootfs.Root) pkg.Backend
 		want []string // Installed, Install, Remove
 	}{
-		{"/", func(r *drivers.Root) pkg.Backend { return pkg.NewPacman(r) }, []string{
+		{"/", func(r *rootfs.Root) pkg.Backend { return pkg.NewPacman(r) }, []string{
 			"-Q nginx", "-S --noconfirm --needed nginx", "-R --noconfirm nginx"}},
-		{other, func(r *drivers.Root) pkg.Backend { return pkg.NewPacman(r) }, []string{
+		{other, func(r *rootfs.Root) pkg.Backend { return pkg.NewPacman(r) }, []string{
 			"--root R --dbpath R/var/lib/pacman -Q nginx",
 			"--root R --dbpath R/var/lib/pacman -S --noconfirm --needed nginx",
 			"--root R --dbpath R/var/lib/pacman -R --noconfirm nginx"}},
-		{"/", func(r *drivers.Root) pkg.Backend { return pkg.NewApk(r) }, []string{
+		{"/", func(r *rootfs.Root) pkg.Backend { return pkg.NewApk(r) }, []string{
 			"info -e nginx", "add nginx", "del nginx"}},
-		{other, func(r *drivers.Root) pkg.Backend { return pkg.NewApk(r) }, []string{
+		{other, func(r *rootfs.Root) pkg.Backend { return pkg.NewApk(r) }, []string{
 			"--root R info -e nginx", "--root R add nginx", "--root R del nginx"}},
-		{"/", func(r *drivers.Root) pkg.Backend { return pkg.NewRPM(r) }, []string{
+		{"/", func(r *rootfs.Root) pkg.Backend { return pkg.NewRPM(r) }, []string{
 			"-q nginx", "install -y nginx", "remove -y nginx"}},
-		{other, func(r *drivers.Root) pkg.Backend { return pkg.NewRPM(r) }, []string{
+		{other, func(r *rootfs.Root) pkg.Backend { return pkg.NewRPM(r) }, []string{
 			"--root R -q nginx", "install -y --installroot=R nginx", "remove -y --installroot=R nginx"}},
 	} {
 		os.Remove(log)
@@ -119,8 +120,8 @@ func TestNotInstalledAnswers(t *testing.T) {
 		}
 		fakeTools(t, map[string]string{tc.tool: tc.broken})
 		ok, err := tc.backend.Installed(t.Context(), "nginx")
-		if !errors.Is(err, pkg.ErrToolFailed) || ok {
-			t.Errorf("%s failing: Installed = %v, %v; want ErrToolFailed", tc.tool, ok, err)
+		if !errors.Is(err, drivers.ErrToolFailed) || ok {
+			t.Errorf("%s failing: Installed = %v, %v; want drivers.ErrToolFailed", tc.tool, ok, err)
 		} else if !strings.Contains(err.Error(), "database") || !strings.Contains(err.Error(), "exit code") {
 			t.Errorf("%s failing: error %q does not carry the tool's message and exit code", tc.tool, err)
 		}
@@ -232,8 +233,8 @@ func TestTimeoutKillsTool(t *testing.T) {
 	start := time.Now()
 	_, err := d.Observe(t.Context(), present("nginx"))
 	took := time.Since(start)
-	if !errors.Is(err, pkg.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Observe with a hung tool: got %v, want ErrTimeout and context.DeadlineExceeded", err)
+	if !errors.Is(err, drivers.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Observe with a hung tool: got %v, want drivers.ErrTimeout and context.DeadlineExceeded", err)
 	}
 	for _, want := range []string{"dpkg-query", "killed", "timed out after 300ms"} {
 		if !strings.Contains(err.Error(), want) {
@@ -265,7 +266,7 @@ func TestCancelKillsTool(t *testing.T) {
 	cancel()
 	select {
 	case err := <-done:
-		if !errors.Is(err, context.Canceled) || errors.Is(err, pkg.ErrTimeout) {
+		if !errors.Is(err, context.Canceled) || errors.Is(err, drivers.ErrTimeout) {
 			t.Errorf("Apply cancelled while the tool runs: got %v, want context.Canceled", err)
 		}
 	case <-time.After(5 * time.Second):

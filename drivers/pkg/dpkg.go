@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Dpkg is the Debian backend. It asks dpkg-query about the root's own
@@ -25,7 +26,7 @@ import (
 // log inside the root (or none), and --force-not-root when not run as
 // root.
 type Dpkg struct {
-	root   *drivers.Root
+	root   *rootfs.Root
 	debDir string
 	// refreshed is set once apt-get update has run for a package apt
 	// could not locate: lists are fetched once per process, not per miss.
@@ -36,7 +37,7 @@ var _ Backend = (*Dpkg)(nil)
 
 // NewDpkg returns the Debian backend for root; debDir, if not empty, is
 // a directory of .deb files to install from instead of apt-get.
-func NewDpkg(root *drivers.Root, debDir string) *Dpkg {
+func NewDpkg(root *rootfs.Root, debDir string) *Dpkg {
 	return &Dpkg{root: root, debDir: debDir}
 }
 
@@ -56,7 +57,7 @@ func (b *Dpkg) Installed(ctx context.Context, name string) (bool, error) {
 	case 1: // no package of that name is known
 		return false, nil
 	default:
-		return false, out.Failed(ErrToolFailed)
+		return false, out.Failed(drivers.ErrToolFailed)
 	}
 	// One line an architecture the package is known for.
 	for _, line := range strings.Split(out.Stdout, "\n") {
@@ -100,7 +101,7 @@ func (b *Dpkg) dpkg(ctx context.Context, args ...string) error {
 		return err
 	}
 	if out.Code != 0 {
-		return out.Failed(ErrToolFailed)
+		return out.Failed(drivers.ErrToolFailed)
 	}
 	return nil
 }
@@ -136,7 +137,7 @@ func (b *Dpkg) findDeb(ctx context.Context, name string) (string, error) {
 			return "", err
 		}
 		if out.Code != 0 {
-			return "", out.Failed(ErrToolFailed)
+			return "", out.Failed(drivers.ErrToolFailed)
 		}
 		pkg := strings.TrimSpace(out.Stdout)
 		names = append(names, pkg)
@@ -174,7 +175,7 @@ func (b *Dpkg) aptInstall(ctx context.Context, name string) error {
 		case uerr != nil:
 			return uerr
 		case upd.Code != 0:
-			return upd.Failed(ErrToolFailed)
+			return upd.Failed(drivers.ErrToolFailed)
 		}
 		out, err = drivers.RunTool(ctx, env, "apt-get", args...)
 	}
@@ -182,7 +183,7 @@ func (b *Dpkg) aptInstall(ctx context.Context, name string) error {
 		return err
 	}
 	if out.Code != 0 {
-		return out.Failed(ErrToolFailed)
+		return out.Failed(drivers.ErrToolFailed)
 	}
 	return nil
 }

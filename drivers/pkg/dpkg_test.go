@@ -15,6 +15,7 @@ import (
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/driverstest"
 	"github.com/mesh-host/mesh-host/drivers/pkg"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // needTools skips the test when a Debian tool it runs is missing: these
@@ -68,7 +69,7 @@ func writeFile(t *testing.T, p, content string) {
 // dpkgRoot is a root prefix with a dpkg database of its own: dpkg --root
 // needs no more than the info and updates directories and an empty status
 // file (it makes its lock files, triggers and status-old itself).
-func dpkgRoot(t *testing.T) *drivers.Root {
+func dpkgRoot(t *testing.T) *rootfs.Root {
 	t.Helper()
 	dir := t.TempDir()
 	for _, d := range []string{"var/lib/dpkg/info", "var/lib/dpkg/updates"} {
@@ -77,7 +78,7 @@ func dpkgRoot(t *testing.T) *drivers.Root {
 		}
 	}
 	writeFile(t, filepath.Join(dir, "var/lib/dpkg/status"), "")
-	root, err := drivers.NewRoot(dir)
+	root, err := rootfs.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,8 +206,8 @@ func TestDpkgToolMessage(t *testing.T) {
 	d := pkg.New(root, pkg.Options{DebDir: debs})
 
 	_, err := d.Apply(t.Context(), present("mesh-test-needy"))
-	if !errors.Is(err, pkg.ErrToolFailed) {
-		t.Fatalf("Apply: got %v, want ErrToolFailed", err)
+	if !errors.Is(err, drivers.ErrToolFailed) {
+		t.Fatalf("Apply: got %v, want drivers.ErrToolFailed", err)
 	}
 	for _, want := range []string{"dpkg", "exit code 1", "depends on mesh-test-nonexistent"} {
 		if !strings.Contains(err.Error(), want) {
@@ -235,8 +236,8 @@ func TestDpkgLockHeld(t *testing.T) {
 	}
 
 	_, err = d.Apply(t.Context(), present("mesh-test-hello"))
-	if !errors.Is(err, pkg.ErrToolFailed) {
-		t.Fatalf("Apply with the lock held: got %v, want ErrToolFailed", err)
+	if !errors.Is(err, drivers.ErrToolFailed) {
+		t.Fatalf("Apply with the lock held: got %v, want drivers.ErrToolFailed", err)
 	}
 	for _, want := range []string{"exit code 2", "dpkg frontend lock", fmt.Sprint(os.Getpid())} {
 		if !strings.Contains(err.Error(), want) {
@@ -252,7 +253,7 @@ func TestDpkgLockHeld(t *testing.T) {
 // a flat repository (a directory with a Packages index) holding the given
 // .debs. The index is written here, as dpkg-scanpackages would, and the
 // lists are fetched with apt-get update.
-func aptRoot(t *testing.T, debs ...string) *drivers.Root {
+func aptRoot(t *testing.T, debs ...string) *rootfs.Root {
 	t.Helper()
 	root := aptRootWithoutLists(t, debs...)
 	conf := filepath.Join(t.TempDir(), "apt.conf")
@@ -267,7 +268,7 @@ func aptRoot(t *testing.T, debs ...string) *drivers.Root {
 
 // aptRootWithoutLists is aptRoot before its first apt-get update: a fresh
 // machine's state.
-func aptRootWithoutLists(t *testing.T, debs ...string) *drivers.Root {
+func aptRootWithoutLists(t *testing.T, debs ...string) *rootfs.Root {
 	t.Helper()
 	needTools(t, "apt-get")
 	root := dpkgRoot(t)
@@ -330,8 +331,8 @@ func TestAptUnknownPackage(t *testing.T) {
 	d := pkg.New(root, pkg.Options{})
 
 	_, err := d.Apply(t.Context(), present("mesh-test-nowhere"))
-	if !errors.Is(err, pkg.ErrToolFailed) {
-		t.Fatalf("Apply of an unknown package: got %v, want ErrToolFailed", err)
+	if !errors.Is(err, drivers.ErrToolFailed) {
+		t.Fatalf("Apply of an unknown package: got %v, want drivers.ErrToolFailed", err)
 	}
 	for _, want := range []string{"apt-get", "exit code 100", "Unable to locate package mesh-test-nowhere"} {
 		if !strings.Contains(err.Error(), want) {

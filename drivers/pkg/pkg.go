@@ -25,17 +25,11 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Errors of the package driver.
 var (
-	// ErrToolFailed is returned when a package tool ran and failed: the
-	// error carries the command, its exit code and its own message (an
-	// unknown package, a database lock held by another process...).
-	ErrToolFailed = errors.New("package tool failed")
-	// ErrTimeout is returned when an operation runs past Options.Timeout;
-	// the tool it was running is killed with everything it started.
-	ErrTimeout = errors.New("package tool timed out")
 	// ErrNoSource is returned when there is nowhere to install a package
 	// from: no .deb of that name in Options.DebDir, or a root prefix with
 	// no apt setup of its own.
@@ -88,7 +82,7 @@ type Driver struct {
 var _ drivers.Driver = (*Driver)(nil)
 
 // New returns the package driver for root.
-func New(root *drivers.Root, opts Options) *Driver {
+func New(root *rootfs.Root, opts Options) *Driver {
 	d := &Driver{timeout: opts.Timeout, turn: drivers.NewTurn()}
 	switch {
 	case opts.Backend != nil:
@@ -113,7 +107,7 @@ func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observ
 	if err != nil {
 		return drivers.Observation{}, err
 	}
-	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, drivers.ErrTimeout)
 	defer cancel()
 	installed, err := d.backend().Installed(ctx, s.Name)
 	if err != nil {
@@ -148,7 +142,7 @@ func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, 
 		return drivers.Unchanged, fmt.Errorf("package %s: %w", s.Name, err)
 	}
 	defer done()
-	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, drivers.ErrTimeout)
 	defer cancel()
 	installed, err := d.backend().Installed(ctx, s.Name)
 	if err != nil {
@@ -194,7 +188,7 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 		return fmt.Errorf("package %s: %w", s.Name, err)
 	}
 	defer done()
-	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, drivers.ErrTimeout)
 	defer cancel()
 	installed, err := d.backend().Installed(ctx, s.Name)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // This file is the unit's side that lives in files: the unit file, where
@@ -159,7 +160,7 @@ func (d *Driver) kindAt(name, p string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("unit %s: %w", name, err)
 	}
-	return drivers.FileType(uint32(st.Mode)), nil
+	return rootfs.FileType(uint32(st.Mode)), nil
 }
 
 // inspect reads the unit file v found: its content, or where the symlink
@@ -265,7 +266,7 @@ func (d *Driver) state(ctx context.Context, args ...string) (string, error) {
 	}
 	state, _, _ := strings.Cut(strings.TrimSpace(out.Stdout), "\n")
 	if state == "" {
-		return "", out.Failed(ErrToolFailed)
+		return "", out.Failed(drivers.ErrToolFailed)
 	}
 	return state, nil
 }
@@ -277,7 +278,7 @@ func (d *Driver) systemctl(ctx context.Context, args ...string) error {
 		return err
 	}
 	if out.Code != 0 {
-		return out.Failed(ErrToolFailed)
+		return out.Failed(drivers.ErrToolFailed)
 	}
 	return nil
 }
@@ -289,7 +290,7 @@ func (d *Driver) enable(ctx context.Context, s *drivers.UnitSpec) error {
 		return fmt.Errorf("unit %s: %w", s.Name, err)
 	}
 	if out.Code != 0 {
-		return fmt.Errorf("unit %s: %w", s.Name, out.Failed(ErrToolFailed))
+		return fmt.Errorf("unit %s: %w", s.Name, out.Failed(drivers.ErrToolFailed))
 	}
 	state, err := d.state(ctx, "--root="+d.root.Dir(), "is-enabled", "--", s.Name)
 	if err != nil {
@@ -316,7 +317,7 @@ func (d *Driver) write(s *drivers.UnitSpec) error {
 			return fmt.Errorf("unit %s: %w", s.Name, err)
 		}
 	}
-	err := d.root.WriteFile(d.path(s), []byte(s.Content), drivers.WriteOptions{Mode: 0o644, UID: uid, GID: gid, Sync: true})
+	err := d.root.WriteFile(d.path(s), []byte(s.Content), rootfs.WriteOptions{Mode: 0o644, UID: uid, GID: gid, Sync: true})
 	if err != nil {
 		return fmt.Errorf("unit %s: %w", s.Name, err)
 	}
@@ -347,7 +348,7 @@ func (d *Driver) verify(ctx context.Context, s *drivers.UnitSpec) error {
 		out.Cmdline = strings.ReplaceAll(out.Cmdline, file, d.path(s))
 		out.Stdout = strings.ReplaceAll(out.Stdout, file, d.path(s))
 		out.Stderr = strings.ReplaceAll(out.Stderr, file, d.path(s))
-		return fmt.Errorf("unit %s: %w: systemd-analyze rejects it: %w", s.Name, drivers.ErrInvalidSpec, out.Failed(ErrToolFailed))
+		return fmt.Errorf("unit %s: %w: systemd-analyze rejects it: %w", s.Name, drivers.ErrInvalidSpec, out.Failed(drivers.ErrToolFailed))
 	}
 	return nil
 }

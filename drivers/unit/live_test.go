@@ -15,6 +15,7 @@ import (
 	godbus "github.com/godbus/dbus/v5"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/drivers/unit"
 )
 
@@ -35,7 +36,7 @@ func live(t *testing.T) *unit.Driver {
 	if fi, err := os.Stat("/run/systemd/system"); err != nil || !fi.IsDir() {
 		t.Skip("live test: no service manager runs here (/run/systemd/system is missing)")
 	}
-	root, err := drivers.NewRoot("/")
+	root, err := rootfs.Open("/")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,7 @@ func orCause(ctx context.Context, err error) error {
 }
 
 // callErr is the error of a call to the manager about unit name: ctx's
-// cause when ctx ended (so that a timeout says ErrTimeout), else the
+// cause when ctx ended (so that a timeout says drivers.ErrTimeout), else the
 // manager's words.
 func callErr(ctx context.Context, name, what string, err error) error {
 	if ctx.Err() != nil {
@@ -215,7 +215,7 @@ func (d *Driver) reloadFor(ctx context.Context, changes []*change) {
 		if c.err != nil || !c.touches() {
 			continue
 		}
-		rctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
+		rctx, cancel := drivers.WithTimeout(ctx, d.timeout, drivers.ErrTimeout)
 		yes, err := d.needsReload(rctx, c.spec.Name, c.wrote || c.before.exists(), c.wrote)
 		cancel()
 		if err != nil {
@@ -230,7 +230,7 @@ func (d *Driver) reloadFor(ctx context.Context, changes []*change) {
 	if len(why) == 0 {
 		return
 	}
-	rctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
+	rctx, cancel := drivers.WithTimeout(ctx, d.timeout, drivers.ErrTimeout)
 	defer cancel()
 	if err := d.daemonReload(rctx, strings.Join(why, ", ")); err != nil {
 		for _, c := range touched {
@@ -312,7 +312,7 @@ func (d *Driver) run(ctx context.Context, c *change) error {
 	if isTemplate(s.Name) {
 		return nil
 	}
-	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, drivers.ErrTimeout)
 	defer cancel()
 	rt, err := d.props(ctx, s.Name)
 	if err != nil {
@@ -473,7 +473,7 @@ func (d *Driver) Refresh(ctx context.Context, spec drivers.Spec, since time.Time
 		return drivers.Refreshed{}, fmt.Errorf("unit %s: %w", s.Name, err)
 	}
 	defer done()
-	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, drivers.ErrTimeout)
 	defer cancel()
 	rt, err := d.props(ctx, s.Name)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/drivers/unit"
 )
 
@@ -35,7 +36,7 @@ esac
 // fake is a driver on a temporary root with the fake systemctl, no
 // manager, and a function returning the systemctl command lines it ran
 // since it was last called, with the root written R.
-func fake(t *testing.T) (*unit.Driver, *drivers.Root, func() []string) {
+func fake(t *testing.T) (*unit.Driver, *rootfs.Root, func() []string) {
 	t.Helper()
 	bin, state := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(bin, "systemctl"), []byte(fakeSystemctl), 0o755); err != nil {
@@ -175,8 +176,8 @@ func TestTimeoutKillsSystemctl(t *testing.T) {
 
 	start := time.Now()
 	_, err := d.Apply(t.Context(), spec)
-	if !errors.Is(err, unit.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timed out after 300ms") {
-		t.Errorf("Apply with a hung systemctl: got %v, want ErrTimeout saying it timed out after 300ms", err)
+	if !errors.Is(err, drivers.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timed out after 300ms") {
+		t.Errorf("Apply with a hung systemctl: got %v, want drivers.ErrTimeout saying it timed out after 300ms", err)
 	}
 	if took := time.Since(start); took > 4*time.Second {
 		t.Errorf("Apply returned after %v, want soon after the 300ms timeout", took)

@@ -57,18 +57,11 @@ import (
 	sdbus "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // Errors of the unit driver.
 var (
-	// ErrToolFailed is returned when systemctl or systemd-analyze ran and
-	// failed: the error carries the command, its exit code and its own
-	// message.
-	ErrToolFailed = errors.New("systemd tool failed")
-	// ErrTimeout is returned when an operation runs past Options.Timeout;
-	// the tool it was running is killed with everything it started, and
-	// a job the manager was running for it goes on there.
-	ErrTimeout = errors.New("systemd tool timed out")
 	// ErrNotRegular is returned when something the host does not replace
 	// or remove is at a unit file's path: a directory, a fifo or a device
 	// for Apply (which replaces a symlink), anything but a regular file (a
@@ -103,7 +96,9 @@ const DefaultTimeout = 5 * time.Minute
 type Options struct {
 	// Timeout bounds each step of an Observe, Apply, Remove or Refresh: a
 	// unit's files and enablement, a reload of the manager, a unit's job;
-	// zero means DefaultTimeout.
+	// zero means DefaultTimeout. Past it the step fails with
+	// drivers.ErrTimeout, and a job the manager was running for it goes
+	// on there.
 	Timeout time.Duration
 	// ManagerRunning reports whether a service manager runs the root.
 	// When nil: the root is "/" and /run/systemd/system exists. A root
@@ -118,7 +113,7 @@ type Options struct {
 
 // Driver manages systemd units in a root. Close it once done with it.
 type Driver struct {
-	root           *drivers.Root
+	root           *rootfs.Root
 	timeout        time.Duration
 	managerRunning func() bool
 	redact         func(string) string
@@ -144,7 +139,7 @@ var (
 
 // New returns the unit driver for root. It connects to nothing until a
 // call needs the manager.
-func New(root *drivers.Root, opts Options) *Driver {
+func New(root *rootfs.Root, opts Options) *Driver {
 	d := &Driver{root: root, timeout: opts.Timeout, managerRunning: opts.ManagerRunning, redact: opts.Redact, turn: drivers.NewTurn()}
 	if d.timeout <= 0 {
 		d.timeout = DefaultTimeout
@@ -196,7 +191,7 @@ func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observ
 	if err != nil {
 		return drivers.Observation{}, err
 	}
-	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, drivers.ErrTimeout)
 	defer cancel()
 	managed := d.managerRunning()
 	v, err := d.look(ctx, s, managed)
@@ -311,7 +306,7 @@ func (d *Driver) applyAll(ctx context.Context, changes []*change) {
 // lay is the first pass for one unit: its file and its enablement.
 func (d *Driver) lay(ctx context.Context, c *change, managed bool) error {
 	s := c.spec
-	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, drivers.ErrTimeout)
 	defer cancel()
 	v, err := d.look(ctx, s, managed)
 	if err != nil {
@@ -397,7 +392,7 @@ func (d *Driver) Remove(ctx context.Context, spec drivers.Spec) error {
 		return fmt.Errorf("unit %s: %w", s.Name, err)
 	}
 	defer done()
-	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, ErrTimeout)
+	ctx, cancel := drivers.WithTimeout(ctx, d.timeout, drivers.ErrTimeout)
 	defer cancel()
 	kind, err := d.kindAt(s.Name, d.path(s))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/driverstest"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/drivers/unit"
 )
 
@@ -28,9 +29,9 @@ func needTools(t *testing.T, tools ...string) {
 
 // newRoot is an empty root prefix: systemctl --root needs nothing in it,
 // and the driver makes etc/systemd/system.
-func newRoot(t *testing.T) *drivers.Root {
+func newRoot(t *testing.T) *rootfs.Root {
 	t.Helper()
-	root, err := drivers.NewRoot(t.TempDir())
+	root, err := rootfs.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func observe(t *testing.T, d *unit.Driver, spec *drivers.UnitSpec) drivers.Obser
 
 // wantLink checks the link systemctl enable makes in target's .wants
 // directory, or its absence.
-func wantLink(t *testing.T, root *drivers.Root, target, name string, want bool) {
+func wantLink(t *testing.T, root *rootfs.Root, target, name string, want bool) {
 	t.Helper()
 	link := root.Host("/etc/systemd/system/" + target + ".wants/" + name)
 	dest, err := os.Readlink(link)
@@ -174,8 +175,8 @@ func TestRejectedUnit(t *testing.T) {
 	} {
 		bad := &drivers.UnitSpec{Name: "mesh-hello.service", Content: content, Enabled: true}
 		_, err := d.Apply(t.Context(), bad)
-		if !errors.Is(err, drivers.ErrInvalidSpec) || !errors.Is(err, unit.ErrToolFailed) {
-			t.Errorf("Apply(%q): got %v, want ErrInvalidSpec and ErrToolFailed", content, err)
+		if !errors.Is(err, drivers.ErrInvalidSpec) || !errors.Is(err, drivers.ErrToolFailed) {
+			t.Errorf("Apply(%q): got %v, want ErrInvalidSpec and drivers.ErrToolFailed", content, err)
 			continue
 		}
 		for _, want := range []string{"systemd-analyze verify", "exit code 1", "/etc/systemd/system/mesh-hello.service"} {
@@ -324,7 +325,7 @@ func TestNoAnalyze(t *testing.T) {
 // packaged installs a unit file as a package would, in the root's
 // /usr/lib/systemd/system, with /lib a link to usr/lib as on a merged-/usr
 // Debian; it returns the file's path outside the root.
-func packaged(t *testing.T, root *drivers.Root, name, content string) string {
+func packaged(t *testing.T, root *rootfs.Root, name, content string) string {
 	t.Helper()
 	dir := root.Host("/usr/lib/systemd/system")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
@@ -62,7 +63,7 @@ func newStagingBed(t *testing.T) (*bed, *stagingDriver) {
 	b := newBed(t)
 	sd := &stagingDriver{memDriver: b.drv[drivers.KindFile], failFlush: map[string]error{}}
 	b.rc.Drivers[drivers.KindFile] = sd
-	root, err := drivers.NewRoot(t.TempDir())
+	root, err := rootfs.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/projector"
@@ -50,7 +51,7 @@ type Reconciler struct {
 	Drivers map[drivers.Kind]drivers.Driver
 	// Root is synced once between staging files and committing them, and
 	// once after, so a reconcile's files cost two flushes, not two each.
-	Root *drivers.Root
+	Root *rootfs.Root
 	// StageBatch is how many steps of a level are staged and committed at
 	// a time; 0 for Root.StageBatch, as many as can be staged unnamed.
 	StageBatch int

@@ -1,16 +1,13 @@
-package drivers
+package rootfs
 
 import "time"
 
 // MaxHeldDirs is maxHeldDirs, for the tests.
 const MaxHeldDirs = maxHeldDirs
 
-// ShareHeldFor sets shareHeldFor for the rest of the test.
-func ShareHeldFor(t interface{ Cleanup(func()) }, d time.Duration) {
-	was := shareHeldFor
-	shareHeldFor = d
-	t.Cleanup(func() { shareHeldFor = was })
-}
+// ShareHeldFor sets how long r shares a held directory with files staged
+// later.
+func ShareHeldFor(r *Root, d time.Duration) { r.shareHeldFor = d }
 
 // StageNamed makes r stage every file under a temporary name, as on a
 // filesystem without O_TMPFILE.

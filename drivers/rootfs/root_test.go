@@ -1,4 +1,4 @@
-package drivers_test
+package rootfs_test
 
 import (
 	"errors"
@@ -13,11 +13,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
 
 // newRoot is a Root over a fresh directory, with the directories dirs made
 // beneath it.
-func newRoot(t *testing.T, dirs ...string) *drivers.Root {
+func newRoot(t *testing.T, dirs ...string) *rootfs.Root {
 	t.Helper()
 	dir := t.TempDir()
 	for _, d := range dirs {
@@ -25,9 +26,9 @@ func newRoot(t *testing.T, dirs ...string) *drivers.Root {
 			t.Fatal(err)
 		}
 	}
-	r, err := drivers.NewRoot(dir)
+	r, err := rootfs.Open(dir)
 	if err != nil {
-		t.Fatalf("NewRoot(%s): %v", dir, err)
+		t.Fatalf("Open(%s): %v", dir, err)
 	}
 	return r
 }
@@ -36,39 +37,6 @@ func writeHostFile(t *testing.T, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestCheckPath(t *testing.T) {
-	tests := []struct {
-		path string
-		ok   bool
-	}{
-		{"/etc/motd", true},
-		{"/etc", true},
-		{"/a/b/c.d", true},
-		{"/etc/..hidden", true},
-		{"", false},
-		{"etc/motd", false},
-		{"./etc/motd", false},
-		{"/", false},
-		{"//", false},
-		{"/etc/", false},
-		{"/etc//motd", false},
-		{"/etc/./motd", false},
-		{"/etc/../motd", false},
-		{"/..", false},
-		{"/../etc", false},
-		{"/etc/mo\x00td", false},
-	}
-	for _, tt := range tests {
-		err := drivers.CheckPath(tt.path)
-		if tt.ok && err != nil {
-			t.Errorf("CheckPath(%q): got %v, want nil", tt.path, err)
-		}
-		if !tt.ok && !errors.Is(err, drivers.ErrUnsafePath) {
-			t.Errorf("CheckPath(%q): got %v, want an error wrapping ErrUnsafePath", tt.path, err)
-		}
 	}
 }
 
@@ -155,7 +123,7 @@ func TestLookup(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		root   *drivers.Root
+		root   *rootfs.Root
 		lookup string // "user" or "group"
 		arg    string
 		want   int
@@ -253,7 +221,7 @@ func TestWriteFile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := r.WriteFile(tt.path, []byte(tt.name), drivers.WriteOptions{Mode: tt.mode, UID: 1234, GID: 4321, Sync: true}); err != nil {
+			if err := r.WriteFile(tt.path, []byte(tt.name), rootfs.WriteOptions{Mode: tt.mode, UID: 1234, GID: 4321, Sync: true}); err != nil {
 				t.Fatalf("WriteFile(%q): %v", tt.path, err)
 			}
 			st, err := r.Lstat(tt.path)
@@ -316,24 +284,24 @@ func openFDs(t *testing.T) int {
 // however many directories it stages in: a first apply of 100,000 files
 // does not run out of descriptors. Every file still commits.
 func TestStagedFilesHoldFewDescriptors(t *testing.T) {
-	n := drivers.MaxHeldDirs + 200
+	n := rootfs.MaxHeldDirs + 200
 	var dirs []string
 	for i := range n {
 		dirs = append(dirs, fmt.Sprintf("d%04d", i))
 	}
 	r := newRoot(t, dirs...)
-	drivers.StageNamed(r) // the directories' bound; unnamed files have their own
+	rootfs.StageNamed(r) // the directories' bound; unnamed files have their own
 	before := openFDs(t)
-	var staged []*drivers.Staged
+	var staged []*rootfs.Staged
 	for i, d := range dirs {
-		s, err := r.StageFile("/"+d+"/f", []byte(fmt.Sprint(i)), drivers.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
+		s, err := r.StageFile("/"+d+"/f", []byte(fmt.Sprint(i)), rootfs.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		staged = append(staged, s)
 	}
-	if held := openFDs(t) - before; held > drivers.MaxHeldDirs+8 {
-		t.Errorf("%d files staged in %d directories hold %d descriptors; want at most %d", n, n, held, drivers.MaxHeldDirs)
+	if held := openFDs(t) - before; held > rootfs.MaxHeldDirs+8 {
+		t.Errorf("%d files staged in %d directories hold %d descriptors; want at most %d", n, n, held, rootfs.MaxHeldDirs)
 	}
 	for _, s := range staged {
 		if err := s.Commit(); err != nil {
@@ -355,15 +323,15 @@ func TestStagedFilesHoldFewDescriptors(t *testing.T) {
 // checked again: a directory swapped for a symlink meanwhile refuses the
 // commit, and nothing is written where the symlink points.
 func TestStagedFileRecheckedAtCommit(t *testing.T) {
-	n := drivers.MaxHeldDirs + 1
+	n := rootfs.MaxHeldDirs + 1
 	var dirs []string
 	for i := range n {
 		dirs = append(dirs, fmt.Sprintf("d%04d", i))
 	}
 	r := newRoot(t, dirs...)
-	var staged []*drivers.Staged
+	var staged []*rootfs.Staged
 	for _, d := range dirs {
-		s, err := r.StageFile("/"+d+"/f", []byte("x"), drivers.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
+		s, err := r.StageFile("/"+d+"/f", []byte("x"), rootfs.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -394,16 +362,16 @@ func TestStagedFileRecheckedAtCommit(t *testing.T) {
 // between them, and leave no descriptor open; a temporary file replaced by
 // a symlink is not followed.
 func TestStagedFileFlushesItself(t *testing.T) {
-	n := drivers.MaxHeldDirs + 2
+	n := rootfs.MaxHeldDirs + 2
 	var dirs []string
 	for i := range n {
 		dirs = append(dirs, fmt.Sprintf("d%04d", i))
 	}
 	r := newRoot(t, dirs...)
 	before := openFDs(t)
-	var staged []*drivers.Staged
+	var staged []*rootfs.Staged
 	for i, d := range dirs {
-		s, err := r.StageFile("/"+d+"/f", []byte(fmt.Sprint(i)), drivers.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
+		s, err := r.StageFile("/"+d+"/f", []byte(fmt.Sprint(i)), rootfs.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -432,8 +400,8 @@ func TestStagedFileFlushesItself(t *testing.T) {
 
 	// A temporary file swapped for a symlink to a file outside. (A file
 	// staged unnamed has no name to swap.)
-	drivers.StageNamed(r)
-	s, err := r.StageFile("/"+dirs[0]+"/g", []byte("x"), drivers.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
+	rootfs.StageNamed(r)
+	s, err := r.StageFile("/"+dirs[0]+"/g", []byte("x"), rootfs.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,15 +430,15 @@ func TestStagedFileFlushesItself(t *testing.T) {
 
 // stageConcurrently stages n files, eight at a time, at the paths format
 // gives each index, each holding its index; the staged files by index.
-func stageConcurrently(t *testing.T, r *drivers.Root, n int, format string, mode drivers.Mode) []*drivers.Staged {
+func stageConcurrently(t *testing.T, r *rootfs.Root, n int, format string, mode drivers.Mode) []*rootfs.Staged {
 	t.Helper()
-	staged := make([]*drivers.Staged, n)
+	staged := make([]*rootfs.Staged, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for w := range 8 {
 		wg.Go(func() {
 			for i := w; i < n; i += 8 {
-				s, err := r.StageFile(fmt.Sprintf(format, i), []byte(fmt.Sprint(i)), drivers.WriteOptions{Mode: mode, UID: os.Getuid(), GID: os.Getgid()})
+				s, err := r.StageFile(fmt.Sprintf(format, i), []byte(fmt.Sprint(i)), rootfs.WriteOptions{Mode: mode, UID: os.Getuid(), GID: os.Getgid()})
 				if err != nil {
 					errs <- err
 					return
@@ -491,9 +459,9 @@ func stageConcurrently(t *testing.T, r *drivers.Root, n int, format string, mode
 // batch of them holds a few descriptors, not one a file, and opens the
 // directory once. Every file commits, and nothing stays open.
 func TestStagedFilesInOneDirectoryShareIt(t *testing.T) {
-	const n = 2*drivers.MaxHeldDirs + 10
+	const n = 2*rootfs.MaxHeldDirs + 10
 	r := newRoot(t, "etc/app")
-	drivers.StageNamed(r) // unnamed files hold one each (TestUnnamedStagingIsBounded)
+	rootfs.StageNamed(r) // unnamed files hold one each (TestUnnamedStagingIsBounded)
 	before := openFDs(t)
 	staged := stageConcurrently(t, r, n, "/etc/app/f%04d", 0o4640)
 	if held := openFDs(t) - before; held > 8 {
@@ -523,13 +491,13 @@ func TestStagedFilesInOneDirectoryShareIt(t *testing.T) {
 // (shareHeldFor), a file staged there is refused, as it always was when
 // each file opened its directory.
 func TestStagingAfterTheDirectoryIsSwapped(t *testing.T) {
-	opts := drivers.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()}
+	opts := rootfs.WriteOptions{Mode: 0o644, UID: os.Getuid(), GID: os.Getgid()}
 	for _, shared := range []bool{true, false} {
 		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
-			if !shared {
-				drivers.ShareHeldFor(t, 0)
-			}
 			r := newRoot(t, "d")
+			if !shared {
+				rootfs.ShareHeldFor(r, 0)
+			}
 			first, err := r.StageFile("/d/first", []byte("1"), opts)
 			if err != nil {
 				t.Fatal(err)
@@ -548,7 +516,7 @@ func TestStagingAfterTheDirectoryIsSwapped(t *testing.T) {
 			case !shared && !errors.Is(err, drivers.ErrUnsafePath):
 				t.Fatalf("staged through a symlinked directory: %v, want ErrUnsafePath", err)
 			}
-			for _, s := range []*drivers.Staged{first, second} {
+			for _, s := range []*rootfs.Staged{first, second} {
 				if s != nil {
 					if err := s.Commit(); err != nil {
 						t.Fatal(err)
@@ -577,13 +545,13 @@ func TestStagingAfterTheDirectoryIsSwapped(t *testing.T) {
 // needUnnamed skips t, saying why, where r's filesystem has no O_TMPFILE
 // (overlayfs before Linux 6.6, some network filesystems): files are staged
 // named there, which the other tests cover.
-func needUnnamed(t *testing.T, r *drivers.Root) {
+func needUnnamed(t *testing.T, r *rootfs.Root) {
 	t.Helper()
-	probe, err := r.StageFile("/unnamed-probe", nil, drivers.WriteOptions{Mode: 0o600, UID: os.Getuid(), GID: os.Getgid()})
+	probe, err := r.StageFile("/unnamed-probe", nil, rootfs.WriteOptions{Mode: 0o600, UID: os.Getuid(), GID: os.Getgid()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	unnamed := drivers.Unnamed(r)
+	unnamed := rootfs.Unnamed(r)
 	probe.Abort()
 	if unnamed != 1 {
 		t.Skipf("no file can be staged unnamed (O_TMPFILE) on the filesystem of %s: the unnamed staging is not tested here", r.Dir())
@@ -604,7 +572,7 @@ func TestUnnamedStagingIsBounded(t *testing.T) {
 	n := batch + 64
 	before := openFDs(t)
 	staged := stageConcurrently(t, r, n, "/etc/app/f%05d", 0o640)
-	if got := drivers.Unnamed(r); got != batch {
+	if got := rootfs.Unnamed(r); got != batch {
 		t.Errorf("%d files staged unnamed of %d, want %d", got, n, batch)
 	}
 	if held := openFDs(t) - before; held > batch+8 {
@@ -622,7 +590,7 @@ func TestUnnamedStagingIsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := drivers.Unnamed(r); got != 0 {
+	if got := rootfs.Unnamed(r); got != 0 {
 		t.Errorf("%d still counted unnamed after every commit", got)
 	}
 	if after := openFDs(t); after > before+4 {
@@ -647,7 +615,7 @@ func TestUnnamedStagingIsBounded(t *testing.T) {
 func TestUnnamedCommitReplacesAndNeverFollows(t *testing.T) {
 	r := newRoot(t, "etc")
 	needUnnamed(t, r)
-	opts := drivers.WriteOptions{Mode: 0o600, UID: os.Getuid(), GID: os.Getgid()}
+	opts := rootfs.WriteOptions{Mode: 0o600, UID: os.Getuid(), GID: os.Getgid()}
 	writeHostFile(t, r.Host("/etc/old"), "old")
 	outside := filepath.Join(t.TempDir(), "target")
 	writeHostFile(t, outside, "outside")
@@ -664,7 +632,7 @@ func TestUnnamedCommitReplacesAndNeverFollows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := drivers.Unnamed(r); got != 3 {
+	if got := rootfs.Unnamed(r); got != 3 {
 		t.Fatalf("%d of 3 files staged unnamed", got)
 	}
 	if got, _ := os.ReadFile(r.Host("/etc/old")); string(got) != "old" {
@@ -674,7 +642,7 @@ func TestUnnamedCommitReplacesAndNeverFollows(t *testing.T) {
 		t.Fatal(err)
 	}
 	aborted.Abort()
-	for _, s := range []*drivers.Staged{over, planted} {
+	for _, s := range []*rootfs.Staged{over, planted} {
 		if err := s.Commit(); err != nil {
 			t.Fatal(err)
 		}
@@ -697,7 +665,7 @@ func TestUnnamedCommitReplacesAndNeverFollows(t *testing.T) {
 	if strings.Join(names, " ") != "old planted" {
 		t.Errorf("/etc holds %v, want [old planted]", names)
 	}
-	if got := drivers.Unnamed(r); got != 0 {
+	if got := rootfs.Unnamed(r); got != 0 {
 		t.Errorf("%d still counted unnamed", got)
 	}
 }

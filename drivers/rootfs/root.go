@@ -1,4 +1,20 @@
-package drivers
+// Package rootfs is the confined filesystem every driver works under: a
+// root prefix ("/" on a node, a directory in tests and demos) in which a
+// path is resolved beneath the root without following a symlink it did
+// not expect (openat2, or a walk with O_NOFOLLOW), and files are written
+// staged and then committed (unnamed O_TMPFILE files or temporary names,
+// linked or renamed into place), made durable one file at a time or with
+// one syncfs for a batch. It also reads the root's own account files
+// (passwd and group lookups) and says whether a service manager runs the
+// root.
+//
+// It is not the drivers' vocabulary: the specs, Mode, CheckPath and the
+// errors it wraps (drivers.ErrUnsafePath, drivers.ErrInvalidSpec) live in
+// package drivers, which it imports and which never imports it, so that
+// what only names a spec (declarations, profiles, the control plane) does
+// not link the system calls here. Nor does it decide anything about a
+// resource: what to write, and whether a change is owed, is each driver's.
+package rootfs
 
 import (
 	"bytes"
@@ -16,14 +32,17 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mesh-host/mesh-host/drivers"
 )
 
 // Root is the root prefix the drivers manage: "/" on a node, a sandbox in
 // tests and demos. Every path is resolved beneath it one component at a
 // time with O_NOFOLLOW, so a symlink planted at a path or in any parent is
-// refused (ErrUnsafePath), never followed, and nothing is read or written
-// outside it. Paths handed to Root are absolute and clean, as declarations
-// state them ("/etc/motd"), and mean that path under the root.
+// refused (drivers.ErrUnsafePath), never followed, and nothing is read or
+// written outside it. Paths handed to Root are absolute and clean, as
+// declarations state them ("/etc/motd"), and mean that path under the
+// root.
 type Root struct {
 	dir string
 	// fd is the root directory, held open so that resolving a path costs
@@ -44,6 +63,9 @@ type Root struct {
 	unnamed    int
 	noUnnamed  bool
 	maxUnnamed int // MaxUnnamed, or fewer under a low RLIMIT_NOFILE
+	// shareHeldFor bounds how long after its opening a held directory is
+	// shared with files staged later (see defaultShareHeldFor).
+	shareHeldFor time.Duration
 }
 
 // heldDir is a directory's descriptor shared by the files staged in it,
@@ -54,13 +76,13 @@ type heldDir struct {
 	opened time.Time
 }
 
-// shareHeldFor bounds how long after its opening a held directory is
-// shared with files staged later. A batch stages its files within
+// defaultShareHeldFor bounds how long after its opening a held directory
+// is shared with files staged later. A batch stages its files within
 // seconds; a file staged after that, in a batch of its own, has its
 // directory opened and checked again, so a staged file never committed
 // nor aborted (a bug) cannot have later batches write into a directory
 // that was moved away long since.
-var shareHeldFor = 10 * time.Second // a variable for the tests
+const defaultShareHeldFor = 10 * time.Second
 
 // maxHeldDirs bounds the directory descriptors staged files hold between
 // Stage and Commit. Past it a file staged in yet another directory lets
@@ -84,8 +106,8 @@ const maxHeldDirs = 256
 // of at most Root.StageBatch to keep every file unnamed.
 const MaxUnnamed = 2048
 
-// NewRoot returns the Root at dir, which must be an existing directory.
-func NewRoot(dir string) (*Root, error) {
+// Open returns the Root at dir, which must be an existing directory.
+func Open(dir string) (*Root, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -101,7 +123,7 @@ func NewRoot(dir string) (*Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open root prefix %s: %w", abs, err)
 	}
-	return &Root{dir: abs, fd: fd, maxUnnamed: maxUnnamedFor()}, nil
+	return &Root{dir: abs, fd: fd, maxUnnamed: maxUnnamedFor(), shareHeldFor: defaultShareHeldFor}, nil
 }
 
 // maxUnnamedFor is how many files may be staged unnamed at once: at most
@@ -130,29 +152,6 @@ func (r *Root) Dir() string { return r.dir }
 // that take a whole path (dpkg --root, systemctl --root take Dir instead).
 func (r *Root) Host(p string) string { return filepath.Join(r.dir, p) }
 
-// CheckPath refuses a path that is not absolute and clean, is the root
-// itself, or has a ".." component.
-func CheckPath(p string) error {
-	switch {
-	case p == "" || p[0] != '/':
-		return fmt.Errorf("%w: %q is not absolute", ErrUnsafePath, p)
-	case path.Clean(p) != p:
-		return fmt.Errorf("%w: %q is not clean (want %q)", ErrUnsafePath, p, path.Clean(p))
-	case p == "/":
-		return fmt.Errorf("%w: the root itself is not a resource", ErrUnsafePath)
-	case strings.Contains(p, "\x00"):
-		return fmt.Errorf("%w: %q contains NUL", ErrUnsafePath, p)
-	}
-	for rest := p[1:]; rest != ""; {
-		var c string
-		c, rest, _ = strings.Cut(rest, "/")
-		if c == ".." || c == "." {
-			return fmt.Errorf("%w: %q has a %q component", ErrUnsafePath, p, c)
-		}
-	}
-	return nil
-}
-
 // OpenDir opens the directory p beneath the root without following any
 // symlink. p "/" is the root itself. The caller closes the file.
 func (r *Root) OpenDir(p string) (*os.File, error) {
@@ -164,7 +163,7 @@ func (r *Root) OpenDir(p string) (*os.File, error) {
 		unix.CloseOnExec(fd)
 		return os.NewFile(uintptr(fd), r.dir), nil
 	}
-	if err := CheckPath(p); err != nil {
+	if err := drivers.CheckPath(p); err != nil {
 		return nil, err
 	}
 	fd, err := openBeneath(r.fd, p[1:], unix.O_RDONLY|unix.O_DIRECTORY)
@@ -194,22 +193,22 @@ func (r *Root) walk(p string) (int, error) {
 	return fd, nil
 }
 
-// pathErr turns ELOOP/ENOTDIR from an O_NOFOLLOW walk into ErrUnsafePath:
-// something on the way is a symlink (or not a directory) where the host
-// expects a directory.
+// pathErr turns ELOOP/ENOTDIR from an O_NOFOLLOW walk into
+// drivers.ErrUnsafePath: something on the way is a symlink (or not a
+// directory) where the host expects a directory.
 func (r *Root) pathErr(op, p string, err error) error {
 	switch {
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EMLINK), errors.Is(err, unix.EXDEV):
-		return fmt.Errorf("%s %s: %w: a symlink is in the way; the host never follows one", op, p, ErrUnsafePath)
+		return fmt.Errorf("%s %s: %w: a symlink is in the way; the host never follows one", op, p, drivers.ErrUnsafePath)
 	case errors.Is(err, unix.ENOTDIR):
-		return fmt.Errorf("%s %s: %w: a parent is not a directory", op, p, ErrUnsafePath)
+		return fmt.Errorf("%s %s: %w: a parent is not a directory", op, p, drivers.ErrUnsafePath)
 	}
 	return &os.PathError{Op: op, Path: r.Host(p), Err: err}
 }
 
 // parent opens p's parent directory and returns it with p's last component.
 func (r *Root) parent(p string) (*os.File, string, error) {
-	if err := CheckPath(p); err != nil {
+	if err := drivers.CheckPath(p); err != nil {
 		return nil, "", err
 	}
 	d, err := r.OpenDir(path.Dir(p))
@@ -235,7 +234,7 @@ func (r *Root) Lstat(p string) (unix.Stat_t, error) {
 	return st, nil
 }
 
-// ReadFile reads the regular file p; a symlink at p is ErrUnsafePath.
+// ReadFile reads the regular file p; a symlink at p is drivers.ErrUnsafePath.
 func (r *Root) ReadFile(p string) ([]byte, error) {
 	f, err := r.OpenFile(p)
 	if err != nil {
@@ -254,7 +253,7 @@ func (r *Root) ReadFile(p string) ([]byte, error) {
 // three system calls where those take eight.
 func (r *Root) Look(p string) (io.ReadCloser, unix.Stat_t, error) {
 	var st unix.Stat_t
-	if err := CheckPath(p); err != nil {
+	if err := drivers.CheckPath(p); err != nil {
 		return nil, st, err
 	}
 	// The common case first, a regular file, in four system calls: stat
@@ -376,14 +375,14 @@ func (r *Root) OpenFile(p string) (*os.File, error) {
 		if err != nil {
 			return nil, &os.PathError{Op: "fstat", Path: r.Host(p), Err: err}
 		}
-		return nil, fmt.Errorf("open %s: %w: not a regular file", p, ErrUnsafePath)
+		return nil, fmt.Errorf("open %s: %w: not a regular file", p, drivers.ErrUnsafePath)
 	}
 	return os.NewFile(uintptr(fd), r.Host(p)), nil
 }
 
 // WriteOptions say how WriteFile lays a file down.
 type WriteOptions struct {
-	Mode     Mode
+	Mode     drivers.Mode
 	UID, GID int
 	// Sync makes the file durable before it is renamed into place, and the
 	// rename durable before WriteFile returns. Callers that batch many
@@ -415,7 +414,7 @@ type Staged struct {
 // file beside p. Commit links or renames it over p; Abort removes it. A
 // reader of p sees the old bytes or, after Commit, the new, never a part.
 func (r *Root) StageFile(p string, data []byte, opts WriteOptions) (*Staged, error) {
-	if err := CheckPath(p); err != nil {
+	if err := drivers.CheckPath(p); err != nil {
 		return nil, err
 	}
 	dirPath, name := path.Dir(p), path.Base(p)
@@ -578,7 +577,7 @@ func writeFD(fd int, data []byte) error {
 func (r *Root) holdDir(p string) (held *heldDir, d *os.File, err error) {
 	shared := func() *heldDir {
 		h := r.held[p]
-		if h == nil || time.Since(h.opened) > shareHeldFor {
+		if h == nil || time.Since(h.opened) > r.shareHeldFor {
 			return nil
 		}
 		h.refs++
@@ -773,9 +772,9 @@ func (r *Root) SyncFS() error {
 
 // Mkdir creates the directory p (its parent must exist) with mode and
 // owner; an existing directory is left as it is, and anything else in the
-// way is an error (ErrUnsafePath for a symlink). It returns whether it
+// way is an error (drivers.ErrUnsafePath for a symlink). It returns whether it
 // created p.
-func (r *Root) Mkdir(p string, mode Mode, uid, gid int) (bool, error) {
+func (r *Root) Mkdir(p string, mode drivers.Mode, uid, gid int) (bool, error) {
 	d, name, err := r.parent(p)
 	if err != nil {
 		return false, err
@@ -793,7 +792,7 @@ func (r *Root) Mkdir(p string, mode Mode, uid, gid int) (bool, error) {
 		case unix.S_IFDIR:
 			return false, nil
 		case unix.S_IFLNK:
-			return false, fmt.Errorf("mkdir %s: %w: a symlink is in the way; the host never follows one", p, ErrUnsafePath)
+			return false, fmt.Errorf("mkdir %s: %w: a symlink is in the way; the host never follows one", p, drivers.ErrUnsafePath)
 		}
 		return false, fmt.Errorf("mkdir %s: %w: something that is not a directory is in the way", p, os.ErrExist)
 	}
@@ -804,8 +803,9 @@ func (r *Root) Mkdir(p string, mode Mode, uid, gid int) (bool, error) {
 }
 
 // Chown sets the mode and owner of the regular file or directory p,
-// without following a symlink at p; anything else at p is ErrUnsafePath.
-func (r *Root) Chown(p string, mode Mode, uid, gid int) error {
+// without following a symlink at p; anything else at p is
+// drivers.ErrUnsafePath.
+func (r *Root) Chown(p string, mode drivers.Mode, uid, gid int) error {
 	d, name, err := r.parent(p)
 	if err != nil {
 		return err
@@ -822,7 +822,7 @@ func (r *Root) Chown(p string, mode Mode, uid, gid int) error {
 		return &os.PathError{Op: "fstat", Path: r.Host(p), Err: err}
 	}
 	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
-		return fmt.Errorf("chown %s: %w: not a regular file or directory", p, ErrUnsafePath)
+		return fmt.Errorf("chown %s: %w: not a regular file or directory", p, drivers.ErrUnsafePath)
 	}
 	if err := f.Chown(uid, gid); err != nil {
 		return err
@@ -872,7 +872,7 @@ func (r *Root) lookupID(file, what, name string) (int, error) {
 	}
 	id, err := r.findID(file, name)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s %q: %v", ErrInvalidSpec, what, name, err)
+		return 0, fmt.Errorf("%w: %s %q: %v", drivers.ErrInvalidSpec, what, name, err)
 	}
 	return id, nil
 }
@@ -976,7 +976,7 @@ func FileType(mode uint32) string {
 }
 
 // modeBits maps setuid, setgid and sticky to os.FileMode bits.
-func modeBits(m Mode) os.FileMode {
+func modeBits(m drivers.Mode) os.FileMode {
 	var fm os.FileMode
 	if m&0o4000 != 0 {
 		fm |= os.ModeSetuid

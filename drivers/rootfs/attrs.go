@@ -1,18 +1,22 @@
-package drivers
+package rootfs
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/mesh-host/mesh-host/drivers"
+)
 
 // Attrs are the mode and ownership a file or directory should have, with
 // the owner and group names resolved to ids.
 type Attrs struct {
-	Mode     Mode
+	Mode     drivers.Mode
 	UID, GID int
 }
 
 // Attrs resolves what a spec asks of a path: its mode (def when the spec
 // gives none), and its owner and group by name in the root's own
 // etc/passwd and etc/group.
-func (r *Root) Attrs(mode *Mode, def Mode, owner, group string) (Attrs, error) {
+func (r *Root) Attrs(mode *drivers.Mode, def drivers.Mode, owner, group string) (Attrs, error) {
 	uid, err := r.LookupUser(owner)
 	if err != nil {
 		return Attrs{}, fmt.Errorf("owner: %w", err)
@@ -21,12 +25,12 @@ func (r *Root) Attrs(mode *Mode, def Mode, owner, group string) (Attrs, error) {
 	if err != nil {
 		return Attrs{}, fmt.Errorf("group: %w", err)
 	}
-	return Attrs{Mode: ModeOr(mode, def), UID: uid, GID: gid}, nil
+	return Attrs{Mode: drivers.ModeOr(mode, def), UID: uid, GID: gid}, nil
 }
 
 // Differs names each respect in which what was found differs from a:
 // "mode", "owner", "group", as an Observation reports them.
-func (a Attrs) Differs(mode Mode, uid, gid int) []string {
+func (a Attrs) Differs(mode drivers.Mode, uid, gid int) []string {
 	var out []string
 	if mode != a.Mode {
 		out = append(out, "mode")

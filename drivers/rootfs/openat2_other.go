@@ -1,6 +1,6 @@
 //go:build !linux
 
-package drivers
+package rootfs
 
 import "errors"
 
