@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/testbeds"
@@ -175,20 +176,11 @@ func startRogue(t *testing.T, addr string, cert *tls.Certificate) *server.Server
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	opts := &server.Options{Host: host, Port: port, NoLog: true, NoSigs: true, MaxPayload: linkproto.MaxDeclarationSize}
+	opts := &server.Options{Host: host, Port: port, MaxPayload: linkproto.MaxDeclarationSize}
 	if cert != nil {
 		opts.TLS, opts.TLSConfig = true, &tls.Config{Certificates: []tls.Certificate{*cert}}
 	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("the rogue server did not start")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
+	return basetest.NATS(t, opts)
 }
 
 // pushFrom pushes the rogue declaration to web-1 from rogue until done

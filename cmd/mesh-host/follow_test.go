@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
@@ -31,18 +32,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// waitFor polls cond until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // start runs a mesh-host command line in the background; the returned stop
@@ -85,21 +74,21 @@ func TestFollowOutlivesTheService(t *testing.T) {
 
 	var out, errs syncBuffer
 	start(t, []string{"--state-dir", state, "journal", "--follow", "--kind", "link.down", "--kind", "host.started"}, &out, &errs)
-	waitFor(t, "the existing record", func() bool { return strings.Contains(out.String(), "before anything") })
+	basetest.Until(t, 10*time.Second, "the existing record", func() bool { return strings.Contains(out.String(), "before anything") })
 
 	var serveErr syncBuffer
 	stopServe := start(t, []string{"--state-dir", state, "serve"}, io.Discard, &serveErr)
-	waitFor(t, "the service's start, through its socket", func() bool { return strings.Count(out.String(), "host.started") == 1 })
+	basetest.Until(t, 10*time.Second, "the service's start, through its socket", func() bool { return strings.Count(out.String(), "host.started") == 1 })
 	if code := stopServe(); code != 0 {
 		t.Fatalf("serve exited %d: %s", code, serveErr.String())
 	}
 
 	// No service: a record appended to the file (as `apply` would) shows.
 	appendRecord(t, path, event.New(event.LinkDown, 0, "", event.LinkPayload{Reason: "while no service ran"}))
-	waitFor(t, "the record appended to the file", func() bool { return strings.Contains(out.String(), "while no service ran") })
+	basetest.Until(t, 10*time.Second, "the record appended to the file", func() bool { return strings.Contains(out.String(), "while no service ran") })
 
 	start(t, []string{"--state-dir", state, "serve"}, io.Discard, io.Discard)
-	waitFor(t, "the second service's start", func() bool { return strings.Count(out.String(), "host.started") == 2 })
+	basetest.Until(t, 10*time.Second, "the second service's start", func() bool { return strings.Count(out.String(), "host.started") == 2 })
 
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 5 { // header, 2 link.down, 2 host.started

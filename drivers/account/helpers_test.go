@@ -144,12 +144,7 @@ func newRoot(t *testing.T, set string) *rootfs.Root {
 			}
 		}
 	}
-	r, err := rootfs.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
+	return driverstest.OpenRoot(t, dir)
 }
 
 // read returns the root's file p.

@@ -30,6 +30,12 @@ func NewRoot(t *testing.T, dirs ...string) *rootfs.Root {
 			t.Fatal(err)
 		}
 	}
+	return OpenRoot(t, dir)
+}
+
+// OpenRoot is a Root over dir, closed when t ends.
+func OpenRoot(t testing.TB, dir string) *rootfs.Root {
+	t.Helper()
 	r, err := rootfs.Open(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/driverstest"
 	"github.com/mesh-host/mesh-host/drivers/pkg"
 	"github.com/mesh-host/mesh-host/drivers/rootfs"
 )
@@ -34,15 +35,6 @@ func fakeTools(t *testing.T, scripts map[string]string) string {
 const recorder = `printf '%s\n' "$*" >> "$FAKE_LOG"
 exit "${FAKE_EXIT:-0}"
 `
-
-func newRoot(t *testing.T, dir string) *rootfs.Root {
-	t.Helper()
-	root, err := rootfs.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
 
 // TestCommandLines: the pacman, apk and rpm/dnf backends run the command
 // lines their managers document, on "/" and on another root.
@@ -73,7 +65,7 @@ func TestCommandLines(t *testing.T) {
 			"--root R -q nginx", "install -y --installroot=R nginx", "remove -y --installroot=R nginx"}},
 	} {
 		os.Remove(log)
-		b := tc.new(newRoot(t, tc.root))
+		b := tc.new(driverstest.OpenRoot(t, tc.root))
 		if ok, err := b.Installed(t.Context(), "nginx"); err != nil || !ok {
 			t.Errorf("%T on %s: Installed = %v, %v; want true (exit code 0)", b, tc.root, ok, err)
 		}
@@ -94,7 +86,7 @@ func TestCommandLines(t *testing.T) {
 // TestNotInstalledAnswers: each query tool's "not installed" is false, and
 // any other failure is the tool's message.
 func TestNotInstalledAnswers(t *testing.T) {
-	root := newRoot(t, "/")
+	root := driverstest.OpenRoot(t, "/")
 	for _, tc := range []struct {
 		tool    string
 		backend pkg.Backend
@@ -129,7 +121,7 @@ func TestNotInstalledAnswers(t *testing.T) {
 }
 
 func TestDetect(t *testing.T) {
-	root := newRoot(t, t.TempDir())
+	root := driverstest.OpenRoot(t, t.TempDir())
 
 	fakeTools(t, nil)
 	b := pkg.Detect(root)
@@ -227,7 +219,7 @@ func TestTimeoutKillsTool(t *testing.T) {
 	fakeTools(t, map[string]string{"dpkg-query": hang})
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	t.Setenv("FAKE_PIDS", pidFile)
-	root := newRoot(t, t.TempDir())
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := pkg.New(root, pkg.Options{Backend: pkg.NewDpkg(root, ""), Timeout: 300 * time.Millisecond})
 
 	start := time.Now()
@@ -253,7 +245,7 @@ func TestCancelKillsTool(t *testing.T) {
 	fakeTools(t, map[string]string{"dpkg-query": hang})
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	t.Setenv("FAKE_PIDS", pidFile)
-	root := newRoot(t, t.TempDir())
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := pkg.New(root, pkg.Options{Backend: pkg.NewDpkg(root, "")})
 
 	ctx, cancel := context.WithCancel(t.Context())
@@ -282,7 +274,7 @@ func TestToolEnvironment(t *testing.T) {
 	t.Setenv("FAKE_OUT", out)
 	t.Setenv("LC_ALL", "de_DE.UTF-8")
 	fakeTools(t, map[string]string{"pacman": `echo "$DEBIAN_FRONTEND $LC_ALL $(/bin/cat | /usr/bin/wc -c)" > "$FAKE_OUT"`})
-	if _, err := pkg.NewPacman(newRoot(t, "/")).Installed(t.Context(), "nginx"); err != nil {
+	if _, err := pkg.NewPacman(driverstest.OpenRoot(t, "/")).Installed(t.Context(), "nginx"); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(out); strings.TrimSpace(string(got)) != "noninteractive C 0" {
@@ -293,7 +285,7 @@ func TestToolEnvironment(t *testing.T) {
 func TestInvalidSpecs(t *testing.T) {
 	fakeTools(t, map[string]string{"dpkg-query": recorder})
 	t.Setenv("FAKE_LOG", filepath.Join(t.TempDir(), "log"))
-	d := pkg.New(newRoot(t, t.TempDir()), pkg.Options{})
+	d := pkg.New(driverstest.OpenRoot(t, t.TempDir()), pkg.Options{})
 	for _, spec := range []*drivers.PackageSpec{
 		{Name: ""},
 		{Name: "-rf"},
@@ -324,7 +316,7 @@ func (v *virtual) Remove(context.Context, string) error            { return nil 
 // installed is an error, not a Created every Apply would repeat.
 func TestVirtualPackage(t *testing.T) {
 	b := &virtual{}
-	d := pkg.New(newRoot(t, t.TempDir()), pkg.Options{Backend: b})
+	d := pkg.New(driverstest.OpenRoot(t, t.TempDir()), pkg.Options{Backend: b})
 	_, err := d.Apply(t.Context(), present("awk"))
 	if !errors.Is(err, pkg.ErrNotInstalled) || b.installs != 1 {
 		t.Errorf("Apply of a virtual package = %v after %d installs, want ErrNotInstalled after 1", err, b.installs)

@@ -16,31 +16,14 @@ import (
 	"github.com/mesh-host/mesh-host/drivers/driverstest"
 	"github.com/mesh-host/mesh-host/drivers/pkg"
 	"github.com/mesh-host/mesh-host/drivers/rootfs"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 )
-
-// needTools skips the test when a Debian tool it runs is missing: these
-// tests run on Debian, where dpkg and apt are always installed.
-func needTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (Debian package %s): %v", tool, debianPackage(tool), err)
-		}
-	}
-}
-
-func debianPackage(tool string) string {
-	if tool == "apt-get" {
-		return "apt"
-	}
-	return "dpkg"
-}
 
 // buildDeb builds the package name with dpkg-deb into dir: one file,
 // /usr/share/NAME/README, and a control file. It returns the .deb's path.
 func buildDeb(t *testing.T, dir, name string) string {
 	t.Helper()
-	needTools(t, "dpkg-deb")
+	basetest.NeedTools(t, "dpkg", "dpkg-deb")
 	tree := t.TempDir()
 	files := map[string]string{
 		"DEBIAN/control":                fmt.Sprintf("Package: %s\nVersion: 1.0\nArchitecture: all\nMaintainer: mesh-host tests <tests@example.invalid>\nDescription: a package the mesh-host tests install\n", name),
@@ -88,7 +71,7 @@ func dpkgRoot(t *testing.T) *rootfs.Root {
 func present(name string) *drivers.PackageSpec { return &drivers.PackageSpec{Name: name} }
 
 func TestDpkgInstallObserveRemove(t *testing.T) {
-	needTools(t, "dpkg", "dpkg-query", "dpkg-deb")
+	basetest.NeedTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
 	root := dpkgRoot(t)
 	debs := t.TempDir()
 	buildDeb(t, debs, "mesh-test-hello")
@@ -145,7 +128,7 @@ func TestDpkgInstallObserveRemove(t *testing.T) {
 // TestDpkgStateAbsent: a spec with state absent removes an installed
 // package (Updated), and removing that spec leaves things as they are.
 func TestDpkgStateAbsent(t *testing.T) {
-	needTools(t, "dpkg", "dpkg-query", "dpkg-deb")
+	basetest.NeedTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
 	root := dpkgRoot(t)
 	debs := t.TempDir()
 	buildDeb(t, debs, "mesh-test-hello")
@@ -173,7 +156,7 @@ func TestDpkgStateAbsent(t *testing.T) {
 }
 
 func TestDpkgNotInDebDir(t *testing.T) {
-	needTools(t, "dpkg", "dpkg-query", "dpkg-deb")
+	basetest.NeedTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
 	root := dpkgRoot(t)
 	debs := t.TempDir()
 	buildDeb(t, debs, "mesh-test-hello")
@@ -193,7 +176,7 @@ func TestDpkgNotInDebDir(t *testing.T) {
 // TestDpkgToolMessage: dpkg's own message and exit code reach the
 // error when it refuses what it is given.
 func TestDpkgToolMessage(t *testing.T) {
-	needTools(t, "dpkg", "dpkg-query", "dpkg-deb")
+	basetest.NeedTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
 	root := dpkgRoot(t)
 	debs := t.TempDir()
 	tree := t.TempDir()
@@ -220,7 +203,7 @@ func TestDpkgToolMessage(t *testing.T) {
 // (this one, through an fcntl lock as apt and dpkg take it), installing
 // fails at once with dpkg's message and exit code.
 func TestDpkgLockHeld(t *testing.T) {
-	needTools(t, "dpkg", "dpkg-query", "dpkg-deb")
+	basetest.NeedTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
 	root := dpkgRoot(t)
 	debs := t.TempDir()
 	buildDeb(t, debs, "mesh-test-hello")
@@ -270,7 +253,7 @@ func aptRoot(t *testing.T, debs ...string) *rootfs.Root {
 // machine's state.
 func aptRootWithoutLists(t *testing.T, debs ...string) *rootfs.Root {
 	t.Helper()
-	needTools(t, "apt-get")
+	basetest.NeedTools(t, "apt", "apt-get")
 	root := dpkgRoot(t)
 	for _, d := range []string{"etc/apt/apt.conf.d", "etc/apt/preferences.d", "etc/apt/sources.list.d", "var/lib/apt/lists/partial", "var/cache/apt/archives/partial", "var/log/apt"} {
 		if err := os.MkdirAll(root.Host(d), 0o755); err != nil {
@@ -301,7 +284,8 @@ func aptRootWithoutLists(t *testing.T, debs ...string) *rootfs.Root {
 // own gets packages by name through apt-get, which installs them into the
 // root and reads nothing of the machine's apt configuration.
 func TestAptInstallsByName(t *testing.T) {
-	needTools(t, "dpkg", "dpkg-query", "dpkg-deb", "apt-get")
+	basetest.NeedTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
+	basetest.NeedTools(t, "apt", "apt-get")
 	root := aptRoot(t, buildDeb(t, t.TempDir(), "mesh-test-hello"))
 	d := pkg.New(root, pkg.Options{})
 	spec := present("mesh-test-hello")
@@ -326,7 +310,8 @@ func TestAptInstallsByName(t *testing.T) {
 // TestAptUnknownPackage: a package no source has fails with apt-get's own
 // message and exit code.
 func TestAptUnknownPackage(t *testing.T) {
-	needTools(t, "dpkg", "dpkg-query", "dpkg-deb", "apt-get")
+	basetest.NeedTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
+	basetest.NeedTools(t, "apt", "apt-get")
 	root := aptRoot(t, buildDeb(t, t.TempDir(), "mesh-test-hello"))
 	d := pkg.New(root, pkg.Options{})
 
@@ -344,7 +329,7 @@ func TestAptUnknownPackage(t *testing.T) {
 // TestAptNoSetup: a root with neither an apt setup nor a DebDir has
 // nowhere to install from, and says so without running anything.
 func TestAptNoSetup(t *testing.T) {
-	needTools(t, "dpkg-query")
+	basetest.NeedTools(t, "dpkg", "dpkg-query")
 	root := dpkgRoot(t)
 	d := pkg.New(root, pkg.Options{Backend: pkg.NewDpkg(root, "")})
 	_, err := d.Apply(t.Context(), present("mesh-test-hello"))
@@ -354,7 +339,7 @@ func TestAptNoSetup(t *testing.T) {
 }
 
 func TestConformance(t *testing.T) {
-	needTools(t, "dpkg", "dpkg-query", "dpkg-deb")
+	basetest.NeedTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
 	debs := t.TempDir()
 	buildDeb(t, debs, "mesh-test-hello")
 	buildDeb(t, debs, "mesh-test-world")
@@ -379,7 +364,7 @@ func TestConformance(t *testing.T) {
 // dpkg takes one change at a time; the driver queues them rather than
 // fail on dpkg's lock.
 func TestConcurrentApplies(t *testing.T) {
-	needTools(t, "dpkg", "dpkg-query", "dpkg-deb")
+	basetest.NeedTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
 	debs := t.TempDir()
 	names := []string{"mesh-test-a", "mesh-test-b", "mesh-test-c", "mesh-test-d"}
 	for _, n := range names {
@@ -409,7 +394,8 @@ func TestConcurrentApplies(t *testing.T) {
 // package apt cannot locate makes the driver fetch the lists once and try
 // again.
 func TestAptFetchesListsOnce(t *testing.T) {
-	needTools(t, "dpkg", "dpkg-query", "dpkg-deb", "apt-get")
+	basetest.NeedTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
+	basetest.NeedTools(t, "apt", "apt-get")
 	root := aptRootWithoutLists(t, buildDeb(t, t.TempDir(), "mesh-test-hello"))
 	d := pkg.New(root, pkg.Options{})
 	if got, err := d.Apply(t.Context(), present("mesh-test-hello")); err != nil || got != drivers.Created {

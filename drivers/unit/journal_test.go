@@ -13,6 +13,7 @@ import (
 
 	godbus "github.com/godbus/dbus/v5"
 
+	"github.com/mesh-host/mesh-host/drivers/driverstest"
 	"github.com/mesh-host/mesh-host/drivers/unit"
 )
 
@@ -104,7 +105,7 @@ func TestJournalOf(t *testing.T) {
 	t.Setenv("PATH", bin)
 	t.Setenv("FAKE_JOURNAL", journal)
 	t.Setenv("FAKE_LOG", log)
-	d := unit.New(newRoot(t), unit.Options{Redact: func(s string) string { return strings.ReplaceAll(s, "opensesame", "[secret]") }})
+	d := unit.New(driverstest.OpenRoot(t, t.TempDir()), unit.Options{Redact: func(s string) string { return strings.ReplaceAll(s, "opensesame", "[secret]") }})
 
 	lines := "2026-12-04T10:00:00+0000 vm sh[12]: boom-password=hunter2\n2026-12-04T10:00:00+0000 vm sh[12]: \x1b[31mthe door: opensesame\x1b[0m\r\n"
 	if err := os.WriteFile(journal, []byte(lines), 0o644); err != nil {

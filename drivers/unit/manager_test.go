@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/drivers/driverstest"
 	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/drivers/unit"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 )
 
 // fakeSystemctl is a systemctl that logs its arguments to $FAKE_LOG and
@@ -46,7 +48,7 @@ func fake(t *testing.T) (*unit.Driver, *rootfs.Root, func() []string) {
 	t.Setenv("PATH", bin)
 	t.Setenv("FAKE_LOG", log)
 	t.Setenv("FAKE_STATE", state)
-	root := newRoot(t)
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{ManagerRunning: func() bool { return false }})
 	ran := func() []string {
 		data, _ := os.ReadFile(log)
@@ -142,11 +144,11 @@ func TestBatchWithoutManager(t *testing.T) {
 // TestManagerUnreachable: a driver told that a manager runs, where none
 // answers, fails every call that needs one, saying where it looked.
 func TestManagerUnreachable(t *testing.T) {
-	needTools(t, "systemctl")
+	basetest.NeedTools(t, "systemd", "systemctl")
 	if _, err := os.Stat("/run/systemd/private"); err == nil {
 		t.Skip("a service manager answers on /run/systemd/private here")
 	}
-	d := unit.New(newRoot(t), unit.Options{ManagerRunning: func() bool { return true }})
+	d := unit.New(driverstest.OpenRoot(t, t.TempDir()), unit.Options{ManagerRunning: func() bool { return true }})
 	defer d.Close()
 	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Active: true}
 	_, errApply := d.Apply(t.Context(), spec) // writes the file, then asks the manager
@@ -171,7 +173,7 @@ func TestTimeoutKillsSystemctl(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin)
-	d := unit.New(newRoot(t), unit.Options{Timeout: 300 * time.Millisecond})
+	d := unit.New(driverstest.OpenRoot(t, t.TempDir()), unit.Options{Timeout: 300 * time.Millisecond})
 	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Enabled: true}
 
 	start := time.Now()
@@ -187,8 +189,8 @@ func TestTimeoutKillsSystemctl(t *testing.T) {
 // TestNoManager: where no manager runs, Refresh has nothing to do and
 // says so, and Watch returns at once with ErrNoManager.
 func TestNoManager(t *testing.T) {
-	needTools(t, "systemctl")
-	root := newRoot(t)
+	basetest.NeedTools(t, "systemd", "systemctl")
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{})
 	defer d.Close()
 	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Active: true}

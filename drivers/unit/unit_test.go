@@ -14,29 +14,8 @@ import (
 	"github.com/mesh-host/mesh-host/drivers/driverstest"
 	"github.com/mesh-host/mesh-host/drivers/rootfs"
 	"github.com/mesh-host/mesh-host/drivers/unit"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 )
-
-// needTools skips the test when a tool it runs is missing: both come with
-// the Debian package systemd.
-func needTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (Debian package systemd): %v", tool, err)
-		}
-	}
-}
-
-// newRoot is an empty root prefix: systemctl --root needs nothing in it,
-// and the driver makes etc/systemd/system.
-func newRoot(t *testing.T) *rootfs.Root {
-	t.Helper()
-	root, err := rootfs.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
 
 // service is a unit file for a service wanted by target.
 func service(description, target string) string {
@@ -80,8 +59,8 @@ func wantLink(t *testing.T, root *rootfs.Root, target, name string, want bool) {
 }
 
 func TestEnableDisable(t *testing.T) {
-	needTools(t, "systemctl")
-	root := newRoot(t)
+	basetest.NeedTools(t, "systemd", "systemctl")
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{})
 	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Enabled: true, Active: true}
 
@@ -138,8 +117,8 @@ func TestEnableDisable(t *testing.T) {
 // TestContentChange: new content is Updated, and an enabled unit's links
 // follow its new [Install] section.
 func TestContentChange(t *testing.T) {
-	needTools(t, "systemctl")
-	root := newRoot(t)
+	basetest.NeedTools(t, "systemd", "systemctl")
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{})
 	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Enabled: true}
 	apply(t, d, spec, drivers.Created)
@@ -161,8 +140,8 @@ func TestContentChange(t *testing.T) {
 // TestRejectedUnit: a unit systemd-analyze rejects fails with its message,
 // naming the unit's path in the root, and nothing is written.
 func TestRejectedUnit(t *testing.T) {
-	needTools(t, "systemctl", "systemd-analyze")
-	root := newRoot(t)
+	basetest.NeedTools(t, "systemd", "systemctl", "systemd-analyze")
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{})
 	good := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Enabled: true}
 	apply(t, d, good, drivers.Created)
@@ -196,8 +175,8 @@ func TestRejectedUnit(t *testing.T) {
 // TestStaticCannotBeEnabled: a unit with no [Install] section cannot be
 // enabled; asking for it is an invalid spec carrying systemctl's words.
 func TestStaticCannotBeEnabled(t *testing.T) {
-	needTools(t, "systemctl")
-	d := unit.New(newRoot(t), unit.Options{})
+	basetest.NeedTools(t, "systemd", "systemctl")
+	d := unit.New(driverstest.OpenRoot(t, t.TempDir()), unit.Options{})
 	static := &drivers.UnitSpec{Name: "mesh-static.service", Content: "[Service]\nExecStart=/bin/true\n", Enabled: true}
 	_, err := d.Apply(t.Context(), static)
 	if !errors.Is(err, drivers.ErrInvalidSpec) || !strings.Contains(err.Error(), "static") || !strings.Contains(err.Error(), "no installation config") {
@@ -213,8 +192,8 @@ func TestStaticCannotBeEnabled(t *testing.T) {
 // TestMaskedUnit: a symlink at the unit's path (systemctl mask makes one
 // to /dev/null) is reported, replaced by Apply, and left by Remove.
 func TestMaskedUnit(t *testing.T) {
-	needTools(t, "systemctl")
-	root := newRoot(t)
+	basetest.NeedTools(t, "systemd", "systemctl")
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{})
 	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target")}
 	if out, err := exec.Command("systemctl", "--root="+root.Dir(), "mask", spec.Name).CombinedOutput(); err != nil {
@@ -251,8 +230,8 @@ func TestMaskedUnit(t *testing.T) {
 }
 
 func TestInvalidNames(t *testing.T) {
-	needTools(t, "systemctl")
-	d := unit.New(newRoot(t), unit.Options{})
+	basetest.NeedTools(t, "systemd", "systemctl")
+	d := unit.New(driverstest.OpenRoot(t, t.TempDir()), unit.Options{})
 	for _, name := range []string{"", "nginx", "../x.service", "a/b.service", "a b.service", ".service", "x.conf", "@.service", "a@b@c.service", strings.Repeat("a", 250) + ".service"} {
 		spec := &drivers.UnitSpec{Name: name, Content: "[Unit]\n"}
 		if _, err := d.Apply(t.Context(), spec); !errors.Is(err, drivers.ErrInvalidSpec) {
@@ -268,9 +247,9 @@ func TestInvalidNames(t *testing.T) {
 }
 
 func TestConformance(t *testing.T) {
-	needTools(t, "systemctl")
+	basetest.NeedTools(t, "systemd", "systemctl")
 	driverstest.Run(t, func(t *testing.T) driverstest.Fixture {
-		root := newRoot(t)
+		root := driverstest.OpenRoot(t, t.TempDir())
 		return driverstest.Fixture{
 			Driver: unit.New(root, unit.Options{}),
 			Specs: []drivers.Spec{
@@ -290,7 +269,7 @@ func TestConformance(t *testing.T) {
 // TestNoSystemctl: without systemctl every call fails, naming it.
 func TestNoSystemctl(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	d := unit.New(newRoot(t), unit.Options{})
+	d := unit.New(driverstest.OpenRoot(t, t.TempDir()), unit.Options{})
 	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target")}
 	_, errObserve := d.Observe(t.Context(), spec)
 	_, errApply := d.Apply(t.Context(), spec)
@@ -305,14 +284,14 @@ func TestNoSystemctl(t *testing.T) {
 // TestNoAnalyze: without systemd-analyze units are written unverified, and
 // the note says so.
 func TestNoAnalyze(t *testing.T) {
-	needTools(t, "systemctl")
+	basetest.NeedTools(t, "systemd", "systemctl")
 	systemctl, _ := exec.LookPath("systemctl")
 	bin := t.TempDir()
 	if err := os.Symlink(systemctl, filepath.Join(bin, "systemctl")); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin)
-	root := newRoot(t)
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{})
 	spec := &drivers.UnitSpec{Name: "mesh-hello.service", Content: service("hello", "multi-user.target"), Enabled: true}
 	if note := d.ApplyNote(spec); !strings.Contains(note, "not verified: systemd-analyze is not installed") {
@@ -361,8 +340,8 @@ func fileState(t *testing.T, file string) string {
 // someone else installed: the host enables and disables it, and never
 // writes, replaces or removes the file; Remove leaves it as it is.
 func TestPackagedUnit(t *testing.T) {
-	needTools(t, "systemctl")
-	root := newRoot(t)
+	basetest.NeedTools(t, "systemd", "systemctl")
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{})
 	file := packaged(t, root, "mesh-pkg.service", service("packaged", "multi-user.target"))
 	was := fileState(t, file)
@@ -409,8 +388,8 @@ func TestPackagedUnit(t *testing.T) {
 // nowhere is absent, and Apply fails saying so without writing anything:
 // above all not an empty unit file, which would mask the unit.
 func TestPackagedNotInstalled(t *testing.T) {
-	needTools(t, "systemctl")
-	root := newRoot(t)
+	basetest.NeedTools(t, "systemd", "systemctl")
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{})
 	packaged(t, root, "mesh-other.service", service("other", "multi-user.target"))
 	for _, spec := range []*drivers.UnitSpec{
@@ -437,8 +416,8 @@ func TestPackagedNotInstalled(t *testing.T) {
 // in /etc/systemd/system) is refused to be enabled or active, naming the
 // mask and how to lift it; neither enabled nor active, it is in sync.
 func TestPackagedMasked(t *testing.T) {
-	needTools(t, "systemctl")
-	root := newRoot(t)
+	basetest.NeedTools(t, "systemd", "systemctl")
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{})
 	packaged(t, root, "mesh-pkg.service", service("packaged", "multi-user.target"))
 	if out, err := exec.Command("systemctl", "--root="+root.Dir(), "mask", "mesh-pkg.service").CombinedOutput(); err != nil {
@@ -467,8 +446,8 @@ func TestPackagedMasked(t *testing.T) {
 // TestPackagedStatic: a unit with no [Install] section is in sync not
 // enabled, and cannot be enabled.
 func TestPackagedStatic(t *testing.T) {
-	needTools(t, "systemctl")
-	root := newRoot(t)
+	basetest.NeedTools(t, "systemd", "systemctl")
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{})
 	packaged(t, root, "mesh-static.service", "[Service]\nExecStart=/bin/true\n")
 	static := &drivers.UnitSpec{Name: "mesh-static.service"}
@@ -486,8 +465,8 @@ func TestPackagedStatic(t *testing.T) {
 // and enabled by its own name; Remove of an instance leaves it, Remove of
 // the template takes its file and every instance's links.
 func TestTemplate(t *testing.T) {
-	needTools(t, "systemctl")
-	root := newRoot(t)
+	basetest.NeedTools(t, "systemd", "systemctl")
+	root := driverstest.OpenRoot(t, t.TempDir())
 	d := unit.New(root, unit.Options{})
 	template := &drivers.UnitSpec{Name: "mesh-t@.service", Content: "[Service]\nExecStart=/bin/echo %i\n\n[Install]\nWantedBy=multi-user.target\n"}
 	instance := &drivers.UnitSpec{Name: "mesh-t@a.service", Enabled: true, Active: true}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/packaging"
 	"github.com/mesh-host/mesh-host/upgrade"
 )
@@ -68,15 +69,6 @@ func built(t *testing.T) (Artifacts, Artifacts) {
 		t.Fatalf("build: %v", buildErr)
 	}
 	return v1, v2
-}
-
-func needTools(t *testing.T, debianPackage string, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (Debian package %s): %v", tool, debianPackage, err)
-		}
-	}
 }
 
 func run(t *testing.T, name string, args ...string) string {
@@ -168,7 +160,7 @@ func dpkg(t *testing.T, root string, args ...string) string {
 // upgrades it to the second version, installs that again, and removes and
 // purges it.
 func TestDeb(t *testing.T) {
-	needTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
+	basetest.NeedTools(t, "dpkg", "dpkg", "dpkg-query", "dpkg-deb")
 	a1, a2 := built(t)
 	root := dpkgRoot(t)
 	at := func(p string) string { return filepath.Join(root, p) }
@@ -391,7 +383,7 @@ func launchHalt(t *testing.T, prefix, name string) {
 // command exists on this machine), and fails on any complaint, warnings
 // included; then systemctl --root enables it in the prefix.
 func verifyUnit(t *testing.T, prefix string) {
-	needTools(t, "systemd", "systemd-analyze", "systemctl")
+	basetest.NeedTools(t, "systemd", "systemd-analyze", "systemctl")
 	unit, err := os.ReadFile(filepath.Join(prefix, "etc/systemd/system", packaging.UnitName))
 	if err != nil {
 		t.Fatal(err)

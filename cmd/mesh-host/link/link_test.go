@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -54,22 +55,7 @@ const (
 // store in dir, and stops it at cleanup.
 func runServer(t *testing.T, dir string, port int) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir,
-		NoLog: true, NoSigs: true, MaxPayload: 16 << 20,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(wait) {
-		t.Fatal("the broker did not start")
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return basetest.NATS(t, &server.Options{Port: port, JetStream: true, StoreDir: dir, MaxPayload: 16 << 20})
 }
 
 func serverPort(t testing.TB, s *server.Server) int {

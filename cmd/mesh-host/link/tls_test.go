@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/testbeds"
@@ -22,23 +23,11 @@ import (
 // of the attacks alike.
 func runTLSServer(t testing.TB, cert *tls.Certificate) *server.Server {
 	t.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true}
+	opts := &server.Options{}
 	if cert != nil {
 		opts.TLS, opts.TLSConfig = true, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
 	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(wait) {
-		t.Fatal("the broker did not start")
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return basetest.NATS(t, opts)
 }
 
 // TestLinkUpOverTLS: a broker with a certificate from the mesh's CA for
