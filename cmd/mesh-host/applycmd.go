@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
@@ -95,7 +96,7 @@ func (c *applyCmd) Run(e *env) error {
 		fmt.Fprintln(e.stdout, applied)
 		printOutcomes(e.stdout, res, false, false)
 		if res.Failures() > 0 {
-			return silent(exitFailed)
+			return command.Silent(command.ExitFailed)
 		}
 		return nil
 	})
@@ -142,7 +143,7 @@ func refuse(j *journal.Journal, source string, d *declaration.Declaration, reaso
 	if err := hostjournal.AppendRefusal(j, source, d, reason); err != nil {
 		return failed("%v", err)
 	}
-	return &exitError{code: exitRefused, err: fmt.Errorf("refused, nothing applied:\n%v", reason)}
+	return &command.ExitError{Code: command.ExitRefused, Err: fmt.Errorf("refused, nothing applied:\n%v", reason)}
 }
 
 // withWriteJournal runs fn against the journal opened for writing: the
@@ -163,7 +164,7 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 	if e.cli.Journal == "" {
 		code, err := localsock.Call(e.ctx, e.cli.socketPath(), append(e.globalArgs(), forward...), e.stdout, e.stderr)
 		if err == nil {
-			return silent(code)
+			return command.Silent(code)
 		}
 		if !errors.Is(err, localsock.ErrNoService) {
 			return failed("ask the running service: %v", err)

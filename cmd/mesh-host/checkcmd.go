@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
@@ -39,7 +40,7 @@ func (c *checkCmd) Run(e *env) error {
 		}
 		printOutcomes(e.stdout, res, false, true)
 		if res.Failures() > 0 || (c.NoRepair && drifted > 0) {
-			return silent(exitFailed)
+			return command.Silent(command.ExitFailed)
 		}
 		return nil
 	})

@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
@@ -51,8 +52,8 @@ func newDamageHost(t *testing.T) damageHost {
 		t.Fatal(err)
 	}
 	h.mustRun(t, "check")
-	if code, _, _ := h.run(t, context.Background(), "apply", h.bad); code != exitRefused {
-		t.Fatalf("apply of a bad declaration: exit %d, want %d", code, exitRefused)
+	if code, _, _ := h.run(t, context.Background(), "apply", h.bad); code != command.ExitRefused {
+		t.Fatalf("apply of a bad declaration: exit %d, want %d", code, command.ExitRefused)
 	}
 	return h
 }
@@ -69,7 +70,7 @@ func (h damageHost) run(t *testing.T, ctx context.Context, args ...string) (code
 
 func (h damageHost) mustRun(t *testing.T, args ...string) {
 	t.Helper()
-	if code, out, errs := h.run(t, context.Background(), args...); code != exitOK {
+	if code, out, errs := h.run(t, context.Background(), args...); code != command.ExitOK {
 		t.Fatalf("mesh-host %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
 	}
 }
@@ -372,7 +373,7 @@ func TestServeScrubs(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		code, out, errs := h.ask(t, "journal", "--kind", string(event.JournalScrubbed), "--json")
-		if code != exitOK {
+		if code != command.ExitOK {
 			t.Fatalf("journal --kind journal.scrubbed: exit %d\n%s", code, errs)
 		}
 		if strings.Contains(out, `"differences":0`) && strings.Contains(out, `"records":`) {
@@ -414,7 +415,7 @@ func TestServeStopsOnDamageACommandFound(t *testing.T) {
 	defer cancel()
 	var stderr lockedBuffer
 	done := h.startServe(t, ctx, &stderr)
-	if code, out, errs := h.ask(t, "status"); code != exitOK {
+	if code, out, errs := h.ask(t, "status"); code != command.ExitOK {
 		t.Fatalf("status before the damage: exit %d\n%s%s", code, out, errs)
 	}
 	if flipEvery(t, h.journal, owned, 1) == 0 {
@@ -433,7 +434,7 @@ func TestServeStopsOnDamageACommandFound(t *testing.T) {
 func TestProjectionLayout1(t *testing.T) {
 	h := newDamageHost(t)
 	code, want, errs := h.run(t, context.Background(), "status", "--json", "--owned")
-	if code != exitOK {
+	if code != command.ExitOK {
 		t.Fatalf("status: exit %d\n%s", code, errs)
 	}
 	// Back to layout 1, as a host before checksums left it.
@@ -465,7 +466,7 @@ func TestProjectionLayout1(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if code, got, errs := h.run(t, context.Background(), "status", "--json", "--owned"); code != exitOK || got != want {
+	if code, got, errs := h.run(t, context.Background(), "status", "--json", "--owned"); code != command.ExitOK || got != want {
 		t.Fatalf("status of layout 1: exit %d\n%s\ngot:\n%s\nwant:\n%s", code, errs, got, want)
 	}
 	h.mustRun(t, "apply", h.decl2)

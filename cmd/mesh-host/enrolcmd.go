@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/atomicfile"
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/enrolment"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -31,7 +32,7 @@ type enrolCmd struct {
 // nothing is written.
 func (c *enrolCmd) Run(e *env) error {
 	if e.held != nil {
-		return refused("enrol cannot be asked of a running service")
+		return command.Refused("enrol cannot be asked of a running service")
 	}
 	text := c.Token
 	if text == "-" {
@@ -43,19 +44,19 @@ func (c *enrolCmd) Run(e *env) error {
 	}
 	tok, err := linkproto.ParseToken(text)
 	if err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	if err := tok.Expired(e.now()); err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	dir := e.cli.StateDir
 	if old, err := enrolment.Read(dir); err == nil {
 		if (old.Mesh != tok.Mesh || old.Node != tok.Node) && !c.Force {
-			return refused("%s already enrols this host as node %s of mesh %s, not %s of %s: use --force to replace it",
+			return command.Refused("%s already enrols this host as node %s of mesh %s, not %s of %s: use --force to replace it",
 				filepath.Join(dir, enrolment.LinkConfigFile), old.Node, old.Mesh, tok.Node, tok.Mesh)
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) && !c.Force {
-		return refused("%v (use --force to replace it)", err)
+		return command.Refused("%v (use --force to replace it)", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return failed("%v", err)
@@ -71,7 +72,7 @@ func (c *enrolCmd) Run(e *env) error {
 	sealPub, _ := sealKey.PublicKey()
 	creds, cred, err := link.Enrol(e.ctx, tok, key, sealPub)
 	if errors.Is(err, link.ErrRefused) {
-		return refused("enrolment %v", err)
+		return command.Refused("enrolment %v", err)
 	}
 	if err != nil {
 		return failed("enrolment: %v", err)

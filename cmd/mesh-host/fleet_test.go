@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
 )
 
@@ -48,27 +49,27 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 	var serveArgs multiFlag
 	fs.Var(&serveArgs, "serve-arg", "a flag for every host's serve (repeatable)")
 	if err := fs.Parse(args); err != nil {
-		return exitRefused
+		return command.ExitRefused
 	}
 	if *dir == "" || *tokens == "" {
 		fmt.Fprintln(stderr, "mesh-host-fleet: -dir and -tokens are required")
-		return exitRefused
+		return command.ExitRefused
 	}
 	if *nofile > 0 {
 		if err := raiseNoFile(*nofile, stdout); err != nil {
 			fmt.Fprintf(stderr, "mesh-host-fleet: %v\n", err)
-			return exitFailed
+			return command.ExitFailed
 		}
 	}
 	nodes, err := readTokens(*tokens)
 	if err != nil {
 		fmt.Fprintf(stderr, "mesh-host-fleet: %v\n", err)
-		return exitRefused
+		return command.ExitRefused
 	}
 	logf, err := os.OpenFile(filepath.Join(*dir, "fleet.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		fmt.Fprintf(stderr, "mesh-host-fleet: %v\n", err)
-		return exitFailed
+		return command.ExitFailed
 	}
 	defer logf.Close()
 	logs := &lockedWriter{w: logf}
@@ -95,7 +96,7 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 					continue
 				}
 				w := logs.prefixed(n.name)
-				if code := runCLI(ctx, append(global(n), "enrol", n.token), w, w, nil); code != exitOK {
+				if code := runCLI(ctx, append(global(n), "enrol", n.token), w, w, nil); code != command.ExitOK {
 					fmt.Fprintf(stderr, "mesh-host-fleet: mesh-host enrol %s: exit %d (see fleet.log)\n", n.name, code)
 					failures.Add(1)
 				}
@@ -108,7 +109,7 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 	close(next)
 	wg.Wait()
 	if failures.Load() > 0 {
-		return exitFailed
+		return command.ExitFailed
 	}
 	fmt.Fprintf(stdout, "enrolled %d\n", len(nodes))
 
@@ -134,7 +135,7 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 			w := logs.prefixed(n.name)
 			w.linkUp = up
 			args := append(append(global(n), "serve"), serveArgs...)
-			if code := runCLI(ctx, args, w, w, nil); code != exitOK || ctx.Err() == nil {
+			if code := runCLI(ctx, args, w, w, nil); code != command.ExitOK || ctx.Err() == nil {
 				fmt.Fprintf(stderr, "mesh-host-fleet: mesh-host serve %s: exit %d (see fleet.log)\n", n.name, code)
 				exited.Add(1)
 			}
@@ -149,9 +150,9 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "started %d in %s (goroutines %d)\n", len(nodes), time.Since(start).Round(time.Millisecond), runtime.NumGoroutine())
 	served.Wait()
 	if exited.Load() > 0 {
-		return exitFailed
+		return command.ExitFailed
 	}
-	return exitOK
+	return command.ExitOK
 }
 
 // raiseNoFile raises RLIMIT_NOFILE to want, or, without the privilege

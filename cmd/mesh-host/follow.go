@@ -11,6 +11,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
 	"github.com/mesh-host/mesh-host/journal"
@@ -110,7 +111,7 @@ func (e *env) followService(from uint64, fn func(event.Record) error) error {
 	if perr := <-done; perr != nil && err == nil {
 		err = perr
 	}
-	if err == nil && code != exitOK {
+	if err == nil && code != command.ExitOK {
 		err = fmt.Errorf("service's follow exited %d", code)
 	}
 	return err

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/journalview"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal"
@@ -27,20 +28,20 @@ type journalCmd struct {
 
 func (c *journalCmd) Run(e *env) error {
 	if c.Why != "" && (c.Follow || c.Since != "" || len(c.Kind) > 0 || c.Resource != "") {
-		return refused("--why takes no other filter")
+		return command.Refused("--why takes no other filter")
 	}
 	if c.Verify {
 		if c.Why != "" || c.Follow || c.Since != "" || len(c.Kind) > 0 || c.Resource != "" || c.JSON {
-			return refused("--verify takes no other flag but --key")
+			return command.Refused("--verify takes no other flag but --key")
 		}
 		return e.withJournal(func(j *journal.Journal) error { return verifyDeclarations(e, j, c.Key) })
 	}
 	if c.Key != "" {
-		return refused("--key goes with --verify")
+		return command.Refused("--key goes with --verify")
 	}
 	from, since, err := parseSince(c.Since, e.now())
 	if err != nil {
-		return refused("--since: %v", err)
+		return command.Refused("--since: %v", err)
 	}
 	// Said where the records are read: once, by the service when it runs
 	// the command for this one.

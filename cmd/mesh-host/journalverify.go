@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/enrolment"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal"
@@ -27,11 +28,11 @@ func verifyDeclarations(e *env, j *journal.Journal, key string) error {
 	cfg, cfgErr := enrolment.Read(e.stateDir())
 	if key == "" {
 		if cfgErr != nil {
-			return refused("no key to verify with: %v (or give --key)", cfgErr)
+			return command.Refused("no key to verify with: %v (or give --key)", cfgErr)
 		}
 		key = cfg.SigningKey
 	} else if err := linkproto.ValidSigningKey(key); err != nil {
-		return refused("--key: %v", err)
+		return command.Refused("--key: %v", err)
 	}
 	mesh, node := cfg.Mesh, cfg.Node
 

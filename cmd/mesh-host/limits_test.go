@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/declaration/declarationtest"
@@ -105,7 +106,7 @@ func TestApplyRefusesOverTheLimits(t *testing.T) {
 	for _, c := range declarationtest.OverLimits("lab", "web-1", 1) {
 		for _, name := range []string{"d.json", "d.yaml"} {
 			code, stderr, j := applyFile(t, name, c.Document)
-			if code != exitRefused || !strings.Contains(stderr, c.Limit) {
+			if code != command.ExitRefused || !strings.Contains(stderr, c.Limit) {
 				t.Errorf("%s %s: exit %d: %.300s", name, c.Limit, code, stderr)
 			}
 			if kinds := kindsJournaled(t, j); !slices.Equal(kinds, []event.Kind{event.DeclarationRefused}) {
@@ -145,7 +146,7 @@ func TestApplyAtThePathLimitEnds(t *testing.T) {
 	}}
 	doc, _ := d.MarshalJSON()
 	code, stderr, j := applyFile(t, "d.json", doc)
-	if code != exitFailed || !strings.Contains(stderr, "1 changed, 0 unchanged, 1 failed") {
+	if code != command.ExitFailed || !strings.Contains(stderr, "1 changed, 0 unchanged, 1 failed") {
 		t.Errorf("exit %d: %.300s", code, stderr)
 	}
 	s, _, err := hostjournal.StoredState(j)

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/completion"
 	"github.com/mesh-host/mesh-host/cmd/internal/termsafe"
 	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
@@ -42,11 +42,9 @@ func main() {
 	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// Exit codes shared by the commands.
+// Exit codes of mesh-host's own, beside command.ExitOK, ExitFailed and
+// ExitRefused.
 const (
-	exitOK      = 0
-	exitFailed  = 1                     // the command ran and found a failure (or a disagreement)
-	exitRefused = 2                     // bad usage, or input refused
 	exitDamaged = upgrade.DamagedStatus // the journal is damaged (see damage.go); plan's 3 is exitPending
 )
 
@@ -62,16 +60,16 @@ type cli struct {
 	OwnUnit  string `group:"global" name:"own-unit" default:"mesh-host.service" help:"The host's own unit, which no declaration may name."`
 	Parallel int    `group:"global" name:"parallel" default:"8" help:"How many resources to observe or apply at once."`
 
-	Apply      applyCmd      `cmd:"" help:"Apply a declaration to this machine now."`
-	Plan       planCmd       `cmd:"" help:"Show what applying a declaration would change; change nothing."`
-	Check      checkCmd      `cmd:"" help:"Look for drift in what the host owns, journal it, and repair it."`
-	JournalCmd journalCmd    `cmd:"" name:"journal" help:"Show what changed on this machine, and why."`
-	Replay     replayCmd     `cmd:"" help:"Rebuild the state from the journal's first record, to check it or to look at the past."`
-	Status     statusCmd     `cmd:"" help:"Show the host's current state."`
-	Serve      serveCmd      `cmd:"" help:"Run the host service."`
-	Enrol      enrolCmd      `cmd:"" help:"Join a mesh with the token 'meshctl enrol' printed: write the link's configuration and credentials."`
-	Version    versionCmd    `cmd:"" help:"Print this binary's version."`
-	Completion completionCmd `cmd:"" help:"Print the script that completes this command in a shell: eval \"$(mesh-host completion bash)\"."`
+	Apply      applyCmd           `cmd:"" help:"Apply a declaration to this machine now."`
+	Plan       planCmd            `cmd:"" help:"Show what applying a declaration would change; change nothing."`
+	Check      checkCmd           `cmd:"" help:"Look for drift in what the host owns, journal it, and repair it."`
+	JournalCmd journalCmd         `cmd:"" name:"journal" help:"Show what changed on this machine, and why."`
+	Replay     replayCmd          `cmd:"" help:"Rebuild the state from the journal's first record, to check it or to look at the past."`
+	Status     statusCmd          `cmd:"" help:"Show the host's current state."`
+	Serve      serveCmd           `cmd:"" help:"Run the host service."`
+	Enrol      enrolCmd           `cmd:"" help:"Join a mesh with the token 'meshctl enrol' printed: write the link's configuration and credentials."`
+	Version    command.Version    `cmd:"" help:"Print this binary's version."`
+	Completion command.Completion `cmd:"" help:"Print the script that completes this command in a shell: eval \"$(mesh-host completion bash)\"."`
 }
 
 func (c *cli) journalPath() string {
@@ -105,15 +103,6 @@ type env struct {
 	redact *redactor
 }
 
-// exitError carries a command's exit code through kong.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
 // failed is the command's failure, or, when one of a's errors is damage to
 // the journal, its stop on damage (exitDamaged): every command reports
 // damage the same way without each one looking for it.
@@ -124,15 +113,8 @@ func failed(format string, a ...any) error {
 			return damageStop(err)
 		}
 	}
-	return &exitError{code: exitFailed, err: err}
+	return &command.ExitError{Code: command.ExitFailed, Err: err}
 }
-
-func refused(format string, a ...any) error {
-	return &exitError{code: exitRefused, err: fmt.Errorf(format, a...)}
-}
-
-// kongExit is panicked by kong's exit hook (after --help) and recovered.
-type kongExit int
 
 // Main runs the mesh-host command line and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -146,70 +128,25 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // runs a command for a client over its socket, else nil.
 func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, held *service.Held) (code int) {
 	var c cli
-	defer func() {
-		if p := recover(); p != nil {
-			k, ok := p.(kongExit)
-			if !ok {
-				panic(p)
-			}
-			code = int(k)
-		}
-	}()
-	parser, err := kong.New(&c,
-		kong.Name("mesh-host"),
-		kong.Description("The node agent of a mesh: holds this machine in its declared state and remembers every change and its cause."),
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(code int) { panic(kongExit(code)) }),
-		// A command's own flags first, then those every command takes.
-		kong.ExplicitGroups([]kong.Group{{Key: "global", Title: "Global flags:"}}),
-		kong.Vars{"versions_dir": upgrade.DefaultVersionsDir, "version": version},
-	)
+	defer command.RecoverExit(&code)
+	parser, err := command.NewParser(&c, "mesh-host",
+		"The node agent of a mesh: holds this machine in its declared state and remembers every change and its cause.",
+		stdout, stderr, kong.Vars{"versions_dir": upgrade.DefaultVersionsDir, "version": version})
 	if err != nil {
-		fmt.Fprintf(stderr, "mesh-host: %v\n", err)
-		return exitRefused
+		return command.Finish(stderr, "mesh-host", err, command.ExitRefused)
 	}
 	if held == nil { // a shell asking for completions; never a client's command line
 		completion.Answer(parser)
 	}
 	kctx, err := parser.Parse(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "mesh-host: %v\n", err)
-		return exitRefused
+		return command.Finish(stderr, "mesh-host", err, command.ExitRefused)
 	}
 	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, now: time.Now, args: args, cli: &c, held: held}
-	if err := kctx.Run(e); err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			if ee.err != nil && ee.err.Error() != "" {
-				fmt.Fprintf(stderr, "mesh-host: %v\n", ee.err)
-			}
-			return ee.code
-		}
-		fmt.Fprintf(stderr, "mesh-host: %v\n", err)
-		if hostjournal.IsDamage(err) {
-			return exitDamaged
-		}
-		return exitFailed
+	err = kctx.Run(e)
+	fallback := command.ExitFailed
+	if hostjournal.IsDamage(err) {
+		fallback = exitDamaged
 	}
-	return exitOK
-}
-
-type completionCmd struct {
-	Shell string `arg:"" enum:"bash,zsh,fish" help:"The shell: bash, zsh or fish."`
-}
-
-func (c completionCmd) Run(e *env) error {
-	script, err := completion.ScriptForThis(c.Shell, "mesh-host")
-	if err != nil {
-		return failed("%v", err) // the grammar allows only shells Script knows
-	}
-	fmt.Fprint(e.stdout, script)
-	return nil
-}
-
-type versionCmd struct{}
-
-func (versionCmd) Run(e *env) error {
-	fmt.Fprintln(e.stdout, version)
-	return nil
+	return command.Finish(stderr, "mesh-host", err, fallback)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pmezard/go-difflib/difflib"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/declaration"
@@ -30,7 +31,7 @@ type planCmd struct {
 func (c *planCmd) Run(e *env) error {
 	decl, err := readDeclaration(c.File)
 	if err != nil {
-		return &exitError{code: exitRefused, err: fmt.Errorf("refused:\n%v", err)}
+		return &command.ExitError{Code: command.ExitRefused, Err: fmt.Errorf("refused:\n%v", err)}
 	}
 	e.budgetFor(len(decl.Resources))
 	var s projector.State
@@ -38,9 +39,9 @@ func (c *planCmd) Run(e *env) error {
 		s, _, err = hostjournal.StoredState(j)
 		return err
 	})
-	var ee *exitError
+	var ee *command.ExitError
 	switch {
-	case errors.As(err, &ee) && errors.Is(ee.err, journal.ErrNotExist):
+	case errors.As(err, &ee) && errors.Is(ee.Err, journal.ErrNotExist):
 		// No journal yet: the host owns nothing.
 	case err != nil:
 		return err
@@ -48,7 +49,7 @@ func (c *planCmd) Run(e *env) error {
 	res, rc, err := e.dryRun(decl, s)
 	var r planRefusal
 	if errors.As(err, &r) {
-		return &exitError{code: exitRefused, err: fmt.Errorf("refused:\n%v", r.err)}
+		return &command.ExitError{Code: command.ExitRefused, Err: fmt.Errorf("refused:\n%v", r.err)}
 	} else if err != nil {
 		return failed("%v", err)
 	}
@@ -63,7 +64,7 @@ func (c *planCmd) Run(e *env) error {
 		}
 	}
 	if res.Pending() {
-		return silent(exitPending)
+		return command.Silent(exitPending)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal"
 )
@@ -21,14 +22,14 @@ func (c *replayCmd) Run(e *env) error {
 	var untilTime time.Time
 	if c.Until != "" {
 		if c.Verify {
-			return refused("--verify compares the whole journal; it takes no --until")
+			return command.Refused("--verify compares the whole journal; it takes no --until")
 		}
 		if n, err := strconv.ParseUint(c.Until, 10, 64); err == nil && n > 0 {
 			untilSeq = n
 		} else if t, err := time.Parse(time.RFC3339, c.Until); err == nil {
 			untilTime = t
 		} else {
-			return refused("--until: %q is not a sequence number or an RFC 3339 time", c.Until)
+			return command.Refused("--until: %q is not a sequence number or an RFC 3339 time", c.Until)
 		}
 	}
 	return e.withJournal(func(j *journal.Journal) error {
@@ -49,7 +50,7 @@ func (c *replayCmd) Run(e *env) error {
 			for _, d := range diff {
 				fmt.Fprintf(e.stdout, "  %s\n", d)
 			}
-			return silent(exitFailed)
+			return command.Silent(command.ExitFailed)
 		}
 		if c.JSON {
 			return json.NewEncoder(e.stdout).Encode(map[string]any{"verified": true, "records": n, "head": head})

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/facts"
@@ -39,7 +40,7 @@ type serveCmd struct {
 
 func (c *serveCmd) Run(e *env) error {
 	if e.held != nil {
-		return refused("serve cannot be asked of a running service")
+		return command.Refused("serve cannot be asked of a running service")
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
 	// The service lives beside the machine's workload: Go's default pace,
@@ -47,7 +48,7 @@ func (c *serveCmd) Run(e *env) error {
 	// took when it ends (ReturnHeap).
 	tuning.HostService()
 	if !filepath.IsAbs(e.cli.Versions) {
-		return refused("--versions %s: a path under --root must be absolute", e.cli.Versions)
+		return command.Refused("--versions %s: a path under --root must be absolute", e.cli.Versions)
 	}
 	err := service.Run(e.ctx, service.Config{
 		Build:             version,
@@ -85,7 +86,7 @@ func (c *serveCmd) Run(e *env) error {
 		ReturnHeap: heapReturner.Request,
 	})
 	if errors.Is(err, service.ErrRefused) {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	} else if err != nil {
 		return failed("%v", err)
 	}

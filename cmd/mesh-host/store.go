@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
 	"github.com/mesh-host/mesh-host/journal"
@@ -18,15 +19,6 @@ func (e *env) stateDir() string {
 	return e.cli.StateDir
 }
 
-// silent is an exit code with nothing more to say: the service already
-// printed what the command had to say.
-func silent(code int) error {
-	if code == exitOK {
-		return nil
-	}
-	return &exitError{code: code, err: errors.New("")}
-}
-
 // withJournal runs fn against the journal. Inside the service that is the
 // service's own, which it read whole at start and scrubs. Otherwise, unless
 // --journal names a file, the command line is forwarded to a running
@@ -39,7 +31,7 @@ func (e *env) withJournal(fn func(j *journal.Journal) error) error {
 	if e.cli.Journal == "" {
 		code, err := localsock.Call(e.ctx, e.cli.socketPath(), e.args, e.stdout, e.stderr)
 		if err == nil {
-			return silent(code)
+			return command.Silent(code)
 		}
 		if !errors.Is(err, localsock.ErrNoService) {
 			return failed("ask the running service: %v", err)
