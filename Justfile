@@ -22,7 +22,7 @@ bench:
 lint:
     test -z "$(gofmt -l $(git ls-files '*.go'))"
     go vet ./...
-    go test -race -short ./journal/... ./cmd/mesh-host/... ./cmd/meshctl/... ./linkproto ./upgrade ./drivers/file ./drivers/archive ./drivers/exec ./drivers/account ./drivers/unit ./drivers/rootfs
+    go test -race -short ./journal/... ./cmd/mesh-host/... ./cmd/meshctl/... ./linkproto ./upgrade ./drivers/file ./drivers/archive ./drivers/exec ./drivers/account ./drivers/unit ./drivers/rootfs ./cmd/internal/tuning
     go test -race -short -run 'Chunked' ./declaration  # the parse of chunks ahead
 
 # The main job: a single-machine mesh in ./sandbox (stop it with `go run ./testbeds/demo down`).
