@@ -165,19 +165,19 @@ func (l *Link) publishFrom(ctx context.Context, nc *nats.Conn, from uint64) erro
 // the stream or on the way, and a new connection starts over anyway.
 func (l *Link) syncAcks(ctx context.Context, nc *nats.Conn, sent *atomic.Uint64, wake <-chan struct{}, moved chan<- struct{}) error {
 	defer l.mark()
-	// The mark is persisted markEvery after it first moved past what is
+	// The mark is persisted MarkEvery after it first moved past what is
 	// persisted, not as it moves, unless an append carried it first
 	// (ackThrough): a push's few records are acknowledged in two or three
 	// steps, and a commit each, fsync'd, on the path of the apply cost as
 	// much as the apply's own. A mark lost to a crash sends those records
 	// again, which the stream keeps once.
-	persist := time.NewTimer(markEvery)
+	persist := time.NewTimer(l.cfg.MarkEvery)
 	persist.Stop()
 	defer persist.Stop()
 	armed := false
 	arm := func() {
 		if !armed && l.acked.Load() > l.marked.Load() {
-			persist.Reset(markEvery)
+			persist.Reset(l.cfg.MarkEvery)
 			armed = true
 		}
 	}

@@ -74,8 +74,8 @@ const (
 	// maxInFlight bounds the events published beyond what the stream is
 	// known to hold.
 	maxInFlight = 4096
-	// markEvery (below) and markAfter batch MarkAcked, an fsync'd commit of its
-	// own: markEvery after the mark first moves, or at once after
+	// Config.MarkEvery and markAfter batch MarkAcked, an fsync'd commit of its
+	// own: MarkEvery after the mark first moves, or at once after
 	// markAfter acknowledgements. Meanwhile the mark rides the journal's
 	// next append (NoteAcked), which a busy host soon makes: a push's
 	// records are acknowledged half a second after they are sent, and a
@@ -96,8 +96,8 @@ const (
 	failurePoll = time.Second
 )
 
-// markEvery is a variable for the tests, which wait for a mark persisted.
-var markEvery = 10 * time.Second
+// defaultMarkEvery is Config.MarkEvery's default.
+const defaultMarkEvery = 10 * time.Second
 
 // Config says which node the link speaks for and where the broker is.
 type Config struct {
@@ -138,7 +138,11 @@ type Config struct {
 	// ReconnectMin and ReconnectMax bound the reconnect delay, which
 	// doubles from min to max with ±20 % jitter; defaults when 0.
 	ReconnectMin, ReconnectMax time.Duration
-	Log                        *slog.Logger
+	// MarkEvery is how long after the acknowledged mark first moves it is
+	// persisted, unless an append carried it first (see syncAcks); 10 s
+	// when 0.
+	MarkEvery time.Duration
+	Log       *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -225,6 +229,9 @@ func New(cfg Config, host Host, j Journal) (*Link, error) {
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.MarkEvery <= 0 {
+		cfg.MarkEvery = defaultMarkEvery
 	}
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = DefaultPingInterval

@@ -867,13 +867,10 @@ func appendRecords(t *testing.T, j *journal.Journal, n int) {
 }
 
 func TestEventsExactlyOnceAcrossBrokerRestart(t *testing.T) {
-	// It waits for the mark persisted. Put back after the bed's cleanup
-	// stopped the link (cleanups run last first).
-	was := markEvery
-	t.Cleanup(func() { markEvery = was })
-	markEvery = time.Second
+	// It waits for the mark persisted.
 	var url string
-	b := newBed(t, func(b *bed, _ *Config) {
+	b := newBed(t, func(b *bed, cfg *Config) {
+		cfg.MarkEvery = time.Second
 		url = b.srv.ClientURL()
 		createEventsStream(t, url)
 		syncResponder(t, b.nc)
