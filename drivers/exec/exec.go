@@ -58,8 +58,8 @@
 // What a run prints, standard output and standard error together in the
 // order it printed them, is kept to its first and last 32 KiB, secrets
 // redacted (Options.Redact, and values that look like credentials:
-// password=..., token: ..., a URL's password, a bearer token), and
-// escaped so that no control character reaches a terminal. A failed run's
+// password=..., token: ..., a URL's password, an Authorization header, a
+// bearer token), and made printable (drivers.Shown). A failed run's
 // error carries the last of it; a successful one's is in ApplyNote.
 //
 // The tests run real commands (/bin/sh and coreutils) in temporary roots,
@@ -140,7 +140,7 @@ var (
 func New(root *rootfs.Root, opts Options) *Driver {
 	d := &Driver{
 		root:           root,
-		redact:         redactor(opts.Redact),
+		redact:         opts.Redact,
 		managerRunning: opts.ManagerRunning,
 		turns:          map[string]*drivers.Turn{},
 		notes:          map[string]string{},

@@ -2,9 +2,10 @@ package exec
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/mesh-host/mesh-host/drivers"
 )
 
 // What of a run's output is kept: its head and its tail, where a command
@@ -72,26 +73,28 @@ func (c *capture) ordered() []byte {
 	return append(append([]byte(nil), c.tail[c.next:]...), c.tail[:c.next]...)
 }
 
-// render is what was captured as a person may read it: secrets redacted,
-// no control character that a terminal would act on, and at most
+// render is what was captured as a person may read it (drivers.Shown:
+// secrets redacted, nothing a terminal would act on), and at most
 // headBytes+tailBytes of it, the head and the tail with what was left out
 // between them counted.
 func (c *capture) render(redact func(string) string) string {
 	rest := c.ordered()
 	if c.total <= headBytes+tailBytes {
-		return safe(redact(string(c.head) + string(rest)))
+		return drivers.Shown(string(c.head)+string(rest), redact)
 	}
 	if int64(len(c.head)+len(c.tail)) == c.total && len(c.head) > headBytes {
 		// Nothing was lost between head and ring: the tail is cut from
 		// all that follows the head's cut, the head's margin included.
 		rest = append(c.head[headBytes:len(c.head):len(c.head)], rest...)
 	}
-	head := redact(string(c.head))
+	// Cut after redacting, so that no cut leaves a secret's tail behind
+	// the pattern that would have found it.
+	head := drivers.Shown(string(c.head), redact)
 	head = head[:cutFront(head, headBytes)]
-	tail := redact(string(rest))
+	tail := drivers.Shown(string(rest), redact)
 	tail = tail[cutBack(tail, tailBytes):]
 	left := c.total - headBytes - tailBytes
-	return safe(head) + fmt.Sprintf("\n… %d bytes left out …\n", left) + safe(tail)
+	return head + fmt.Sprintf("\n… %d bytes left out …\n", left) + tail
 }
 
 // cutFront is where to cut s to keep at most n bytes of its front
@@ -130,76 +133,4 @@ func lastOf(s string, n int) string {
 		s = s[i+1:]
 	}
 	return "…" + s
-}
-
-// safe escapes what a terminal would act on rather than show: C0 control
-// characters but newline and tab (an escape sequence, a carriage return
-// that hides what came before it on the line), DEL, C1 controls, the
-// invisible characters that reorder or hide text (bidirectional
-// overrides, zero-width ones), and bytes that are not UTF-8. Each is
-// shown as a Go escape, \x1b or \u202e, so that it can be seen for what
-// it is.
-func safe(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n' || r == '\t':
-			b.WriteRune(r)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case r >= 0x80 && r <= 0x9f, invisible(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
-
-// invisible reports the format characters that change how the text
-// around them is shown (Trojan Source, CVE-2021-42574) or are not shown
-// at all.
-func invisible(r rune) bool {
-	return r >= 0x200b && r <= 0x200f || // zero-width space, joiners, LRM, RLM
-		r >= 0x202a && r <= 0x202e || // embeddings and overrides
-		r >= 0x2060 && r <= 0x2069 || // word joiner, invisible operators, isolates
-		r == 0xfeff // zero-width no-break space
-}
-
-// credentials are the obvious forms of a credential in what a command
-// prints, whose values are redacted whatever the host knows: a
-// key=value or key: value whose key names a password, token, secret or
-// key; the password of a URL; a bearer token.
-var credentials = []struct {
-	re   *regexp.Regexp
-	with string
-}{
-	{
-		regexp.MustCompile(`(?i)([A-Za-z0-9_.-]*(?:password|passwd|passphrase|token|secret|api[_-]?key|access[_-]?key)[A-Za-z0-9_.-]*"?\s*[=:]\s*)("[^"\n]*"|'[^'\n]*'|[^\s"',;&]+)`),
-		"${1}[redacted]",
-	},
-	{regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@`), "${1}[redacted]@"},
-	{regexp.MustCompile(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+`), "${1}[redacted]"},
-}
-
-// redactor returns the redaction applied to everything the driver shows
-// of a command and its output: the host's own (the secret values it
-// knows), then the obvious credentials.
-func redactor(host func(string) string) func(string) string {
-	return func(s string) string {
-		if host != nil {
-			s = host(s)
-		}
-		for _, c := range credentials {
-			s = c.re.ReplaceAllString(s, c.with)
-		}
-		return s
-	}
 }

@@ -280,7 +280,7 @@ func (j *job) show(what string, argv []string) string {
 	for i, a := range argv {
 		q[i] = shellQuote(a)
 	}
-	s := safe(j.redact(strings.Join(q, " ")))
+	s := drivers.Shown(strings.Join(q, " "), j.redact)
 	if n := cutFront(s, 200); n < len(s) {
 		s = s[:n] + "…"
 	}

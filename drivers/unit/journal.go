@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -56,9 +55,9 @@ func (d *Driver) journal(ctx context.Context, name string) string {
 }
 
 // cleanJournal makes journalctl's output fit for an error: its last
-// journalLines lines, each with the secrets redact knows and obvious
-// credentials redacted, every control character but the newlines between
-// lines escaped, and the whole cut to its last journalBytes bytes.
+// journalLines lines, each as drivers.Shown shows it (the secrets redact
+// knows and obvious credentials redacted, nothing a terminal would act
+// on), and the whole cut to its last journalBytes bytes.
 func cleanJournal(out string, redact func(string) string) string {
 	var lines []string
 	for line := range strings.Lines(out) {
@@ -72,15 +71,7 @@ func cleanJournal(out string, redact func(string) string) string {
 		lines = lines[len(lines)-journalLines:]
 	}
 	for i, line := range lines {
-		if redact != nil {
-			line = redact(line)
-		}
-		line = sanitize(line)
-		if redact != nil {
-			// Again, for a secret that held a control character.
-			line = redact(line)
-		}
-		lines[i] = redactCredentials(line)
+		lines[i] = drivers.Shown(line, redact)
 	}
 	// Cut after redacting, so that no cut leaves a secret's tail behind
 	// the pattern that would have found it.
@@ -96,46 +87,4 @@ func cleanJournal(out string, redact func(string) string) string {
 		text = text[1:]
 	}
 	return "..." + text
-}
-
-// escapeSeq is an ANSI escape sequence: CSI (ESC [ ... final byte), OSC
-// (ESC ] ... BEL or ST), and the two-byte escapes.
-var escapeSeq = regexp.MustCompile("\x1b\\[[0-?]*[ -/]*[@-~]|\x1b\\][^\x07\x1b]*(\x07|\x1b\\\\)?|\x1b[@-Z\\\\-_]")
-
-// sanitize makes a line safe to print on a terminal: ANSI escape sequences
-// removed, and every other control character (C0, DEL, C1), a
-// bidirectional override and a byte that is not UTF-8 written as \xNN or
-// \uNNNN.
-func sanitize(line string) string {
-	line = escapeSeq.ReplaceAllString(line, "")
-	var b strings.Builder
-	for i := 0; i < len(line); {
-		r, size := utf8.DecodeRuneInString(line[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, line[i])
-		case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteString(line[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
-
-// Obvious credentials in a line: a value after password, token, secret or
-// an API key's name and "=" or ":", and an Authorization header's.
-var (
-	credential    = regexp.MustCompile(`(?i)((?:password|passwd|passphrase|token|secret|api[_-]?key|access[_-]?key)["']?\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s"',;&]+)`)
-	authorization = regexp.MustCompile(`(?i)(authorization["']?\s*[:=]\s*).+`)
-)
-
-// redactCredentials replaces the values of obvious credentials in line
-// with [redacted].
-func redactCredentials(line string) string {
-	line = authorization.ReplaceAllString(line, "${1}[redacted]")
-	return credential.ReplaceAllString(line, "${1}[redacted]")
 }
