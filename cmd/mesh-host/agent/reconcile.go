@@ -56,6 +56,9 @@ type Reconciler struct {
 	StageBatch int
 	// Parallel bounds concurrent observes and applies; 0 means 8.
 	Parallel int
+	// OutcomesPerAppend bounds the outcomes one journal transaction
+	// appends; 0 means DefaultOutcomesPerAppend.
+	OutcomesPerAppend int
 	// Release reports whether an owned resource that is no longer declared
 	// is released (disowned and left in place) instead of removed: a host
 	// version directory, which the upgrade logic retires, since the
@@ -204,6 +207,13 @@ func (rc *Reconciler) parallel() int {
 		return 8
 	}
 	return rc.Parallel
+}
+
+func (rc *Reconciler) outcomesPerAppend() int {
+	if rc.OutcomesPerAppend <= 0 {
+		return DefaultOutcomesPerAppend
+	}
+	return rc.OutcomesPerAppend
 }
 
 // Reconcile runs one reconcile. Errors of single resources are outcomes in
@@ -1069,7 +1079,7 @@ func outcomeRecord(s *Step, startSeq uint64) event.Record {
 	return event.New(event.ResourceApplied, cause, s.ID, p)
 }
 
-// outcomesPerAppend bounds the outcomes one transaction appends. bbolt
+// DefaultOutcomesPerAppend bounds the outcomes one transaction appends. bbolt
 // holds every page a transaction touches in memory until it commits, with
 // the projection's keys each outcome rewrites: 100,000 outcomes in one
 // transaction held hundreds of megabytes. In transactions of this many,
@@ -1085,24 +1095,25 @@ func outcomeRecord(s *Step, startSeq uint64) event.Record {
 // made every later check of a 10,000-file journal 2 to 3 MiB larger
 // (likely the projection's pages, rewritten five times, scattered through
 // the file) and a 100,000-file apply slower.
-var outcomesPerAppend = 5_000 // a variable for the tests
+const DefaultOutcomesPerAppend = 5_000
 
 // journalOutcomes appends held, with more records after them, and empties
-// it: in one transaction, or, past outcomesPerAppend, in transactions of
+// it: in one transaction, or, past OutcomesPerAppend, in transactions of
 // that many, more with the last. A crash between two leaves the reconcile
 // in progress, as a crash between two levels does, and the next start
 // finishes it.
 func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]event.Record, error) {
-	for len(held.steps) > outcomesPerAppend {
-		recs, at := held.records(outcomesPerAppend)
+	perAppend := rc.outcomesPerAppend()
+	for len(held.steps) > perAppend {
+		recs, at := held.records(perAppend)
 		out, err := rc.Journal.Append(recs...)
 		if err != nil {
 			return nil, fmt.Errorf("journal outcomes: %w", err)
 		}
-		for i, s := range held.steps[:outcomesPerAppend] {
+		for i, s := range held.steps[:perAppend] {
 			s.Seq = out[at[i]].Seq
 		}
-		held.steps = held.steps[outcomesPerAppend:]
+		held.steps = held.steps[perAppend:]
 	}
 	if len(held.steps)+len(held.extra)+len(more) == 0 {
 		return nil, nil
@@ -1122,13 +1133,13 @@ func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]e
 }
 
 // ahead journals the outcomes of a level's files made durable while the
-// level goes on staging and committing the rest: outcomesPerAppend at a
+// level goes on staging and committing the rest: OutcomesPerAppend at a
 // time, once more than that are waiting, one transaction at a time on a
 // goroutine of its own. Journaled at the level's end instead, the outcomes
 // of 100,000 files were some 2 s of an apply in which the disk and a core
-// were idle. What is left when the level ends, at most outcomesPerAppend,
+// were idle. What is left when the level ends, at most OutcomesPerAppend,
 // is journaled as before, the last level's with the reconcile's end: a
-// level of up to outcomesPerAppend files is journaled as it always was.
+// level of up to OutcomesPerAppend files is journaled as it always was.
 type ahead struct {
 	rc      *Reconciler
 	start   uint64  // the reconcile.started the outcomes are of
@@ -1149,9 +1160,10 @@ func (rc *Reconciler) journalAhead(start uint64) *ahead {
 // add takes steps whose outcomes are final and durable.
 func (a *ahead) add(steps []*Step) {
 	a.waiting = append(a.waiting, steps...)
-	for len(a.waiting) > outcomesPerAppend {
-		a.batches <- a.waiting[:outcomesPerAppend:outcomesPerAppend]
-		a.waiting = slices.Clone(a.waiting[outcomesPerAppend:])
+	n := a.rc.outcomesPerAppend()
+	for len(a.waiting) > n {
+		a.batches <- a.waiting[:n:n]
+		a.waiting = slices.Clone(a.waiting[n:])
 	}
 }
 
