@@ -1,0 +1,237 @@
+package agent
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// needsRecord: an unchanged resource is journaled only when the journal
+// does not already say the host owns it with this spec.
+func needsRecord(s *Step) bool {
+	if s.Planned != event.ActionUnchanged {
+		return false
+	}
+	o := s.owned
+	return o == nil || o.digest != s.Digest || o.failed
+}
+
+// journalDrift records a drift.observed for each drifted owned resource:
+// when it is about to be repaired (the record is the repair's cause), or
+// when the journal does not show it drifted yet (a check without repair
+// every ten minutes must not repeat itself).
+func (rc *Reconciler) journalDrift(steps []*Step, req Request) error {
+	var recs []event.Record
+	var drifted []*Step
+	for _, s := range steps {
+		if !s.Drift || (!req.Repair && s.owned.drifted) {
+			continue
+		}
+		differs := s.Observation.Differs
+		if !s.Observation.Exists {
+			differs = []string{"absent"}
+		}
+		recs = append(recs, event.New(event.DriftObserved, 0, s.ID, event.DriftObservedPayload{
+			Differs: differs, Wanted: s.Digest, Seen: s.Observation.Seen,
+		}))
+		drifted = append(drifted, s)
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	out, err := rc.Journal.Append(recs...)
+	if err != nil {
+		return fmt.Errorf("journal drift: %w", err)
+	}
+	for i, s := range drifted {
+		s.DriftSeq = out[i].Seq
+	}
+	return nil
+}
+
+// outcomes are the steps whose outcome records are not yet journaled. The
+// records are made as they are journaled, a transaction's at a time: made
+// a level's at once, those of 100,000 files took an apply's peak from some
+// 330 to 390 MiB.
+type outcomes struct {
+	steps []*Step
+	// start is the reconcile.started the outcomes are of.
+	start uint64
+	// extra are records journaled after the steps' (what refreshes
+	// delivered did), in the same transaction.
+	extra []event.Record
+}
+
+func (o *outcomes) add(more outcomes) {
+	o.steps = append(o.steps, more.steps...)
+	o.start = more.start
+}
+
+// records are the records of the first n steps' outcomes, each followed
+// by the refresh.owed records it owes, and at[i] the index of step i's
+// outcome among them.
+func (o *outcomes) records(n int) (recs []event.Record, at []int) {
+	recs = make([]event.Record, 0, n)
+	at = make([]int, n)
+	for i, s := range o.steps[:n] {
+		at[i] = len(recs)
+		recs = append(recs, outcomeRecord(s, o.start))
+		recs = append(recs, owedRecords(s, o.start)...)
+	}
+	return recs, at
+}
+
+// outcomesOf are one level's outcomes to journal: those not journaled
+// already (journalAhead).
+func outcomesOf(level []*Step, startSeq uint64) outcomes {
+	o := outcomes{start: startSeq}
+	for _, s := range level {
+		if s.Seq != 0 || s.Outcome == "" || (s.Outcome == event.ActionUnchanged && !needsRecord(s)) {
+			continue
+		}
+		o.steps = append(o.steps, s)
+	}
+	return o
+}
+
+// outcomeRecord is s's resource.applied, or its resource.skipped. A
+// repair's cause is the drift it repairs; every other outcome's is the
+// reconcile.
+func outcomeRecord(s *Step, startSeq uint64) event.Record {
+	if s.Outcome == Skipped {
+		return event.New(event.ResourceSkipped, startSeq, s.ID, event.ResourceSkippedPayload{Requirement: s.SkippedFor, Reason: s.Note})
+	}
+	cause := startSeq
+	if s.DriftSeq != 0 {
+		cause = s.DriftSeq
+	}
+	p := event.ResourceAppliedPayload{Action: s.Outcome, IDs: s.IDs}
+	if s.Spec != nil {
+		p.SpecDigest = s.Digest
+	}
+	if s.Err != nil {
+		p.Error = s.Err.Error()
+	}
+	if s.Outcome != event.ActionUnchanged {
+		// Why a resource was released, what an exec's run printed, what
+		// a unit's apply could not do here.
+		p.Note = s.Note
+	}
+	return event.New(event.ResourceApplied, cause, s.ID, p)
+}
+
+// DefaultOutcomesPerAppend bounds the outcomes one transaction appends. bbolt
+// holds every page a transaction touches in memory until it commits, with
+// the projection's keys each outcome rewrites: 100,000 outcomes in one
+// transaction held hundreds of megabytes. In transactions of this many,
+// a level of 100,000 files costs twenty flushes rather than one, most of
+// them while the level goes on (ahead), and the memory of one.
+//
+// Measured (docs/performance.md): at 10,000 files, transactions of 5,000
+// rather than 10,000 took an apply's peak from 44 to 46 MiB to 40 to 42
+// MiB, and a later check's by under 1 MiB the other way; at 19,000 files,
+// with the journal's pages given back after each (journal.releaseAfter),
+// from 55 to 58 MiB to 53 to 54 MiB; at 100,000 files the peak is some 30
+// MiB higher (310 to 330 MiB) in the same time. Transactions of 2,000 had
+// made every later check of a 10,000-file journal 2 to 3 MiB larger
+// (likely the projection's pages, rewritten five times, scattered through
+// the file) and a 100,000-file apply slower.
+const DefaultOutcomesPerAppend = 5_000
+
+// journalOutcomes appends held, with more records after them, and empties
+// it: in one transaction, or, past OutcomesPerAppend, in transactions of
+// that many, more with the last. A crash between two leaves the reconcile
+// in progress, as a crash between two levels does, and the next start
+// finishes it.
+func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]event.Record, error) {
+	perAppend := rc.outcomesPerAppend()
+	for len(held.steps) > perAppend {
+		recs, at := held.records(perAppend)
+		out, err := rc.Journal.Append(recs...)
+		if err != nil {
+			return nil, fmt.Errorf("journal outcomes: %w", err)
+		}
+		for i, s := range held.steps[:perAppend] {
+			s.Seq = out[at[i]].Seq
+		}
+		held.steps = held.steps[perAppend:]
+	}
+	if len(held.steps)+len(held.extra)+len(more) == 0 {
+		return nil, nil
+	}
+	recs, at := held.records(len(held.steps))
+	recs = append(recs, held.extra...)
+	n := len(recs)
+	out, err := rc.Journal.Append(append(recs, more...)...)
+	if err != nil {
+		return nil, fmt.Errorf("journal outcomes: %w", err)
+	}
+	for i, s := range held.steps {
+		s.Seq = out[at[i]].Seq
+	}
+	*held = outcomes{}
+	return out[n:], nil
+}
+
+// ahead journals the outcomes of a level's files made durable while the
+// level goes on staging and committing the rest: OutcomesPerAppend at a
+// time, once more than that are waiting, one transaction at a time on a
+// goroutine of its own. Journaled at the level's end instead, the outcomes
+// of 100,000 files were some 2 s of an apply in which the disk and a core
+// were idle. What is left when the level ends, at most OutcomesPerAppend,
+// is journaled as before, the last level's with the reconcile's end: a
+// level of up to OutcomesPerAppend files is journaled as it always was.
+type ahead struct {
+	rc      *Reconciler
+	start   uint64  // the reconcile.started the outcomes are of
+	waiting []*Step // durable, not yet handed to the goroutine
+	batches chan []*Step
+	done    chan struct{}
+	err     error // the first append that failed; read after done
+}
+
+// journalAhead starts an ahead for the outcomes of the reconcile started
+// at start.
+func (rc *Reconciler) journalAhead(start uint64) *ahead {
+	a := &ahead{rc: rc, start: start, batches: make(chan []*Step, 1), done: make(chan struct{})}
+	go a.run()
+	return a
+}
+
+// add takes steps whose outcomes are final and durable.
+func (a *ahead) add(steps []*Step) {
+	a.waiting = append(a.waiting, steps...)
+	n := a.rc.outcomesPerAppend()
+	for len(a.waiting) > n {
+		a.batches <- a.waiting[:n:n]
+		a.waiting = slices.Clone(a.waiting[n:])
+	}
+}
+
+func (a *ahead) run() {
+	defer close(a.done)
+	for steps := range a.batches {
+		if a.err != nil {
+			continue // the level ends early: these are journaled, or not, with it
+		}
+		o := outcomes{steps: steps, start: a.start}
+		recs, at := o.records(len(steps))
+		out, err := a.rc.Journal.Append(recs...)
+		if err != nil {
+			a.err = fmt.Errorf("journal outcomes: %w", err)
+			continue
+		}
+		for i, s := range steps {
+			s.Seq = out[at[i]].Seq
+		}
+	}
+}
+
+// wait waits for what was handed to the goroutine to be journaled, and
+// returns the first error. The rest is the level's to journal.
+func (a *ahead) wait() error {
+	close(a.batches)
+	<-a.done
+	return a.err
+}
