@@ -58,87 +58,117 @@ func failUnflushed(unflushed []*Step, err error) {
 // earlier batches' commits, which its flush makes durable; it returns
 // those it flushed and its own commits, still to flush.
 func (rc *Reconciler) applyBatch(ctx context.Context, steps []*Step, unflushed []*Step) (flushed, committed []*Step) {
-	var staged []*Step
-	pendings := make(map[*Step]drivers.Pending)
-	var mu sync.Mutex
 	steps, batches := rc.batches(steps)
 	for _, b := range batches {
 		rc.applyTogether(ctx, b)
 	}
-	_ = rc.each(ctx, steps, func(ctx context.Context, s *Step) {
-		if s.Err != nil { // observing it failed: try once more, plainly
-			s.Err = nil
-		}
-		d, err := rc.driver(s.ID)
-		if err != nil {
-			s.fail(err)
-			return
-		}
-		if s.Planned == event.ActionReleased {
-			s.Outcome = event.ActionReleased // nothing to do but say so
-			return
-		}
-		if s.Spec == nil {
-			spec, err := drivers.SpecForRemoval(s.ID)
-			if err == nil {
-				err = d.Remove(ctx, spec)
-			}
-			if errors.Is(err, drivers.ErrLeftInPlace) {
-				// No longer the host's alone: it stops owning it and
-				// leaves it, rather than fail at every reconcile.
-				s.Outcome, s.Note = event.ActionReleased, err.Error()
-				return
-			}
-			if err != nil {
-				s.fail(err)
-				return
-			}
-			s.Outcome = event.ActionDelete
-			return
-		}
-		if st, ok := d.(drivers.Stager); ok && rc.Root != nil {
-			p, err := st.Stage(ctx, s.Spec)
-			if err != nil {
-				s.fail(err)
-				return
-			}
-			if p == nil {
-				s.Outcome = event.ActionUnchanged
-				return
-			}
-			mu.Lock()
-			staged, pendings[s] = append(staged, s), p
-			mu.Unlock()
-			return
-		}
-		a, err := d.Apply(ctx, s.Spec)
-		s.applied(d, a, err)
-	})
+	staged := rc.applyEach(ctx, steps)
 	if len(staged) == 0 {
 		return nil, unflushed
 	}
-	if len(unflushed) == 0 && flushEach(staged, pendings) {
-		return commitFlushingEach(staged, pendings), nil
+	if len(unflushed) == 0 && flushEach(staged) {
+		return commitFlushingEach(staged), nil
 	}
-	// What must be on disk before a rename: the new file's bytes. One
-	// flush for all of them (and the earlier batches' renames), then the
-	// renames, flushed by the next batch's or apply's last.
+	return rc.commitFlushingAll(staged, unflushed)
+}
+
+// staged is a step whose change is staged, to be committed.
+type staged struct {
+	step    *Step
+	pending drivers.Pending
+}
+
+// applyEach applies steps one by one, Parallel at a time, and returns
+// those it staged.
+func (rc *Reconciler) applyEach(ctx context.Context, steps []*Step) []staged {
+	var mu sync.Mutex
+	var out []staged
+	_ = rc.each(ctx, steps, func(ctx context.Context, s *Step) {
+		if p := rc.applyOne(ctx, s); p != nil {
+			mu.Lock()
+			out = append(out, staged{s, p})
+			mu.Unlock()
+		}
+	})
+	return out
+}
+
+// applyOne removes, releases or applies s. A change its driver can stage
+// (drivers.Stager) is staged and returned, to commit with the batch's.
+func (rc *Reconciler) applyOne(ctx context.Context, s *Step) drivers.Pending {
+	s.Err = nil // observing it failed: try once more, plainly
+	d, err := rc.driver(s.ID)
+	if err != nil {
+		s.fail(err)
+		return nil
+	}
+	switch st, stages := d.(drivers.Stager); {
+	case s.Planned == event.ActionReleased:
+		s.Outcome = event.ActionReleased // nothing to do but say so
+	case s.Spec == nil:
+		remove(ctx, d, s)
+	case stages && rc.Root != nil:
+		return stage(ctx, st, s)
+	default:
+		a, err := d.Apply(ctx, s.Spec)
+		s.applied(d, a, err)
+	}
+	return nil
+}
+
+// remove removes the resource of s, which is no longer declared.
+func remove(ctx context.Context, d drivers.Driver, s *Step) {
+	spec, err := drivers.SpecForRemoval(s.ID)
+	if err == nil {
+		err = d.Remove(ctx, spec)
+	}
+	switch {
+	case errors.Is(err, drivers.ErrLeftInPlace):
+		// No longer the host's alone: it stops owning it and leaves it,
+		// rather than fail at every reconcile.
+		s.Outcome, s.Note = event.ActionReleased, err.Error()
+	case err != nil:
+		s.fail(err)
+	default:
+		s.Outcome = event.ActionDelete
+	}
+}
+
+// stage stages the change of s; nil when there is none to make.
+func stage(ctx context.Context, st drivers.Stager, s *Step) drivers.Pending {
+	p, err := st.Stage(ctx, s.Spec)
+	switch {
+	case err != nil:
+		s.fail(err)
+		return nil
+	case p == nil:
+		s.Outcome = event.ActionUnchanged
+	}
+	return p
+}
+
+// commitFlushingAll flushes the filesystem once for what must be on disk
+// before a rename (the staged files' bytes, and the earlier batches'
+// renames), then commits every staged change. It returns the earlier
+// commits, now durable, and its own, which the next batch's flush or
+// apply's last makes durable.
+func (rc *Reconciler) commitFlushingAll(staged []staged, unflushed []*Step) (flushed, committed []*Step) {
 	if err := rc.Root.SyncFS(); err != nil {
-		for _, s := range staged {
-			pendings[s].Abort()
-			s.fail(err)
+		for _, st := range staged {
+			st.pending.Abort()
+			st.step.fail(err)
 		}
 		failUnflushed(unflushed, err)
 		return nil, nil
 	}
-	for _, s := range staged {
-		a, err := pendings[s].Commit()
+	for _, st := range staged {
+		a, err := st.pending.Commit()
 		if err != nil {
-			s.fail(err)
+			st.step.fail(err)
 			continue
 		}
-		s.Outcome = outcome(a)
-		committed = append(committed, s)
+		st.step.Outcome = outcome(a)
+		committed = append(committed, st.step)
 	}
 	return unflushed, committed
 }
@@ -154,12 +184,12 @@ const flushEachMax = 32
 
 // flushEach says whether staged are few enough to make durable each by
 // itself, and each can.
-func flushEach(staged []*Step, pendings map[*Step]drivers.Pending) bool {
+func flushEach(staged []staged) bool {
 	if len(staged) > flushEachMax {
 		return false
 	}
-	for _, s := range staged {
-		if _, ok := pendings[s].(drivers.Flusher); !ok {
+	for _, st := range staged {
+		if _, ok := st.pending.(drivers.Flusher); !ok {
 			return false
 		}
 	}
@@ -169,9 +199,9 @@ func flushEach(staged []*Step, pendings map[*Step]drivers.Pending) bool {
 // commitFlushingEach makes each staged change durable, commits it, and
 // makes the commit durable. A change whose bytes cannot be flushed is
 // not committed.
-func commitFlushingEach(staged []*Step, pendings map[*Step]drivers.Pending) (durable []*Step) {
-	for _, s := range staged {
-		p := pendings[s]
+func commitFlushingEach(staged []staged) (durable []*Step) {
+	for _, st := range staged {
+		s, p := st.step, st.pending
 		f := p.(drivers.Flusher)
 		if err := f.FlushStaged(); err != nil {
 			p.Abort()

@@ -69,6 +69,15 @@ func levels(steps []*Step) [][]*Step {
 	return out
 }
 
+// order orders steps for applying: by levels, or by relatedLevels when
+// any step has a relation (relate).
+func (rc *Reconciler) order(steps []*Step, related bool) [][]*Step {
+	if related {
+		return relatedLevels(steps)
+	}
+	return levels(steps)
+}
+
 // relatedLevels orders steps for applying as levels does, and also after
 // everything each depends on (relate), and after its declared parent
 // directory (which the relations may have moved later). A step's level

@@ -76,6 +76,23 @@ func foreseeSkips(steps []*Step) {
 // plan observes every declared resource and every owned one no longer
 // declared, in parallel, and decides what each needs.
 func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
+	steps, err := rc.steps(req)
+	if err != nil {
+		return nil, err
+	}
+	err = rc.each(ctx, steps, rc.observe)
+	if err == nil {
+		rc.foreseeReleases(ctx, steps)
+		rc.foreseeMissingParents(steps)
+	}
+	slices.SortStableFunc(steps, func(a, b *Step) int { return strings.Compare(a.ID, b.ID) })
+	return steps, err
+}
+
+// steps are a step for each declared resource, with what the projection
+// says of it, and one for each owned resource no longer declared: its
+// removal or release.
+func (rc *Reconciler) steps(req Request) ([]*Step, error) {
 	declared := make(map[string]*Step, len(req.Specs))
 	steps := make([]*Step, 0, len(req.Specs))
 	if req.Digests != nil && len(req.Digests) != len(req.Specs) {
@@ -90,61 +107,60 @@ func (rc *Reconciler) plan(ctx context.Context, req Request) ([]*Step, error) {
 		declared[id] = s
 		steps = append(steps, s)
 	}
-	if req.Owned != nil {
-		err := req.Owned.EachOwned(func(id string, o projector.Owned) error {
-			switch s := declared[id]; {
-			case s != nil:
-				s.owned = &ownedAs{digest: o.SpecDigest, failed: o.LastOutcome == event.ActionFailed, drifted: o.Drifted, seq: o.Seq}
-			case rc.Release != nil && rc.Release(id):
-				steps = append(steps, &Step{ID: id, Planned: event.ActionReleased})
-			default:
-				steps = append(steps, &Step{ID: id, Planned: event.ActionDelete})
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("read the owned resources: %w", err)
-		}
+	if req.Owned == nil {
+		return steps, nil
 	}
-	err := rc.each(ctx, steps, func(ctx context.Context, s *Step) {
-		if s.Spec == nil {
-			return // removals need no observation: Remove of absent succeeds
-		}
-		if s.Digest == "" {
-			s.Digest = drivers.SpecDigest(s.Spec)
-		}
-		d, err := rc.driver(s.ID)
-		if err == nil {
-			s.Observation, err = d.Observe(ctx, s.Spec)
-		}
-		switch {
-		case err != nil:
-			s.Planned, s.Err = event.ActionUpdate, fmt.Errorf("observe: %w", err)
-		case s.Observation.InSync:
-			// Before Exists: a package declared absent is in sync when
-			// it does not exist.
-			s.Planned = event.ActionUnchanged
-		case !s.Observation.Exists:
-			s.Planned = event.ActionCreate
+	err := req.Owned.EachOwned(func(id string, o projector.Owned) error {
+		switch s := declared[id]; {
+		case s != nil:
+			s.owned = &ownedAs{digest: o.SpecDigest, failed: o.LastOutcome == event.ActionFailed, drifted: o.Drifted, seq: o.Seq}
+		case rc.Release != nil && rc.Release(id):
+			steps = append(steps, &Step{ID: id, Planned: event.ActionReleased})
 		default:
-			s.Planned = event.ActionUpdate
+			steps = append(steps, &Step{ID: id, Planned: event.ActionDelete})
 		}
-		if o := s.owned; o != nil && s.Planned != event.ActionUnchanged && s.Err == nil &&
-			o.digest == s.Digest && !o.failed {
-			s.Drift = true
-		}
-		if s.Planned != event.ActionUnchanged {
-			// What the driver saw that a plan should say: why an exec
-			// would run, what a unit's apply cannot do here.
-			s.Note = s.Observation.Note
-		}
+		return nil
 	})
-	if err == nil {
-		rc.foreseeReleases(ctx, steps)
-		rc.foreseeMissingParents(steps)
+	if err != nil {
+		return nil, fmt.Errorf("read the owned resources: %w", err)
 	}
-	slices.SortStableFunc(steps, func(a, b *Step) int { return strings.Compare(a.ID, b.ID) })
-	return steps, err
+	return steps, nil
+}
+
+// observe observes the resource a step declares and plans what it needs:
+// nothing, a creation or an update, or the repair of drift.
+func (rc *Reconciler) observe(ctx context.Context, s *Step) {
+	if s.Spec == nil {
+		return // removals need no observation: Remove of absent succeeds
+	}
+	if s.Digest == "" {
+		s.Digest = drivers.SpecDigest(s.Spec)
+	}
+	d, err := rc.driver(s.ID)
+	if err == nil {
+		s.Observation, err = d.Observe(ctx, s.Spec)
+	}
+	switch {
+	case err != nil:
+		s.Planned, s.Err = event.ActionUpdate, fmt.Errorf("observe: %w", err)
+	case s.Observation.InSync:
+		// Before Exists: a package declared absent is in sync when
+		// it does not exist.
+		s.Planned = event.ActionUnchanged
+	case !s.Observation.Exists:
+		s.Planned = event.ActionCreate
+	default:
+		s.Planned = event.ActionUpdate
+	}
+	if o := s.owned; o != nil && s.Planned != event.ActionUnchanged && s.Err == nil &&
+		o.digest == s.Digest && !o.failed {
+		s.Drift = true
+	}
+	if s.Planned != event.ActionUnchanged {
+		// What the driver saw that a plan should say: why an exec
+		// would run, what a unit's apply cannot do here.
+		s.Note = s.Observation.Note
+	}
 }
 
 // foreseeReleases plans as released the removals that their driver would

@@ -209,78 +209,134 @@ func (rc *Reconciler) Reconcile(ctx context.Context, req Request) (*Result, erro
 		return res, rc.complete(res, req, started, req.Cause, quiet, nil)
 	}
 
-	var plan []event.Step
-	for _, s := range steps {
-		if s.Planned != event.ActionUnchanged {
-			plan = append(plan, event.Step{Resource: s.ID, Action: s.Planned})
-		}
-	}
-	recs, err := rc.journalStarted(req, plan, owed.interrupted)
+	recs, err := rc.journalStarted(req, planned(steps), owed.interrupted)
 	if err != nil {
 		return res, fmt.Errorf("journal reconcile intent: %w", err)
 	}
 	res.Started = recs[0].Seq
 	res.Refreshes = owed.order
 
-	order := levels
-	if related {
-		order = relatedLevels
-	}
 	// A level's outcomes are journaled before the next level acts, and
 	// the last level's with the completion, in one commit: a push that
 	// changes one file commits its outcome and its end together.
-	var held outcomes
-	for _, level := range order(steps) {
-		var todo []*Step
-		for _, s := range level {
-			switch {
-			case s.Planned == event.ActionUnchanged:
-				s.Outcome = event.ActionUnchanged
-			case s.Drift && !req.Repair:
-				s.Outcome = "" // observed, journaled, left as it is
-			default:
-				if dep := failedDep(s); dep != nil {
-					s.skip(dep)
-					continue
-				}
-				todo = append(todo, s)
-			}
-		}
-		err := ctx.Err()
-		if err == nil && len(todo) == 0 {
-			held.add(outcomesOf(level, res.Started))
-		} else {
-			if _, jerr := rc.journalOutcomes(&held); jerr != nil {
-				return res, rc.endEarly(res, req, started, jerr)
-			}
-			if err != nil {
-				return res, err
-			}
-			ahead := rc.journalAhead(res.Started)
-			rc.apply(ctx, todo, ahead.add)
-			if jerr := ahead.wait(); jerr != nil {
-				return res, rc.endEarly(res, req, started, jerr)
-			}
-			held.add(outcomesOf(level, res.Started))
-		}
-		owed.owe(level)
-		if due := owed.due(level); len(due) > 0 {
-			// The changes that owe these refreshes are journaled, with
-			// their refresh.owed, before any is delivered: a kill from
-			// here on leaves them owed.
-			if _, jerr := rc.journalOutcomes(&held); jerr != nil {
-				return res, rc.endEarly(res, req, started, jerr)
-			}
-			if err := ctx.Err(); err != nil {
-				return res, err
-			}
-			for _, f := range due {
-				held.extra = append(held.extra, rc.deliver(ctx, owed, f, res.Started)...)
-			}
+	r := &run{rc: rc, req: req, res: res, started: started, owed: owed}
+	for _, level := range rc.order(steps, related) {
+		if err := r.level(ctx, level); err != nil {
+			return res, err
 		}
 	}
 	res.Refreshes = owed.order
-	return res, rc.complete(res, req, started, res.Started, false, &held)
+	return res, rc.complete(res, req, started, res.Started, false, &r.held)
+}
+
+// planned is the plan a reconcile.started carries: every step that
+// changes something.
+func planned(steps []*Step) []event.Step {
+	var plan []event.Step
+	for _, s := range steps {
+		if s.Planned != event.ActionUnchanged {
+			plan = append(plan, event.Step{Resource: s.ID, Action: s.Planned})
+		}
+	}
+	return plan
+}
+
+// run is a reconcile from its journaled start to its end: what it holds
+// between the levels it applies.
+type run struct {
+	rc      *Reconciler
+	req     Request
+	res     *Result
+	started time.Time
+	owed    *refreshes
+	// held are the outcomes not yet journaled.
+	held outcomes
+}
+
+// level applies one level of steps, once what the levels before it did
+// is journaled, and delivers the refreshes due to its resources. A level
+// with nothing to apply journals nothing yet: its outcomes wait for the
+// next level's, or the completion.
+func (r *run) level(ctx context.Context, level []*Step) error {
+	todo := todo(level, r.req.Repair)
+	if err := ctx.Err(); err != nil || len(todo) > 0 {
+		if jerr := r.journalHeld(); jerr != nil {
+			return jerr
+		}
+		if err != nil {
+			return err
+		}
+		if err := r.applyJournalingAhead(ctx, todo); err != nil {
+			return err
+		}
+	}
+	r.held.add(outcomesOf(level, r.res.Started))
+	return r.refresh(ctx, level)
+}
+
+// todo are the steps of level to apply. The others' outcomes are settled
+// here: unchanged, drift left as it is (no repair), or skipped because a
+// step they depend on failed.
+func todo(level []*Step, repair bool) []*Step {
+	var todo []*Step
+	for _, s := range level {
+		switch {
+		case s.Planned == event.ActionUnchanged:
+			s.Outcome = event.ActionUnchanged
+		case s.Drift && !repair:
+			s.Outcome = "" // observed, journaled, left as it is
+		default:
+			if dep := failedDep(s); dep != nil {
+				s.skip(dep)
+				continue
+			}
+			todo = append(todo, s)
+		}
+	}
+	return todo
+}
+
+// journalHeld journals the outcomes held. One the journal refuses ends
+// the reconcile early.
+func (r *run) journalHeld() error {
+	if _, err := r.rc.journalOutcomes(&r.held); err != nil {
+		return r.rc.endEarly(r.res, r.req, r.started, err)
+	}
+	return nil
+}
+
+// applyJournalingAhead applies todo, journaling the outcomes each flush
+// makes durable while the rest are applied (ahead).
+func (r *run) applyJournalingAhead(ctx context.Context, todo []*Step) error {
+	ahead := r.rc.journalAhead(r.res.Started)
+	r.rc.apply(ctx, todo, ahead.add)
+	if err := ahead.wait(); err != nil {
+		return r.rc.endEarly(r.res, r.req, r.started, err)
+	}
+	return nil
+}
+
+// refresh owes the refreshes of level's changes and delivers those due
+// to level's resources, whose sources were all applied before them.
+func (r *run) refresh(ctx context.Context, level []*Step) error {
+	r.owed.owe(level)
+	due := r.owed.due(level)
+	if len(due) == 0 {
+		return nil
+	}
+	// The changes that owe these refreshes are journaled, with their
+	// refresh.owed, before any is delivered: a kill from here on leaves
+	// them owed.
+	if err := r.journalHeld(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, f := range due {
+		r.held.extra = append(r.held.extra, r.rc.deliver(ctx, r.owed, f, r.res.Started)...)
+	}
+	return nil
 }
 
 // endEarly ends a reconcile whose outcomes the journal did not take (a
