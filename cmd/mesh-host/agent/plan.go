@@ -171,17 +171,17 @@ func (rc *Reconciler) observe(ctx context.Context, s *Step) {
 // that a directory left in place keeps its parent. A removal that
 // foresight gets wrong is still released when Remove finds it so.
 func (rc *Reconciler) foreseeReleases(ctx context.Context, steps []*Step) {
-	leaver, ok := rc.Drivers[drivers.KindDirectory].(drivers.Leaver)
-	if !ok {
+	if !rc.anyLeaver() {
 		return
 	}
 	type removal struct {
-		step *Step
-		path string
+		step   *Step
+		path   string
+		leaver drivers.Leaver
 	}
 	gone := make(map[string]bool)
 	var declared []string // sorted below: what is beneath a path is found by search
-	var dirs []removal
+	var leavable []removal
 	for _, s := range steps {
 		p := rc.pathOf(s)
 		switch {
@@ -190,68 +190,76 @@ func (rc *Reconciler) foreseeReleases(ctx context.Context, steps []*Step) {
 			declared = append(declared, p)
 		case s.Planned == event.ActionDelete:
 			gone[p] = true
-			if kind, _, _ := drivers.SplitID(s.ID); kind == drivers.KindDirectory {
-				dirs = append(dirs, removal{s, p})
+			if l, ok := rc.driverOf(s).(drivers.Leaver); ok {
+				leavable = append(leavable, removal{s, p, l})
 			}
 		}
 	}
-	if len(dirs) == 0 {
+	if len(leavable) == 0 {
 		return
 	}
 	slices.Sort(declared)
-	slices.SortFunc(dirs, func(a, b removal) int { return depth(b.path) - depth(a.path) })
-	for _, d := range dirs {
+	slices.SortFunc(leavable, func(a, b removal) int { return depth(b.path) - depth(a.path) })
+	for _, r := range leavable {
 		why := ""
-		if i, _ := slices.BinarySearch(declared, d.path+"/"); i < len(declared) && strings.HasPrefix(declared[i], d.path+"/") {
+		if i, _ := slices.BinarySearch(declared, r.path+"/"); i < len(declared) && strings.HasPrefix(declared[i], r.path+"/") {
 			why = fmt.Sprintf("it holds %s, which is declared", declared[i])
 		} else {
-			spec, err := drivers.SpecForRemoval(d.step.ID)
+			spec, err := drivers.SpecForRemoval(r.step.ID)
 			if err == nil {
-				why, err = leaver.WouldLeave(ctx, spec, func(q string) bool { return gone[q] })
+				why, err = r.leaver.WouldLeave(ctx, spec, func(q string) bool { return gone[q] })
 			}
 			if err != nil {
 				continue // the apply finds out
 			}
 		}
 		if why != "" {
-			d.step.Planned, d.step.Note = event.ActionReleased, fmt.Sprintf("left in place: %s", why)
-			delete(gone, d.path)
+			r.step.Planned, r.step.Note = event.ActionReleased, fmt.Sprintf("left in place: %s", why)
+			delete(gone, r.path)
 		}
 	}
 }
 
-// foreseeMissingParents gives a plan's creation of a file, directory or
-// archive the error its apply would meet when its parent directory
-// neither exists nor is declared: the drivers create no parents. A plan
-// that said "created" there would be the plan of an apply that fails. The
-// step's error is only the plan's: apply tries it again, as it does every
-// step whose observation failed. A creation beneath a declared directory
-// that itself cannot be created is told so too.
+// anyLeaver reports whether any driver can say it would leave a removal
+// in place (drivers.Leaver).
+func (rc *Reconciler) anyLeaver() bool {
+	for _, d := range rc.Drivers {
+		if _, ok := d.(drivers.Leaver); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// foreseeMissingParents gives a plan's creation of a resource whose
+// driver creates no parents (drivers.Nested: a file, directory or
+// archive) the error its apply would meet when its parent directory
+// neither exists nor is declared. A plan that said "created" there would
+// be the plan of an apply that fails. The step's error is only the
+// plan's: apply tries it again, as it does every step whose observation
+// failed. A creation beneath a declared directory that itself cannot be
+// created is told so too.
 func (rc *Reconciler) foreseeMissingParents(steps []*Step) {
 	if rc.Root == nil {
 		return
 	}
 	type creation struct {
 		step *Step
-		kind drivers.Kind
 		path string
 	}
 	var made []creation
 	declared := make(map[string]*Step) // the directories a declaration lays down, by path
 	for _, s := range steps {
-		kind, key, ok := drivers.SplitID(s.ID)
-		if !ok || s.Spec == nil {
+		n := rc.nested(s)
+		if n == nil {
 			continue
 		}
-		switch kind {
-		case drivers.KindDirectory, drivers.KindArchive:
-			declared[key] = s
-		case drivers.KindFile:
-		default:
-			continue
+		p := n.PathOf(s.Spec)
+		if n.IsDirectory(s.Spec) {
+			declared[p] = s
 		}
 		if s.Planned == event.ActionCreate && s.Err == nil {
-			made = append(made, creation{s, kind, key})
+			made = append(made, creation{s, p})
 		}
 	}
 	// Shallowest first: a declared parent is judged before what it holds.
@@ -262,45 +270,42 @@ func (rc *Reconciler) foreseeMissingParents(steps []*Step) {
 		if dir == "/" {
 			continue
 		}
+		kind := c.step.Spec.Kind()
 		if p := declared[dir]; p != nil {
 			if errors.Is(p.Err, drivers.ErrNoParent) {
-				c.step.Err = fmt.Errorf("%s %s: %w: its directory %s cannot be created either", c.kind, c.path, drivers.ErrNoParent, dir)
+				c.step.Err = fmt.Errorf("%s %s: %w: its directory %s cannot be created either", kind, c.path, drivers.ErrNoParent, dir)
 			}
 			continue
 		}
 		there, seen := exists[dir]
 		if !seen {
-			f, err := rc.Root.OpenDir(dir)
-			if err == nil {
-				f.Close()
-			}
-			// Only absence is foreseen; anything else in the way (a
-			// symlink, a file) the driver refuses in its own words.
-			there = !errors.Is(err, fs.ErrNotExist)
+			there = rc.dirExists(dir)
 			exists[dir] = there
 		}
 		if !there {
-			c.step.Err = drivers.NoParent(c.kind, c.path)
+			c.step.Err = drivers.NoParent(kind, c.path)
 		}
 	}
+}
+
+// dirExists reports whether a directory is at dir beneath the root. Only
+// absence is foreseen; anything else in the way (a symlink, a file) the
+// driver refuses in its own words.
+func (rc *Reconciler) dirExists(dir string) bool {
+	f, err := rc.Root.OpenDir(dir)
+	if err == nil {
+		f.Close()
+	}
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // depth is how many directories deep the clean absolute path p is.
 func depth(p string) int { return strings.Count(p, "/") }
 
-// pathOf is where the resource of s lies beneath the root: a file's,
-// directory's or archive's key, what its driver says for others
-// (drivers.Located); empty when it has no path there (a package).
+// pathOf is where the resource of s lies beneath the root, as its driver
+// says (drivers.Located); empty when it has no path there (a package).
 func (rc *Reconciler) pathOf(s *Step) string {
-	kind, key, ok := drivers.SplitID(s.ID)
-	if !ok {
-		return ""
-	}
-	switch kind {
-	case drivers.KindFile, drivers.KindDirectory, drivers.KindArchive:
-		return key
-	}
-	l, ok := rc.Drivers[kind].(drivers.Located)
+	l, ok := rc.driverOf(s).(drivers.Located)
 	if !ok {
 		return ""
 	}
@@ -312,4 +317,15 @@ func (rc *Reconciler) pathOf(s *Step) string {
 		}
 	}
 	return l.PathOf(spec)
+}
+
+// nested is the driver of a declared step as drivers.Nested: nil when
+// the step declares nothing or its driver creates its parents or has
+// none.
+func (rc *Reconciler) nested(s *Step) drivers.Nested {
+	if s.Spec == nil {
+		return nil
+	}
+	n, _ := rc.driverOf(s).(drivers.Nested)
+	return n
 }

@@ -379,6 +379,12 @@ func (rc *Reconciler) completeEarly(res *Result, req Request, started time.Time,
 	return nil
 }
 
+// driverOf is the driver of s's kind; nil when there is none.
+func (rc *Reconciler) driverOf(s *Step) drivers.Driver {
+	kind, _, _ := drivers.SplitID(s.ID)
+	return rc.Drivers[kind]
+}
+
 func (rc *Reconciler) driver(id string) (drivers.Driver, error) {
 	kind, _, _ := drivers.SplitID(id)
 	d, ok := rc.Drivers[kind]
