@@ -10,6 +10,10 @@ import (
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
+// This file is applying one level of steps: in batches, each staged,
+// flushed and committed together where its driver can stage, or applied
+// together where its driver takes a batch.
+
 // apply changes the steps of one dependency level, Root.StageBatch at a
 // time, so that every file staged is staged without a name and no more
 // descriptors are held than that. Drivers that can stage (files) are
@@ -178,7 +182,7 @@ func (rc *Reconciler) commitFlushingAll(staged []staged, unflushed []*Step) (flu
 // after) rather than by two flushes of the whole filesystem. A push
 // changes a few files: SyncFS would also wait for every other write the
 // machine has pending (its workload's, or, on a bed of many hosts, every
-// other host's), and made a rollout to 1,000 hosts on one disk take 10 s.
+// other host's), which makes a rollout to many hosts on one disk slow.
 // A first apply of thousands of files is still cheaper with two SyncFS.
 const flushEachMax = 32
 

@@ -7,6 +7,10 @@ import (
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
+// This file is journaling what a reconcile found and did: drift, and each
+// step's outcome, in bounded transactions, part of them on a goroutine
+// while a level goes on (ahead).
+
 // needsRecord: an unchanged resource is journaled only when the journal
 // does not already say the host owns it with this spec.
 func needsRecord(s *Step) bool {
@@ -52,8 +56,8 @@ func (rc *Reconciler) journalDrift(steps []*Step, req Request) error {
 
 // outcomes are the steps whose outcome records are not yet journaled. The
 // records are made as they are journaled, a transaction's at a time: made
-// a level's at once, those of 100,000 files took an apply's peak from some
-// 330 to 390 MiB.
+// a level's at once, a large level's records would all be in memory
+// together, and raise an apply's peak.
 type outcomes struct {
 	steps []*Step
 	// start is the reconcile.started the outcomes are of.
@@ -123,20 +127,14 @@ func outcomeRecord(s *Step, startSeq uint64) event.Record {
 
 // DefaultOutcomesPerAppend bounds the outcomes one transaction appends. bbolt
 // holds every page a transaction touches in memory until it commits, with
-// the projection's keys each outcome rewrites: 100,000 outcomes in one
-// transaction held hundreds of megabytes. In transactions of this many,
-// a level of 100,000 files costs twenty flushes rather than one, most of
-// them while the level goes on (ahead), and the memory of one.
-//
-// Measured (docs/performance.md): at 10,000 files, transactions of 5,000
-// rather than 10,000 took an apply's peak from 44 to 46 MiB to 40 to 42
-// MiB, and a later check's by under 1 MiB the other way; at 19,000 files,
-// with the journal's pages given back after each (journal.releaseAfter),
-// from 55 to 58 MiB to 53 to 54 MiB; at 100,000 files the peak is some 30
-// MiB higher (310 to 330 MiB) in the same time. Transactions of 2,000 had
-// made every later check of a 10,000-file journal 2 to 3 MiB larger
-// (likely the projection's pages, rewritten five times, scattered through
-// the file) and a 100,000-file apply slower.
+// the projection's keys each outcome rewrites, so one transaction of a
+// large level's outcomes would hold hundreds of megabytes. In transactions
+// of this many, a level of 100,000 files costs twenty flushes rather than
+// one, most of them while the level goes on (ahead), and the memory of
+// one. Larger transactions raise an apply's peak; smaller ones scatter
+// the projection's pages, rewritten more often, through the file, which
+// makes every later check larger and a large apply slower. The figures
+// are in docs/performance.md.
 const DefaultOutcomesPerAppend = 5_000
 
 // journalOutcomes appends held, with more records after them, and empties
@@ -177,11 +175,11 @@ func (rc *Reconciler) journalOutcomes(held *outcomes, more ...event.Record) ([]e
 // ahead journals the outcomes of a level's files made durable while the
 // level goes on staging and committing the rest: OutcomesPerAppend at a
 // time, once more than that are waiting, one transaction at a time on a
-// goroutine of its own. Journaled at the level's end instead, the outcomes
-// of 100,000 files were some 2 s of an apply in which the disk and a core
-// were idle. What is left when the level ends, at most OutcomesPerAppend,
-// is journaled as before, the last level's with the reconcile's end: a
-// level of up to OutcomesPerAppend files is journaled as it always was.
+// goroutine of its own. Journaled at the level's end instead, a large
+// level's outcomes are time in which the disk and a core sit idle. What
+// is left when the level ends, at most OutcomesPerAppend, is journaled
+// with the level (the last level's with the reconcile's end): a level of
+// up to OutcomesPerAppend files is journaled in one transaction.
 type ahead struct {
 	rc      *Reconciler
 	start   uint64  // the reconcile.started the outcomes are of

@@ -14,6 +14,10 @@ import (
 	"github.com/mesh-host/mesh-host/projector"
 )
 
+// This file is planning: the steps of a reconcile, what observing each
+// says it needs, and what a plan foresees of its apply (releases, missing
+// parents, skips).
+
 // ownedAs is what the projection said of a declared resource the host
 // owned when the reconcile began: what a step needs of projector.Owned.
 type ownedAs struct {

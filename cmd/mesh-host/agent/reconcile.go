@@ -77,7 +77,7 @@ type Request struct {
 	Specs []drivers.Spec
 	// Digests, when not nil, are drivers.SpecDigest of each of Specs, in
 	// order: the list journaled with the declaration, which need not be
-	// computed again (encoding every spec is a third of a no-op check).
+	// computed again (encoding every spec is much of a no-op check).
 	Digests []string
 	// Owned is the projection's owned set: what the host may remove, and
 	// what it applied before. It is read once, while planning, before
@@ -397,8 +397,7 @@ func (rc *Reconciler) driver(id string) (drivers.Driver, error) {
 // each runs fn over steps with at most Parallel at once. A fixed set of
 // workers takes the steps in turn: a goroutine a step would start ten
 // thousand goroutines for a large declaration, and grow each one's stack
-// from nothing (a tenth of a 10,000-file apply's time went to copying
-// stacks).
+// from nothing, time spent copying stacks.
 func (rc *Reconciler) each(ctx context.Context, steps []*Step, fn func(context.Context, *Step)) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup

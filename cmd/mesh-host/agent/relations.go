@@ -17,8 +17,8 @@ const Skipped event.Action = "skipped"
 // (drivers.Relations): each step's deps, applied before it (what it
 // requires, subscribes to or is notified by), and the steps it notifies
 // (what it subscribes to notifies it). It reports whether any step has a
-// relation: without one, the reconcile orders and applies as it always
-// did, at no cost. An ID that names no declared step is ignored:
+// relation: without one, the reconcile orders by kind alone (levels),
+// at no cost. An ID that names no declared step is ignored:
 // admission refuses such a declaration, and a reconcile does not stop
 // for one.
 func relate(steps []*Step) bool {
