@@ -1,15 +1,19 @@
 package agent
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
+	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
-// This file is journaling what a reconcile found and did: drift, and each
-// step's outcome, in bounded transactions, part of them on a goroutine
-// while a level goes on (ahead).
+// This file is journaling what a reconcile found and did: its start with
+// its plan, drift, each step's outcome (in bounded transactions, part of
+// them on a goroutine while a level goes on: ahead), and its end.
 
 // needsRecord: an unchanged resource is journaled only when the journal
 // does not already say the host owns it with this spec.
@@ -232,4 +236,72 @@ func (a *ahead) wait() error {
 	close(a.batches)
 	<-a.done
 	return a.err
+}
+
+// endEarly ends a reconcile whose outcomes the journal did not take (a
+// record it refused, a full disk) as failed, rather than leave it in
+// progress for every later start to meet the same refusal. If the journal
+// takes nothing more, it stays in progress.
+func (rc *Reconciler) endEarly(res *Result, req Request, started time.Time, err error) error {
+	if cerr := rc.completeEarly(res, req, started, err); cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	return err
+}
+
+// journalStarted appends the reconcile.started of plan, the plan stored
+// apart when it is over MaxInlinePlan;
+// more are appended with it, in its transaction.
+func (rc *Reconciler) journalStarted(req Request, plan []event.Step, more []event.Record) ([]event.Record, error) {
+	p := event.ReconcileStartedPayload{Trigger: req.Trigger, Revision: req.Revision, Plan: plan}
+	list, err := json.Marshal(plan)
+	if err != nil {
+		return nil, err
+	}
+	if len(list) <= MaxInlinePlan {
+		return rc.Journal.Append(append([]event.Record{event.New(event.ReconcileStarted, req.Cause, "", p)}, more...)...)
+	}
+	p.Plan, p.PlanSHA256 = nil, journal.FormatSum(journal.SumOf(list))
+	return rc.Journal.AppendDocuments([][]byte{list}, append([]event.Record{event.New(event.ReconcileStarted, req.Cause, "", p)}, more...)...)
+}
+
+// completeEarly journals the end of a reconcile that failed after its start
+// was journaled, with the reason.
+func (rc *Reconciler) completeEarly(res *Result, req Request, started time.Time, reason error) error {
+	recs, err := rc.Journal.Append(event.New(event.ReconcileCompleted, res.Started, "", event.ReconcileCompletedPayload{
+		Trigger: req.Trigger, Revision: req.Revision, Result: event.ResultFailed, Started: started, Error: reason.Error(),
+	}))
+	if err != nil {
+		return fmt.Errorf("journal the reconcile's end: %w", err)
+	}
+	res.Completed = recs[0].Seq
+	return nil
+}
+
+// complete journals the reconcile's end, after the outcomes held (nil for
+// none), in one transaction.
+func (rc *Reconciler) complete(res *Result, req Request, started time.Time, cause uint64, quiet bool, held *outcomes) error {
+	res.count()
+	result := event.ResultConverged
+	if res.Failures() > 0 || slices.ContainsFunc(res.Steps, func(s *Step) bool { return s.Drift && !req.Repair }) {
+		result = event.ResultFailed
+	}
+	end := event.New(event.ReconcileCompleted, cause, "", event.ReconcileCompletedPayload{
+		Trigger: req.Trigger, Revision: req.Revision, Result: result, Started: started,
+		Changed: res.Changed, Unchanged: res.Unchanged, Failed: res.Failed, Quiet: quiet,
+		Skipped: res.Skipped, Refreshed: res.Refreshed, RefreshFailed: res.RefreshFailed,
+	})
+	if held == nil {
+		held = &outcomes{}
+	}
+	hadOutcomes := len(held.steps)+len(held.extra) > 0
+	recs, err := rc.journalOutcomes(held, end)
+	switch {
+	case err != nil && hadOutcomes:
+		return rc.endEarly(res, req, started, err)
+	case err != nil:
+		return fmt.Errorf("journal reconcile completion: %w", err)
+	}
+	res.Completed = recs[0].Seq
+	return nil
 }

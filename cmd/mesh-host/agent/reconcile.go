@@ -10,8 +10,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -20,7 +18,6 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/drivers"
-	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/projector"
 )
@@ -142,6 +139,30 @@ type Result struct {
 // Failures counts what keeps a reconcile from converging: resources that
 // failed, were skipped for a failure, and refreshes that failed.
 func (r *Result) Failures() int { return r.Failed + r.Skipped + r.RefreshFailed }
+
+// count counts the steps' outcomes and the refreshes delivered.
+func (r *Result) count() {
+	for _, s := range r.Steps {
+		switch {
+		case s.Outcome == Skipped:
+			r.Skipped++
+		case s.Outcome == event.ActionFailed:
+			r.Failed++
+		case s.Outcome == event.ActionUnchanged || (s.Outcome == "" && s.Planned == event.ActionUnchanged):
+			r.Unchanged++
+		case s.Outcome != "":
+			r.Changed++
+		}
+	}
+	for _, f := range r.Refreshes {
+		switch {
+		case f.Err != nil:
+			r.RefreshFailed++
+		case f.delivered:
+			r.Refreshed++
+		}
+	}
+}
 
 // Pending reports whether the plan changes anything.
 func (r *Result) Pending() bool {
@@ -339,46 +360,6 @@ func (r *run) refresh(ctx context.Context, level []*Step) error {
 	return nil
 }
 
-// endEarly ends a reconcile whose outcomes the journal did not take (a
-// record it refused, a full disk) as failed, rather than leave it in
-// progress for every later start to meet the same refusal. If the journal
-// takes nothing more, it stays in progress.
-func (rc *Reconciler) endEarly(res *Result, req Request, started time.Time, err error) error {
-	if cerr := rc.completeEarly(res, req, started, err); cerr != nil {
-		return errors.Join(err, cerr)
-	}
-	return err
-}
-
-// journalStarted appends the reconcile.started of plan, the plan stored
-// apart when it is over MaxInlinePlan;
-// more are appended with it, in its transaction.
-func (rc *Reconciler) journalStarted(req Request, plan []event.Step, more []event.Record) ([]event.Record, error) {
-	p := event.ReconcileStartedPayload{Trigger: req.Trigger, Revision: req.Revision, Plan: plan}
-	list, err := json.Marshal(plan)
-	if err != nil {
-		return nil, err
-	}
-	if len(list) <= MaxInlinePlan {
-		return rc.Journal.Append(append([]event.Record{event.New(event.ReconcileStarted, req.Cause, "", p)}, more...)...)
-	}
-	p.Plan, p.PlanSHA256 = nil, journal.FormatSum(journal.SumOf(list))
-	return rc.Journal.AppendDocuments([][]byte{list}, append([]event.Record{event.New(event.ReconcileStarted, req.Cause, "", p)}, more...)...)
-}
-
-// completeEarly journals the end of a reconcile that failed after its start
-// was journaled, with the reason.
-func (rc *Reconciler) completeEarly(res *Result, req Request, started time.Time, reason error) error {
-	recs, err := rc.Journal.Append(event.New(event.ReconcileCompleted, res.Started, "", event.ReconcileCompletedPayload{
-		Trigger: req.Trigger, Revision: req.Revision, Result: event.ResultFailed, Started: started, Error: reason.Error(),
-	}))
-	if err != nil {
-		return fmt.Errorf("journal the reconcile's end: %w", err)
-	}
-	res.Completed = recs[0].Seq
-	return nil
-}
-
 // driverOf is the driver of s's kind; nil when there is none.
 func (rc *Reconciler) driverOf(s *Step) drivers.Driver {
 	kind, _, _ := drivers.SplitID(s.ID)
@@ -414,51 +395,4 @@ func (rc *Reconciler) each(ctx context.Context, steps []*Step, fn func(context.C
 	}
 	wg.Wait()
 	return ctx.Err()
-}
-
-// complete journals the reconcile's end, after the outcomes held (nil for
-// none), in one transaction.
-func (rc *Reconciler) complete(res *Result, req Request, started time.Time, cause uint64, quiet bool, held *outcomes) error {
-	for _, s := range res.Steps {
-		switch {
-		case s.Outcome == Skipped:
-			res.Skipped++
-		case s.Outcome == event.ActionFailed:
-			res.Failed++
-		case s.Outcome == event.ActionUnchanged || (s.Outcome == "" && s.Planned == event.ActionUnchanged):
-			res.Unchanged++
-		case s.Outcome != "":
-			res.Changed++
-		}
-	}
-	for _, f := range res.Refreshes {
-		switch {
-		case f.Err != nil:
-			res.RefreshFailed++
-		case f.delivered:
-			res.Refreshed++
-		}
-	}
-	result := event.ResultConverged
-	if res.Failures() > 0 || slices.ContainsFunc(res.Steps, func(s *Step) bool { return s.Drift && !req.Repair }) {
-		result = event.ResultFailed
-	}
-	end := event.New(event.ReconcileCompleted, cause, "", event.ReconcileCompletedPayload{
-		Trigger: req.Trigger, Revision: req.Revision, Result: result, Started: started,
-		Changed: res.Changed, Unchanged: res.Unchanged, Failed: res.Failed, Quiet: quiet,
-		Skipped: res.Skipped, Refreshed: res.Refreshed, RefreshFailed: res.RefreshFailed,
-	})
-	if held == nil {
-		held = &outcomes{}
-	}
-	hadOutcomes := len(held.steps)+len(held.extra) > 0
-	recs, err := rc.journalOutcomes(held, end)
-	switch {
-	case err != nil && hadOutcomes:
-		return rc.endEarly(res, req, started, err)
-	case err != nil:
-		return fmt.Errorf("journal reconcile completion: %w", err)
-	}
-	res.Completed = recs[0].Seq
-	return nil
 }
