@@ -106,6 +106,19 @@ type Located interface {
 	PathOf(spec Spec) string
 }
 
+// Nested is an optional Driver capability of a kind whose resources lie
+// at their path beneath the root (Located) and whose Apply creates no
+// parent directories: it fails with ErrNoParent where the parent does not
+// exist. The reconciler applies such a resource after the one declared
+// at its parent, and a plan foresees the error where there is none.
+type Nested interface {
+	Located
+	// IsDirectory reports whether the resource of spec is a directory
+	// that others may be declared in: a directory, or the one an archive
+	// is unpacked into.
+	IsDirectory(spec Spec) bool
+}
+
 // Driver manages one kind of resource under a root prefix.
 type Driver interface {
 	// Observe reports how the resource stands against spec. It never

@@ -76,6 +76,14 @@ type Refresher interface {
 	Refresh(ctx context.Context, spec Spec, since time.Time) (Refreshed, error)
 }
 
+// Refreshable is an optional Spec capability: what refreshing its
+// resource does ("restart", "reload", "run"), as a refresh.owed and a
+// plan name it. The declaration says it (UnitSpec.Refresh) or the kind
+// means it (an exec runs).
+type Refreshable interface {
+	HowRefreshed() string
+}
+
 // Applied is the result of one Apply of a batch (BatchApplier).
 type Applied struct {
 	Action Action

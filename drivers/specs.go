@@ -268,6 +268,22 @@ func (s *UserSpec) Key() string  { return s.Name }
 func (*GroupSpec) Kind() Kind    { return KindGroup }
 func (s *GroupSpec) Key() string { return s.Name }
 
+var (
+	_ Refreshable = (*UnitSpec)(nil)
+	_ Refreshable = (*ExecSpec)(nil)
+)
+
+// HowRefreshed is how the unit is refreshed: Refresh, restart when unset.
+func (s *UnitSpec) HowRefreshed() string {
+	if s.Refresh != "" {
+		return s.Refresh
+	}
+	return RefreshRestart
+}
+
+// HowRefreshed is what refreshing an exec does: it runs.
+func (*ExecSpec) HowRefreshed() string { return "run" }
+
 // ModeOr returns *m, or def when m is nil.
 func ModeOr(m *Mode, def Mode) Mode {
 	if m == nil {

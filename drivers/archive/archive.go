@@ -152,7 +152,23 @@ type Driver struct {
 	arrival sync.Mutex
 }
 
-var _ drivers.Driver = (*Driver)(nil)
+var (
+	_ drivers.Driver = (*Driver)(nil)
+	_ drivers.Nested = (*Driver)(nil)
+)
+
+// PathOf is the directory the archive is unpacked into
+// (drivers.Located); empty for a spec that is not an archive's.
+func (d *Driver) PathOf(spec drivers.Spec) string {
+	if s, ok := spec.(*drivers.ArchiveSpec); ok {
+		return s.Path
+	}
+	return ""
+}
+
+// IsDirectory is true: others may be declared in the directory the
+// archive is unpacked into (drivers.Nested).
+func (d *Driver) IsDirectory(drivers.Spec) bool { return true }
 
 // New returns the archive driver for root.
 func New(root *rootfs.Root, opts Options) *Driver {

@@ -44,7 +44,23 @@ type Driver struct {
 	root *rootfs.Root
 }
 
-var _ drivers.Driver = (*Driver)(nil)
+var (
+	_ drivers.Driver = (*Driver)(nil)
+	_ drivers.Leaver = (*Driver)(nil)
+	_ drivers.Nested = (*Driver)(nil)
+)
+
+// PathOf is the directory's path (drivers.Located); empty for a spec
+// that is not a directory's.
+func (d *Driver) PathOf(spec drivers.Spec) string {
+	if s, ok := spec.(*drivers.DirectorySpec); ok {
+		return s.Path
+	}
+	return ""
+}
+
+// IsDirectory is true: others are declared in it (drivers.Nested).
+func (d *Driver) IsDirectory(drivers.Spec) bool { return true }
 
 // New returns the directory driver for root.
 func New(root *rootfs.Root) *Driver { return &Driver{root: root} }

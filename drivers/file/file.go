@@ -51,7 +51,20 @@ type Driver struct {
 var (
 	_ drivers.Driver = (*Driver)(nil)
 	_ drivers.Stager = (*Driver)(nil)
+	_ drivers.Nested = (*Driver)(nil)
 )
+
+// PathOf is the file's path (drivers.Located); empty for a spec that is
+// not a file's.
+func (d *Driver) PathOf(spec drivers.Spec) string {
+	if s, ok := spec.(*drivers.FileSpec); ok {
+		return s.Path
+	}
+	return ""
+}
+
+// IsDirectory is false: nothing is declared in a file (drivers.Nested).
+func (d *Driver) IsDirectory(drivers.Spec) bool { return false }
 
 // New returns the file driver for root.
 func New(root *rootfs.Root) *Driver { return &Driver{root: root} }

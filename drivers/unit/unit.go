@@ -478,6 +478,8 @@ func isTemplate(name string) bool {
 
 func (d *Driver) path(s *drivers.UnitSpec) string { return path.Join(Dir, s.Name) }
 
+var _ drivers.Located = (*Driver)(nil)
+
 // PathOf is where the unit file of spec lies beneath the root
 // (drivers.Located): where the host writes it, or would find the file it
 // wrote to remove it. Empty for an instance, which never has a file of

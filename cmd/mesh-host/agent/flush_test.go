@@ -183,19 +183,13 @@ func (a *appendSizes) Append(recs ...event.Record) ([]event.Record, error) {
 	return a.Appender.Append(recs...)
 }
 
-func withOutcomesPerAppend(t *testing.T, n int) {
-	was := outcomesPerAppend
-	outcomesPerAppend = n
-	t.Cleanup(func() { outcomesPerAppend = was })
-}
-
-// A level of more files than outcomesPerAppend journals their outcomes,
+// A level of more files than OutcomesPerAppend journals their outcomes,
 // that many a transaction, while it goes on staging and committing the
 // rest; what is left goes with the completion. Each file has one outcome
 // record, before the completion.
 func TestOutcomesJournaledAhead(t *testing.T) {
-	withOutcomesPerAppend(t, 10)
 	b, sd := newStagingBed(t)
+	b.rc.OutcomesPerAppend = 10
 	b.rc.StageBatch = 5
 	sizes := &appendSizes{Appender: b.rc.Journal}
 	b.rc.Journal = sizes
@@ -254,8 +248,8 @@ func TestOutcomesJournaledAhead(t *testing.T) {
 // An outcome transaction journaled ahead that the journal refuses ends
 // the reconcile as failed, with the reason, as one at the level's end.
 func TestRefusedOutcomesAheadEndTheReconcile(t *testing.T) {
-	withOutcomesPerAppend(t, 10)
 	b, _ := newStagingBed(t)
+	b.rc.OutcomesPerAppend = 10
 	b.rc.Journal = &appendSizes{Appender: b.rc.Journal, refuse: 3}
 	_, err := b.rc.Reconcile(context.Background(), Request{Trigger: event.TriggerManual, Revision: 1, Specs: files(45), Repair: true})
 	if err == nil || !strings.Contains(err.Error(), "disk full") {

@@ -249,16 +249,10 @@ func (r *refreshes) plan(steps []*Step) []*Refresh {
 	return r.order
 }
 
-// howOf is what refreshing spec's resource does.
+// howOf is what refreshing spec's resource does (drivers.Refreshable).
 func howOf(spec drivers.Spec) string {
-	switch s := spec.(type) {
-	case *drivers.UnitSpec:
-		if s.Refresh != "" {
-			return s.Refresh
-		}
-		return drivers.RefreshRestart
-	case *drivers.ExecSpec:
-		return "run"
+	if r, ok := spec.(drivers.Refreshable); ok {
+		return r.HowRefreshed()
 	}
 	return "refresh"
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"path"
 	"slices"
 
 	"github.com/mesh-host/mesh-host/drivers"
@@ -18,8 +17,8 @@ const Skipped event.Action = "skipped"
 // (drivers.Relations): each step's deps, applied before it (what it
 // requires, subscribes to or is notified by), and the steps it notifies
 // (what it subscribes to notifies it). It reports whether any step has a
-// relation: without one, the reconcile orders and applies as it always
-// did, at no cost. An ID that names no declared step is ignored:
+// relation: without one, the reconcile orders by kind alone (levels),
+// at no cost. An ID that names no declared step is ignored:
 // admission refuses such a declaration, and a reconcile does not stop
 // for one.
 func relate(steps []*Step) bool {
@@ -86,74 +85,4 @@ func (s *Step) skip(dep *Step) {
 		how = "was skipped"
 	}
 	s.Note = fmt.Sprintf("skipped: %s %s", dep.ID, how)
-}
-
-// relatedLevels orders steps for applying as levels does, and also after
-// everything each depends on (relate), and after its declared parent
-// directory (which the relations may have moved later). A step's level
-// is the highest of its kind's place in levels' order and one past each
-// of those it waits for; removals follow every creation, in levels'
-// order. A cycle, which admission refuses, is broken where it is met
-// rather than looped on.
-func relatedLevels(steps []*Step) [][]*Step {
-	var creations, removals []*Step
-	for _, s := range steps {
-		if s.Spec == nil {
-			removals = append(removals, s)
-		} else {
-			creations = append(creations, s)
-		}
-	}
-	base := make(map[*Step]int, len(creations))
-	for i, level := range levels(creations) {
-		for _, s := range level {
-			base[s] = i
-		}
-	}
-	dirs := make(map[string]*Step)
-	for _, s := range creations {
-		switch s.Spec.(type) {
-		case *drivers.DirectorySpec, *drivers.ArchiveSpec:
-			dirs[s.Spec.Key()] = s
-		}
-	}
-	parent := func(s *Step) *Step {
-		switch s.Spec.(type) {
-		case *drivers.FileSpec, *drivers.DirectorySpec, *drivers.ArchiveSpec:
-			return dirs[path.Dir(s.Spec.Key())]
-		}
-		return nil
-	}
-	const onPath = -1
-	level := make(map[*Step]int, len(creations))
-	var visit func(s *Step) int
-	visit = func(s *Step) int {
-		if l, seen := level[s]; seen {
-			return l
-		}
-		level[s] = onPath
-		l := base[s]
-		waits := s.deps
-		if p := parent(s); p != nil && p != s {
-			waits = append(slices.Clip(waits), p)
-		}
-		for _, d := range waits {
-			if dl := visit(d); dl != onPath {
-				l = max(l, dl+1)
-			}
-		}
-		level[s] = l
-		return l
-	}
-	top := 0
-	for _, s := range creations {
-		top = max(top, visit(s))
-	}
-	out := make([][]*Step, top+1)
-	for _, s := range creations {
-		l := max(level[s], 0)
-		out[l] = append(out[l], s)
-	}
-	out = slices.DeleteFunc(out, func(l []*Step) bool { return len(l) == 0 })
-	return append(out, levels(removals)...)
 }
