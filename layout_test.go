@@ -105,7 +105,7 @@ func TestDependencyDirection(t *testing.T) {
 	}
 	forbidden := func(path string) []string {
 		switch path {
-		case "cmd/meshctl/control", hostSvc:
+		case "cmd/meshctl/control", "cmd/meshctl/authority", hostSvc:
 			return []string{kong, completion}
 		case "cmd/mesh-host/agent", "cmd/mesh-host/link", "cmd/mesh-host/localsock",
 			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment", "cmd/mesh-host/facts":
@@ -180,6 +180,23 @@ func TestHostDoesNotLinkBroker(t *testing.T) {
 	for _, d := range strings.Fields(string(out)) {
 		if strings.HasPrefix(d, "github.com/nats-io/nats-server") {
 			t.Errorf("mesh-host links %s", d)
+		}
+	}
+}
+
+// TestAuthorityLinksNoNATS: the authority is files and keys; what talks to
+// a broker is told an authority, never the other way round.
+func TestAuthorityLinksNoNATS(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./cmd/meshctl/authority").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if strings.HasPrefix(d, "github.com/nats-io/nats.go") || strings.HasPrefix(d, "github.com/nats-io/nats-server") {
+			t.Errorf("cmd/meshctl/authority links %s", d)
+		}
+		if strings.HasPrefix(d, module+"/cmd/") && d != module+"/cmd/meshctl/authority" && d != module+"/cmd/internal/atomicfile" {
+			t.Errorf("cmd/meshctl/authority imports %s: it is below every other meshctl package", rel(d))
 		}
 	}
 }

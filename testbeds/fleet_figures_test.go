@@ -3,6 +3,7 @@ package testbeds_test
 import (
 	"context"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"io"
 	"os"
 	"path/filepath"
@@ -349,7 +350,7 @@ func BenchmarkDeclareToNodes(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			bed := testbeds.New(b, bins)
 			f, _ := startFleet(b, bed, n)
-			a, err := control.Open(bed.Control.DataDir)
+			a, err := authority.Open(bed.Control.DataDir)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -420,7 +421,7 @@ func BenchmarkRolloutToNodes(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			bed := testbeds.New(b, bins)
 			startFleet(b, bed, n)
-			a, err := control.Open(bed.Control.DataDir)
+			a, err := authority.Open(bed.Control.DataDir)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package testbeds_test
 import (
 	"context"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -197,7 +198,7 @@ func simService(bed *testbeds.Bed, node string) service.Config {
 // benchClient is a control client as meshctl makes one.
 func benchClient(b *testing.B, bed *testbeds.Bed) *control.Client {
 	b.Helper()
-	a, err := control.Open(bed.Control.DataDir)
+	a, err := authority.Open(bed.Control.DataDir)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"net"
 	"os"
@@ -210,7 +211,7 @@ func cmdWaitSock(ts *testscript.TestScript, neg bool, args []string) {
 var meshes sync.Map // string → *scriptMesh
 
 type scriptMesh struct {
-	a      *control.Authority
+	a      *authority.Authority
 	url    string
 	broker *control.Broker
 	stop   func()
@@ -233,7 +234,7 @@ func cmdMesh(ts *testscript.TestScript, neg bool, args []string) {
 		m.(*scriptMesh).stop()
 		return
 	}
-	a, _, err := control.Init(filepath.Join(work, "control"), args[0])
+	a, _, err := authority.Init(filepath.Join(work, "control"), args[0])
 	ts.Check(err)
 	b, err := control.NewBroker(a, control.BrokerConfig{Listen: "127.0.0.1:0"})
 	ts.Check(err)

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"io/fs"
 	"os"
 	"strings"
@@ -25,9 +26,9 @@ func (c *initCmd) Run(e *env) error {
 	if c.CAKey != "" && c.CA == "" {
 		return refused("--ca-key needs --ca")
 	}
-	var adopt *control.AdoptedCA
+	var adopt *authority.AdoptedCA
 	if c.CA != "" {
-		adopt = &control.AdoptedCA{}
+		adopt = &authority.AdoptedCA{}
 		var err error
 		if adopt.Cert, err = os.ReadFile(c.CA); err != nil {
 			return refused("%v", err)
@@ -38,7 +39,7 @@ func (c *initCmd) Run(e *env) error {
 			}
 		}
 	}
-	a, created, err := control.InitWith(e.cli.Data, c.Mesh, adopt)
+	a, created, err := authority.InitWith(e.cli.Data, c.Mesh, adopt)
 	if err != nil {
 		return err
 	}
@@ -160,14 +161,14 @@ func (c *natsConfigCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	var t control.NATSTLS
+	var t authority.NATSTLS
 	switch {
 	case c.TLSDir == "" && len(c.ServerName) > 0:
 		return refused("--server-name needs --tls-dir, where the certificate is written")
 	case c.TLSDir != "" && len(c.ServerName) == 0:
 		return refused("--tls-dir needs --server-name: the names nodes reach the server by")
 	case c.TLSDir != "" && !a.HoldsCAKey():
-		return refused("%v: the mesh's CA was adopted without its key; have your CA issue the server's certificate", control.ErrNoCAKey)
+		return refused("%v: the mesh's CA was adopted without its key; have your CA issue the server's certificate", authority.ErrNoCAKey)
 	case c.TLSDir != "":
 		if t.CertFile, t.KeyFile, err = a.WriteServerCert(c.TLSDir, c.ServerName, e.now()); err != nil {
 			return failed("%v", err)

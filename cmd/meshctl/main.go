@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"io"
 	"os"
 	"os/signal"
@@ -106,7 +107,7 @@ func classify(err error) error {
 	case errors.As(err, &ee):
 		// kong may wrap what a command returned.
 		return ee
-	case errors.Is(err, control.ErrRefused), errors.Is(err, control.ErrMeshMismatch), errors.Is(err, control.ErrCAMismatch),
+	case errors.Is(err, control.ErrRefused), errors.Is(err, authority.ErrMeshMismatch), errors.Is(err, authority.ErrCAMismatch),
 		errors.Is(err, linkproto.ErrInvalidName), errors.Is(err, declaration.ErrInvalid):
 		return &exitError{code: exitRefused, err: err}
 	}
@@ -167,8 +168,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) (code 
 }
 
 // authority opens the data directory's authority.
-func (e *env) authority() (*control.Authority, error) {
-	a, err := control.Open(e.cli.Data)
+func (e *env) authority() (*authority.Authority, error) {
+	a, err := authority.Open(e.cli.Data)
 	if err != nil {
 		return nil, err
 	}

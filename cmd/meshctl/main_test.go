@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"net"
 	"os"
 	"path/filepath"
@@ -354,7 +355,7 @@ func TestServeOnAnExistingServer(t *testing.T) {
 func TestServeEmbedded(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	serve(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--mesh", "lab", "--releases-listen", "off")
-	cfg, err := control.ReadConfig(data)
+	cfg, err := authority.ReadConfig(data)
 	if err != nil || cfg.Mesh != "lab" || len(cfg.URLs) != 1 || !strings.HasPrefix(cfg.URLs[0], "tls://127.0.0.1:") || strings.HasSuffix(cfg.URLs[0], ":0") {
 		t.Fatalf("control.json %+v, %v", cfg, err)
 	}

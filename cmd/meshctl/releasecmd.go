@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"io/fs"
 	"net/url"
 	"strings"
@@ -49,16 +50,16 @@ func (c *releaseCmd) Run(e *env) error {
 		return refused("--url %q: want http://HOST[:PORT][/PATH] or https://…", base)
 	}
 
-	r, err := control.StoreRelease(a.ReleasesDir(), c.Archive)
+	r, err := authority.StoreRelease(a.ReleasesDir(), c.Archive)
 	if err != nil {
 		return err
 	}
 	res := r.Resource(base)
 	label := ""
-	if l := control.ReleaseLabel(c.Archive); l != "" {
+	if l := authority.ReleaseLabel(c.Archive); l != "" {
 		label = l + ", "
 	}
-	fmt.Fprintf(e.stdout, "release %s (%s%s): nodes fetch %s into %s/%s\n", r.Digest, label, r.Format, res.Source, control.VersionsDir, r.Version())
+	fmt.Fprintf(e.stdout, "release %s (%s%s): nodes fetch %s into %s/%s\n", r.Digest, label, r.Format, res.Source, authority.VersionsDir, r.Version())
 
 	cl, nc, err := e.client()
 	if err != nil {

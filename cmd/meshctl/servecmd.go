@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -41,7 +42,7 @@ func (c *serveCmd) Run(e *env) error {
 		debug.SetGCPercent(serveGCPercent)
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: c.LogLevel}))
-	a, created, err := control.Init(e.cli.Data, c.Mesh)
+	a, created, err := authority.Init(e.cli.Data, c.Mesh)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -23,14 +24,14 @@ import (
 // meshBed is a real control plane: authority, embedded broker, control
 // service signing credentials of ttl.
 type meshBed struct {
-	a   *control.Authority
+	a   *authority.Authority
 	url string
 	acc *control.Accounts
 }
 
 func newMeshBed(t *testing.T, ttl time.Duration) *meshBed {
 	t.Helper()
-	a, _, err := control.Init(filepath.Join(t.TempDir(), "control"), testMesh)
+	a, _, err := authority.Init(filepath.Join(t.TempDir(), "control"), testMesh)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"strings"
 	"time"
@@ -26,7 +27,7 @@ const (
 // mesh account with the key revoked and pushes it to the broker over a
 // system-user connection.
 type Accounts struct {
-	A *Authority
+	A *authority.Authority
 	// Sys is a connection as the system user (DialSystem).
 	Sys *nats.Conn
 	// Now is the clock credentials are issued by.
@@ -100,7 +101,7 @@ func (x *Accounts) push(ctx context.Context, signed string) error {
 // DialSystem connects to urls as the system user. forever makes it a
 // service's connection (keep trying, reconnect forever); otherwise it
 // fails at once when the broker is not there.
-func DialSystem(a *Authority, urls []string, forever bool, log *slog.Logger) (*nats.Conn, error) {
+func DialSystem(a *authority.Authority, urls []string, forever bool, log *slog.Logger) (*nats.Conn, error) {
 	if len(urls) == 0 {
 		var err error
 		if urls, err = a.URLs(); err != nil {

@@ -2,11 +2,14 @@ package control
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -28,7 +31,7 @@ const testMesh = "home"
 // authority, the broker, a control-user connection and JetStream.
 type bed struct {
 	t   testing.TB
-	a   *Authority
+	a   *authority.Authority
 	url string
 	nc  *nats.Conn
 	js  jetstream.JetStream
@@ -393,3 +396,39 @@ func (b *bed) kv(bucket string) jetstream.KeyValue {
 	}
 	return kv
 }
+
+func userClaims(t *testing.T, creds []byte) *jwt.UserClaims {
+	t.Helper()
+	token, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claims
+}
+
+func noSeed(t *testing.T, what, text string) {
+	t.Helper()
+	if m := seedPattern.FindStringSubmatch(text); m != nil {
+		t.Errorf("%s holds an nkey seed: %.8s…", what, m[1])
+	}
+}
+
+// tokenJSON is the JSON an encoded token carries.
+
+func tokenJSON(t *testing.T, enc string) string {
+	t.Helper()
+	body, _, _ := strings.Cut(strings.TrimPrefix(enc, "meshtoken2."), ".")
+	b, err := base64.RawURLEncoding.DecodeString(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// An nkey seed is a whole run of 58 base32 characters; a public key (56)
+// holds runs that look like the start of one, so the run is matched whole.
+var seedPattern = regexp.MustCompile(`(?:^|[^A-Z2-7])(S[UAONCXP][A-Z2-7]{56})(?:[^A-Z2-7]|$)`)

@@ -3,9 +3,14 @@ package control
 import (
 	"crypto/tls"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"net"
+	"os"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -49,7 +54,7 @@ type Broker struct {
 }
 
 // NewBroker configures the embedded broker for a. It does not start it.
-func NewBroker(a *Authority, cfg BrokerConfig) (*Broker, error) {
+func NewBroker(a *authority.Authority, cfg BrokerConfig) (*Broker, error) {
 	host, portText, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen address %q: %w", cfg.Listen, err)
@@ -75,7 +80,7 @@ func NewBroker(a *Authority, cfg BrokerConfig) (*Broker, error) {
 		tlsConfig.Certificates = []tls.Certificate{*cfg.Certificate}
 	} else {
 		if !a.HoldsCAKey() {
-			return nil, fmt.Errorf("%w: the embedded broker cannot issue itself a certificate: give --tls-cert and --tls-key (issued by your CA for the broker's names), or serve an existing cluster with --nats", ErrNoCAKey)
+			return nil, fmt.Errorf("%w: the embedded broker cannot issue itself a certificate: give --tls-cert and --tls-key (issued by your CA for the broker's names), or serve an existing cluster with --nats", authority.ErrNoCAKey)
 		}
 		sc := &serverCert{now: now, issue: func(now time.Time) (tls.Certificate, error) { return a.IssueServerCert(names, now) }}
 		// Issued now, so that a CA that cannot issue fails the start
@@ -98,11 +103,12 @@ func NewBroker(a *Authority, cfg BrokerConfig) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the account resolver in %s: %w", a.ResolverDir(), err)
 	}
-	if err := resolver.Store(a.systemPub, a.systemJWT); err != nil {
+	systemPub, systemJWT := a.SystemAccount()
+	if err := resolver.Store(systemPub, systemJWT); err != nil {
 		resolver.Close()
 		return nil, err
 	}
-	if err := resolver.Store(a.accountPub, a.accountJWT); err != nil {
+	if err := resolver.Store(a.Account()); err != nil {
 		resolver.Close()
 		return nil, err
 	}
@@ -110,8 +116,8 @@ func NewBroker(a *Authority, cfg BrokerConfig) (*Broker, error) {
 		ServerName:       "meshctl-" + a.Mesh,
 		Host:             host,
 		Port:             port,
-		TrustedOperators: []*jwt.OperatorClaims{a.operator},
-		SystemAccount:    a.systemPub,
+		TrustedOperators: []*jwt.OperatorClaims{a.Operator()},
+		SystemAccount:    systemPub,
 		AccountResolver:  resolver,
 		JetStream:        true,
 		StoreDir:         storeDir,
@@ -207,3 +213,67 @@ func (l slogLogger) Errorf(format string, v ...any) {
 func (l slogLogger) Fatalf(format string, v ...any) {
 	l.log.Error(fmt.Sprintf(format, v...), "component", "broker", "fatal", true)
 }
+
+// ServerNames are the names a broker listening on host is reached by, for
+// its certificate: host itself, or every address of the machine when host
+// is unspecified (0.0.0.0, ::, empty); the machine's hostname; localhost
+// and the loopback addresses; and extra, the names the operator gives.
+func ServerNames(host string, extra []string) []string {
+	names := slices.Clone(extra)
+	ip := net.ParseIP(host)
+	switch {
+	case host == "" || (ip != nil && ip.IsUnspecified()):
+		addrs, _ := net.InterfaceAddrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLinkLocalUnicast() {
+				names = append(names, n.IP.String())
+			}
+		}
+	default:
+		names = append(names, host)
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		names = append(names, h)
+		if short, _, ok := strings.Cut(h, "."); ok {
+			names = append(names, short)
+		}
+	}
+	names = append(names, "localhost", "127.0.0.1", "::1")
+	var out []string
+	for _, n := range names {
+		if n = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(n)), "."); n != "" && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// serverCert hands the embedded broker its certificate for each
+// handshake, issuing a new one (and key) when the one it has nears its
+// end: the broker's key lives in memory only, and a service that runs for
+// years is never caught with an expired certificate.
+type serverCert struct {
+	issue func(now time.Time) (tls.Certificate, error)
+	now   func() time.Time
+
+	mu   sync.Mutex
+	cert *tls.Certificate
+}
+
+func (s *serverCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if s.cert == nil || now.After(s.cert.Leaf.NotAfter.Add(-serverRenew)) {
+		c, err := s.issue(now)
+		if err != nil {
+			return nil, err
+		}
+		s.cert = &c
+	}
+	return s.cert, nil
+}
+
+// serverRenew is how long before its certificate ends the embedded
+// broker issues itself a new one.
+const serverRenew = 30 * 24 * time.Hour

@@ -1,9 +1,13 @@
 package control
 
 import (
+	"crypto/tls"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,9 +114,9 @@ func TestBrokerKeepsFewClosedConnections(t *testing.T) {
 }
 
 // startBroker starts a mesh's broker on a random port until the test ends.
-func startBroker(t testing.TB) (*Authority, *Broker, *slog.Logger) {
+func startBroker(t testing.TB) (*authority.Authority, *Broker, *slog.Logger) {
 	t.Helper()
-	a, _, err := Init(filepath.Join(t.TempDir(), "data"), testMesh)
+	a, _, err := authority.Init(filepath.Join(t.TempDir(), "data"), testMesh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,4 +130,50 @@ func startBroker(t testing.TB) (*Authority, *Broker, *slog.Logger) {
 	}
 	t.Cleanup(b.Close)
 	return a, b, log
+}
+
+func TestServerNames(t *testing.T) {
+	host, _ := os.Hostname()
+	for _, tc := range []struct {
+		host  string
+		extra []string
+		want  []string
+	}{
+		{"10.0.0.1", []string{"Broker.Lab."}, []string{"broker.lab", "10.0.0.1", "localhost", "127.0.0.1", "::1"}},
+		{"0.0.0.0", nil, []string{"127.0.0.1", "localhost", "::1"}},
+	} {
+		got := ServerNames(tc.host, tc.extra)
+		for _, w := range append(tc.want, host) {
+			if !slices.Contains(got, w) {
+				t.Errorf("ServerNames(%q, %q) = %q, want %q in it", tc.host, tc.extra, got, w)
+			}
+		}
+		if slices.Contains(got, "0.0.0.0") {
+			t.Errorf("ServerNames(%q) = %q: the unspecified address is no name", tc.host, got)
+		}
+	}
+}
+
+// TestServerCertRenewed: the embedded broker's certificate is reissued
+// before it ends, not after.
+func TestServerCertRenewed(t *testing.T) {
+	a, _, err := authority.Init(t.TempDir(), "lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	sc := &serverCert{now: func() time.Time { return now }, issue: func(now time.Time) (tls.Certificate, error) { return a.IssueServerCert([]string{"localhost"}, now) }}
+	first, err := sc.get(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = first.Leaf.NotAfter.Add(-serverRenew - time.Hour)
+	if same, _ := sc.get(nil); same != first {
+		t.Error("reissued early")
+	}
+	now = now.Add(2 * time.Hour)
+	renewed, _ := sc.get(nil)
+	if renewed == first || !renewed.Leaf.NotAfter.After(first.Leaf.NotAfter) {
+		t.Errorf("not reissued within %v of its end", serverRenew)
+	}
 }

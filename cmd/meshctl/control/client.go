@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"strings"
 	"sync"
 	"time"
@@ -20,7 +21,7 @@ import (
 // when the broker is not there rather than waiting for it. The broker must
 // prove itself with a certificate from the mesh's CA, whatever the URLs'
 // scheme.
-func Dial(a *Authority, urls []string) (*nats.Conn, error) {
+func Dial(a *authority.Authority, urls []string) (*nats.Conn, error) {
 	tc, err := a.ClientTLS()
 	if err != nil {
 		return nil, err
@@ -61,7 +62,7 @@ type Client struct {
 	Operator string
 	// Secrets holds the values of the secrets declarations name, sealed
 	// to each node as it is declared; nil when the client declares none.
-	Secrets *Secrets
+	Secrets *authority.Secrets
 	js      jetstream.JetStream
 	buckets *bucketCache
 }

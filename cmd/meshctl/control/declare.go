@@ -222,7 +222,7 @@ func (c *Client) seal(ctx context.Context, node string, d *declaration.Declarati
 	if err != nil {
 		return nil, notServed("the sealing-key bucket "+linkproto.SealKeysBucket, err)
 	}
-	return c.Secrets.sealFor(ctx, keys, c.Mesh, node, d)
+	return sealFor(c.Secrets, ctx, keys, c.Mesh, node, d)
 }
 
 func namesSecrets(d *declaration.Declaration) bool {

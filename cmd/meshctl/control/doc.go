@@ -1,8 +1,8 @@
-// Package control is the control plane of a mesh: the authority that signs
-// every credential (operator, accounts, the control user, one user per
-// node), the embedded NATS broker, the control service that answers the
-// nodes' hellos, and the operations an operator runs (declare, plan,
-// nodes, journal).
+// Package control is the control plane of a mesh on NATS: the embedded
+// broker, the control service that answers the nodes' hellos, and the
+// operations an operator runs (declare, plan, nodes, journal). The
+// authority that signs every credential is package authority, which this
+// package is told.
 //
 // Everything durable lives in JetStream (the desired state of each node in
 // a KV bucket, every node's journal and last heartbeat in streams) or in
@@ -17,34 +17,23 @@ package control
 import (
 	"errors"
 	"fmt"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 )
 
 // Errors returned by this package. Package main turns the refusals into
 // exit code 2 and the rest into 1.
 var (
-	// ErrNoAuthority is returned when the data directory holds no
-	// authority: `meshctl init` (or `serve`) has not run there.
-	ErrNoAuthority = errors.New("no authority in the data directory")
-	// ErrMeshMismatch is returned when an existing authority is asked to
-	// be created again for another mesh.
-	ErrMeshMismatch = errors.New("the authority serves another mesh")
-	// ErrNoCA is returned when the authority has no certificate
-	// authority yet (it was created before the broker served TLS).
-	ErrNoCA = errors.New("the authority has no certificate authority")
-	// ErrNoCAKey is returned when a certificate is to be issued by an
-	// adopted CA whose key the authority does not hold.
-	ErrNoCAKey = errors.New("the mesh's CA key is not held")
-	// ErrCAMismatch is returned when an authority with a CA is asked to
-	// adopt another: every node trusts the one it has.
-	ErrCAMismatch = errors.New("the authority has another CA")
 	// ErrNoBroker is returned when no broker address is known: neither
-	// given nor recorded by a running `meshctl serve`.
-	ErrNoBroker = errors.New("no broker address")
+	// given nor recorded by a running `meshctl serve`. It is the
+	// authority's, which issues tokens naming the broker.
+	ErrNoBroker = authority.ErrNoBroker
 	// ErrRefused is returned for what the control plane refuses to do:
 	// a label, profile, rollout or release it will not take, a question
 	// it cannot answer as asked. A refused declaration is
 	// ErrDeclarationRefused, which is ErrRefused too.
-	ErrRefused = errors.New("refused")
+	// It is the authority's: one refusal for the whole control plane.
+	ErrRefused = authority.ErrRefused
 	// ErrDeclarationRefused is returned for a declaration the control
 	// plane or the node refuses: wrong mesh or node, an older revision, a
 	// reused revision, too large, one no profile renders, or the node's

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -262,7 +263,7 @@ func TestEnrolRefusesExpiredTokens(t *testing.T) {
 func TestEnrolRefusesAnotherMeshsToken(t *testing.T) {
 	b := newBed(t)
 	b.serve()
-	work, _, err := Init(filepath.Join(t.TempDir(), "work"), "work")
+	work, _, err := authority.Init(filepath.Join(t.TempDir(), "work"), "work")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,4 +579,13 @@ func editToken(t *testing.T, enc string, edit func(map[string]any)) string {
 	edit(m)
 	raw, _ = json.Marshal(m)
 	return "meshtoken2." + base64.RawURLEncoding.EncodeToString(raw) + "." + sig
+}
+
+func TestNodeCredsConnect(t *testing.T) {
+	b := newBed(t)
+	n := b.node("web-1")
+	if !n.nc.IsConnected() {
+		t.Fatal("not connected")
+	}
+	n.noErrors(t)
 }

@@ -348,8 +348,8 @@ func TestNodeCredentialsSayExactlyThis(t *testing.T) {
 	if r := claims.Resp; r == nil || r.MaxMsgs != 1 || r.Expires != time.Minute {
 		t.Errorf("response permission %+v, want one reply within a minute", r)
 	}
-	if claims.IssuerAccount != b.a.accountPub {
-		t.Errorf("issuer account %s, want the mesh account %s", claims.IssuerAccount, b.a.accountPub)
+	if claims.IssuerAccount != b.a.AccountPublicKey() {
+		t.Errorf("issuer account %s, want the mesh account %s", claims.IssuerAccount, b.a.AccountPublicKey())
 	}
 	if claims.BearerToken {
 		t.Error("a bearer token: the node's key must sign its connection")

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"net"
 	"net/http"
@@ -41,7 +42,7 @@ type ServeConfig struct {
 // Serve runs the control service of a: the embedded broker (without
 // cfg.URLs), the releases server, and the Service that answers every
 // node, until ctx ends.
-func Serve(ctx context.Context, a *Authority, cfg ServeConfig) error {
+func Serve(ctx context.Context, a *authority.Authority, cfg ServeConfig) error {
 	log := cfg.Log
 	urls := cfg.URLs
 	var local *Broker // the embedded broker, if any
@@ -123,7 +124,7 @@ func Serve(ctx context.Context, a *Authority, cfg ServeConfig) error {
 // serveReleases adds to g an HTTP server of the authority's releases
 // directory on listen, and records its URL for release when the address
 // names a host nodes can reach (not 0.0.0.0 or ::).
-func serveReleases(g *run.Group, a *Authority, listen string, log *slog.Logger) error {
+func serveReleases(g *run.Group, a *authority.Authority, listen string, log *slog.Logger) error {
 	if err := os.MkdirAll(a.ReleasesDir(), 0o755); err != nil {
 		return err
 	}
@@ -146,7 +147,7 @@ func serveReleases(g *run.Group, a *Authority, listen string, log *slog.Logger) 
 		log.Info("releases served", "url", url, "dir", a.ReleasesDir())
 	}
 	srv := &http.Server{
-		Handler:           &ReleaseServer{Dir: a.ReleasesDir(), Log: log},
+		Handler:           &authority.ReleaseServer{Dir: a.ReleasesDir(), Log: log},
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"os"
 	"strings"
@@ -52,7 +53,7 @@ type Service struct {
 	RetryEvery time.Duration
 	// Secrets seal the secrets a rollout's declarations name; nil refuses
 	// such declarations.
-	Secrets *Secrets
+	Secrets *authority.Secrets
 	// Holder names this service in the rollouts it drives (default: the
 	// host name, the process id and a random tail).
 	Holder string
@@ -80,7 +81,7 @@ const dialTimeout = 5 * time.Second
 // and heartbeat the service sends or hears crosses this connection, and
 // over loopback TLS each was encrypted, written, read and decrypted on
 // both sides of one process.
-func DialService(a *Authority, urls []string, log *slog.Logger, local *Broker) (*nats.Conn, error) {
+func DialService(a *authority.Authority, urls []string, log *slog.Logger, local *Broker) (*nats.Conn, error) {
 	if len(urls) == 0 {
 		return nil, fmt.Errorf("%w to connect to", ErrNoBroker)
 	}

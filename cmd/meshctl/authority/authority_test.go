@@ -1,4 +1,4 @@
-package control
+package authority
 
 import (
 	"encoding/base64"
@@ -26,12 +26,12 @@ func TestAuthorityCreatedOnceAndReused(t *testing.T) {
 	if err != nil || !created {
 		t.Fatalf("Init: created %v, err %v", created, err)
 	}
-	if a.Mesh != DefaultMesh {
-		t.Errorf("mesh %q, want the default %q", a.Mesh, DefaultMesh)
+	if a.Mesh != defaultMesh {
+		t.Errorf("mesh %q, want the default %q", a.Mesh, defaultMesh)
 	}
 	before := readAll(t, dir)
 
-	again, created, err := Init(dir, DefaultMesh)
+	again, created, err := Init(dir, defaultMesh)
 	if err != nil || created {
 		t.Fatalf("second Init: created %v, err %v", created, err)
 	}
@@ -157,15 +157,6 @@ func TestEnrolToken(t *testing.T) {
 	if err != nil || cfg.Mesh != "lab" {
 		t.Errorf("control.json: %+v, %v", cfg, err)
 	}
-}
-
-func TestNodeCredsConnect(t *testing.T) {
-	b := newBed(t)
-	n := b.node("web-1")
-	if !n.nc.IsConnected() {
-		t.Fatal("not connected")
-	}
-	n.noErrors(t)
 }
 
 func TestNATSConfigSnippet(t *testing.T) {

@@ -1,4 +1,4 @@
-package control
+package authority
 
 import (
 	"encoding/json"
@@ -18,8 +18,8 @@ import (
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
-// DefaultMesh is the mesh an authority is created for when none is named.
-const DefaultMesh = "home"
+// defaultMesh is the mesh an authority is created for when none is named.
+const defaultMesh = "home"
 
 // Files of the data directory. The operator and account seeds are kept,
 // though serving needs only the JWTs and the signing key, so that the
@@ -84,7 +84,7 @@ type Authority struct {
 	ca *ca
 }
 
-// Init returns the authority in dir, creating it for mesh (DefaultMesh
+// Init returns the authority in dir, creating it for mesh (defaultMesh
 // when empty) if dir holds none; created says which. An existing authority
 // for another mesh than a non-empty mesh is ErrMeshMismatch: its keys are
 // what every node and server already trusts, so it is never replaced. An
@@ -116,7 +116,7 @@ func InitWith(dir, mesh string, adopt *AdoptedCA) (a *Authority, created bool, e
 		return nil, false, err
 	}
 	if mesh == "" {
-		mesh = DefaultMesh
+		mesh = defaultMesh
 	}
 	if err := linkproto.ValidName(mesh); err != nil {
 		return nil, false, fmt.Errorf("mesh: %w", err)
@@ -394,11 +394,21 @@ func (a *Authority) SystemCreds() string { return filepath.Join(a.Dir, systemCre
 // ResolverDir is where the embedded broker keeps the account JWTs.
 func (a *Authority) ResolverDir() string { return filepath.Join(a.Dir, resolverDir) }
 
+// Operator is the operator's claims: the broker trusts it.
+func (a *Authority) Operator() *jwt.OperatorClaims { return a.operator }
+
+// SystemAccount is the system account's public key and JWT.
+func (a *Authority) SystemAccount() (pub, token string) { return a.systemPub, a.systemJWT }
+
+// Account is the mesh account's public key and its JWT as the authority
+// was opened with it.
+func (a *Authority) Account() (pub, token string) { return a.accountPub, a.accountJWT }
+
 // AccountPublicKey is the mesh account's public key.
 func (a *Authority) AccountPublicKey() string { return a.accountPub }
 
-// AccountJWT is the mesh account's JWT as the data directory holds it now.
-func (a *Authority) AccountJWT() (string, error) {
+// accountJWTOnDisk is the mesh account's JWT as the data directory holds it now.
+func (a *Authority) accountJWTOnDisk() (string, error) {
 	b, err := os.ReadFile(filepath.Join(a.Dir, accountJWTFile))
 	if err != nil {
 		return "", err
@@ -431,7 +441,7 @@ func (a *Authority) RevokeKeys(keys []string, current string) (string, error) {
 		return "", err
 	}
 	defer unlock()
-	onDisk, err := a.AccountJWT()
+	onDisk, err := a.accountJWTOnDisk()
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package control
+package authority
 
 import (
 	"bytes"
@@ -17,9 +17,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 )
 
@@ -36,7 +33,6 @@ const (
 	// serverValidity bounds a broker certificate; the embedded broker
 	// issues itself a new one (and a new key) well before it ends.
 	serverValidity = 365 * 24 * time.Hour
-	serverRenew    = 30 * 24 * time.Hour
 	// clockSkew backdates what is issued, so a node whose clock is a
 	// little behind still accepts it.
 	clockSkew = time.Hour
@@ -101,7 +97,7 @@ func serial() *big.Int {
 // keyPEM is not nil, checking that the certificate is a CA's and the key
 // is its.
 func parseCA(certPEM, keyPEM []byte) (*ca, error) {
-	cert, err := ParseCACert(certPEM)
+	cert, err := parseCACert(certPEM)
 	if err != nil {
 		return nil, err
 	}
@@ -136,9 +132,9 @@ func parseCA(certPEM, keyPEM []byte) (*ca, error) {
 	return c, nil
 }
 
-// ParseCACert reads the first certificate of certPEM and checks that it
+// parseCACert reads the first certificate of certPEM and checks that it
 // is a certificate authority's: a node's link trusts it and nothing else.
-func ParseCACert(certPEM []byte) (*x509.Certificate, error) {
+func parseCACert(certPEM []byte) (*x509.Certificate, error) {
 	b, _ := pem.Decode(certPEM)
 	if b == nil || b.Type != "CERTIFICATE" {
 		return nil, errors.New("no PEM certificate")
@@ -313,64 +309,4 @@ func (a *Authority) WriteServerCert(dir string, names []string, now time.Time) (
 		return "", "", err
 	}
 	return certFile, keyFile, nil
-}
-
-// ServerNames are the names a broker listening on host is reached by, for
-// its certificate: host itself, or every address of the machine when host
-// is unspecified (0.0.0.0, ::, empty); the machine's hostname; localhost
-// and the loopback addresses; and extra, the names the operator gives.
-func ServerNames(host string, extra []string) []string {
-	names := slices.Clone(extra)
-	ip := net.ParseIP(host)
-	switch {
-	case host == "" || (ip != nil && ip.IsUnspecified()):
-		addrs, _ := net.InterfaceAddrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLinkLocalUnicast() {
-				names = append(names, n.IP.String())
-			}
-		}
-	default:
-		names = append(names, host)
-	}
-	if h, err := os.Hostname(); err == nil && h != "" {
-		names = append(names, h)
-		if short, _, ok := strings.Cut(h, "."); ok {
-			names = append(names, short)
-		}
-	}
-	names = append(names, "localhost", "127.0.0.1", "::1")
-	var out []string
-	for _, n := range names {
-		if n = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(n)), "."); n != "" && !slices.Contains(out, n) {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// serverCert hands the embedded broker its certificate for each
-// handshake, issuing a new one (and key) when the one it has nears its
-// end: the broker's key lives in memory only, and a service that runs for
-// years is never caught with an expired certificate.
-type serverCert struct {
-	issue func(now time.Time) (tls.Certificate, error)
-	now   func() time.Time
-
-	mu   sync.Mutex
-	cert *tls.Certificate
-}
-
-func (s *serverCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	if s.cert == nil || now.After(s.cert.Leaf.NotAfter.Add(-serverRenew)) {
-		c, err := s.issue(now)
-		if err != nil {
-			return nil, err
-		}
-		s.cert = &c
-	}
-	return s.cert, nil
 }
