@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"io"
 	"net"
 	"os"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )

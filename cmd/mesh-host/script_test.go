@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"net"
 	"os"
@@ -22,6 +21,8 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -213,7 +214,7 @@ var meshes sync.Map // string → *scriptMesh
 type scriptMesh struct {
 	a      *authority.Authority
 	url    string
-	broker *control.Broker
+	broker *broker.Broker
 	stop   func()
 }
 
@@ -236,7 +237,7 @@ func cmdMesh(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	a, _, err := authority.Init(filepath.Join(work, "control"), args[0])
 	ts.Check(err)
-	b, err := control.NewBroker(a, control.BrokerConfig{Listen: "127.0.0.1:0"})
+	b, err := broker.New(a, broker.Config{Listen: "127.0.0.1:0"})
 	ts.Check(err)
 	ts.Check(b.Start())
 	nc, err := control.Dial(a, []string{b.URL()})

@@ -2,10 +2,10 @@ package main
 
 import (
 	"fmt"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"io"
 	"os"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/sealing"
 )
 

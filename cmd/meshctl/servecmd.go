@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"os"
 	"runtime/debug"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/memsettle"
 )

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 )
 
 // The system account's subjects for account JWTs: a server (every server

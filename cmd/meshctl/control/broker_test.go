@@ -1,13 +1,9 @@
 package control
 
 import (
-	"crypto/tls"
 	"fmt"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +11,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
 )
 
 // The service's connection to the broker embedded in its process goes
@@ -33,7 +32,7 @@ func TestServiceConnectsInProcessAndStillAuthenticates(t *testing.T) {
 	if err := s.Ensure(t.Context()); err != nil {
 		t.Fatalf("the in-process connection cannot do what the control user may: %v", err)
 	}
-	connz, err := b.srv.Connz(&server.ConnzOptions{})
+	connz, err := b.Connz(&server.ConnzOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +61,7 @@ func TestServiceConnectsInProcessAndStillAuthenticates(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	foreign, err := nats.Connect("nats://in-process", nats.InProcessServer(b.srv), nats.UserJWTAndSeed(token, string(seed)), nats.Timeout(5*time.Second))
+	foreign, err := nats.Connect("nats://in-process", nats.InProcessServer(b), nats.UserJWTAndSeed(token, string(seed)), nats.Timeout(5*time.Second))
 	t.Logf("refused after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	if err == nil {
 		foreign.Close()
@@ -70,7 +69,7 @@ func TestServiceConnectsInProcessAndStillAuthenticates(t *testing.T) {
 	}
 	// Refused for who it is, not for the pipe.
 	waitFor(t, 5*time.Second, func() error {
-		closed, err := b.srv.Connz(&server.ConnzOptions{State: server.ConnClosed})
+		closed, err := b.Connz(&server.ConnzOptions{State: server.ConnClosed})
 		if err != nil {
 			return err
 		}
@@ -83,45 +82,15 @@ func TestServiceConnectsInProcessAndStillAuthenticates(t *testing.T) {
 	})
 }
 
-// The broker forgets closed connections but for a few: it keeps them for a
-// monitoring that nothing serves, and a fleet's enrolments would fill it.
-func TestBrokerKeepsFewClosedConnections(t *testing.T) {
-	a, b, _ := startBroker(t)
-	for range 40 {
-		nc, err := Dial(a, []string{b.URL()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nc.Close()
-	}
-	waitFor(t, 5*time.Second, func() error {
-		connz, err := b.srv.Connz(&server.ConnzOptions{State: server.ConnClosed})
-		switch {
-		case err != nil:
-			return err
-		case connz.Total < 16:
-			return fmt.Errorf("%d closed connections listed so far", connz.Total)
-		}
-		return nil
-	})
-	connz, err := b.srv.Connz(&server.ConnzOptions{State: server.ConnClosed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if connz.Total > 16 {
-		t.Errorf("%d closed connections kept, want at most 16", connz.Total)
-	}
-}
-
 // startBroker starts a mesh's broker on a random port until the test ends.
-func startBroker(t testing.TB) (*authority.Authority, *Broker, *slog.Logger) {
+func startBroker(t testing.TB) (*authority.Authority, *broker.Broker, *slog.Logger) {
 	t.Helper()
 	a, _, err := authority.Init(filepath.Join(t.TempDir(), "data"), testMesh)
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	b, err := NewBroker(a, BrokerConfig{Listen: "127.0.0.1:0", Log: log})
+	b, err := broker.New(a, broker.Config{Listen: "127.0.0.1:0", Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,50 +99,4 @@ func startBroker(t testing.TB) (*authority.Authority, *Broker, *slog.Logger) {
 	}
 	t.Cleanup(b.Close)
 	return a, b, log
-}
-
-func TestServerNames(t *testing.T) {
-	host, _ := os.Hostname()
-	for _, tc := range []struct {
-		host  string
-		extra []string
-		want  []string
-	}{
-		{"10.0.0.1", []string{"Broker.Lab."}, []string{"broker.lab", "10.0.0.1", "localhost", "127.0.0.1", "::1"}},
-		{"0.0.0.0", nil, []string{"127.0.0.1", "localhost", "::1"}},
-	} {
-		got := ServerNames(tc.host, tc.extra)
-		for _, w := range append(tc.want, host) {
-			if !slices.Contains(got, w) {
-				t.Errorf("ServerNames(%q, %q) = %q, want %q in it", tc.host, tc.extra, got, w)
-			}
-		}
-		if slices.Contains(got, "0.0.0.0") {
-			t.Errorf("ServerNames(%q) = %q: the unspecified address is no name", tc.host, got)
-		}
-	}
-}
-
-// TestServerCertRenewed: the embedded broker's certificate is reissued
-// before it ends, not after.
-func TestServerCertRenewed(t *testing.T) {
-	a, _, err := authority.Init(t.TempDir(), "lab")
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	sc := &serverCert{now: func() time.Time { return now }, issue: func(now time.Time) (tls.Certificate, error) { return a.IssueServerCert([]string{"localhost"}, now) }}
-	first, err := sc.get(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now = first.Leaf.NotAfter.Add(-serverRenew - time.Hour)
-	if same, _ := sc.get(nil); same != first {
-		t.Error("reissued early")
-	}
-	now = now.Add(2 * time.Hour)
-	renewed, _ := sc.get(nil)
-	if renewed == first || !renewed.Leaf.NotAfter.After(first.Leaf.NotAfter) {
-		t.Errorf("not reissued within %v of its end", serverRenew)
-	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,7 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/oklog/run"
+
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
 )
 
 // ServeConfig is what Serve is told: package main reads it from the flags.
@@ -45,11 +48,11 @@ type ServeConfig struct {
 func Serve(ctx context.Context, a *authority.Authority, cfg ServeConfig) error {
 	log := cfg.Log
 	urls := cfg.URLs
-	var local *Broker // the embedded broker, if any
+	var local nats.InProcessConnProvider // the embedded broker, if any
 	if len(urls) == 0 {
 		// The broker outlives the group, so that the service's connection
 		// closes before the broker does rather than watching it go.
-		b, err := NewBroker(a, BrokerConfig{Listen: cfg.Listen, Log: log, ServerNames: cfg.ServerNames, Certificate: cfg.Certificate})
+		b, err := broker.New(a, broker.Config{Listen: cfg.Listen, Log: log, ServerNames: cfg.ServerNames, Certificate: cfg.Certificate})
 		if err != nil {
 			return err
 		}

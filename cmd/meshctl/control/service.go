@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"os"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -81,7 +81,7 @@ const dialTimeout = 5 * time.Second
 // and heartbeat the service sends or hears crosses this connection, and
 // over loopback TLS each was encrypted, written, read and decrypted on
 // both sides of one process.
-func DialService(a *authority.Authority, urls []string, log *slog.Logger, local *Broker) (*nats.Conn, error) {
+func DialService(a *authority.Authority, urls []string, log *slog.Logger, local nats.InProcessConnProvider) (*nats.Conn, error) {
 	if len(urls) == 0 {
 		return nil, fmt.Errorf("%w to connect to", ErrNoBroker)
 	}
@@ -104,7 +104,7 @@ func DialService(a *authority.Authority, urls []string, log *slog.Logger, local 
 	if local != nil {
 		// A tls:// address would have nats.go start TLS over the pipe.
 		urls = []string{"nats://in-process"}
-		opts = append(opts, nats.InProcessServer(local.srv))
+		opts = append(opts, nats.InProcessServer(local))
 	} else {
 		tc, err := a.ClientTLS()
 		if err != nil {

@@ -1,9 +1,16 @@
-package control
+// Package broker is the embedded NATS server a `meshctl serve` runs when
+// it is not told to serve an existing cluster: JetStream on, operator mode
+// trusting the authority's operator only, TLS only, with a certificate the
+// mesh's CA issues it and that it renews itself, its warnings passed to
+// slog.
+//
+// It is not the control service (which connects to a broker, this one or
+// another) and not the authority (which it is told, to read keys from).
+package broker
 
 import (
 	"crypto/tls"
 	"fmt"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"log/slog"
 	"net"
 	"os"
@@ -16,11 +23,12 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
-// BrokerConfig says how to run the embedded broker.
-type BrokerConfig struct {
+// Config says how to run the embedded broker.
+type Config struct {
 	// Listen is host:port for clients; port 0 or -1 picks a free port.
 	Listen string
 	// StoreDir is JetStream's directory; empty means the authority's.
@@ -53,8 +61,8 @@ type Broker struct {
 	names []string
 }
 
-// NewBroker configures the embedded broker for a. It does not start it.
-func NewBroker(a *authority.Authority, cfg BrokerConfig) (*Broker, error) {
+// New configures the embedded broker for a. It does not start it.
+func New(a *authority.Authority, cfg Config) (*Broker, error) {
 	host, portText, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen address %q: %w", cfg.Listen, err)
@@ -70,7 +78,7 @@ func NewBroker(a *authority.Authority, cfg BrokerConfig) (*Broker, error) {
 	if host == "" {
 		host = "0.0.0.0"
 	}
-	names := ServerNames(host, cfg.ServerNames)
+	names := serverNames(host, cfg.ServerNames)
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
@@ -185,6 +193,16 @@ func (b *Broker) port() int {
 	return addr.Port
 }
 
+// InProcessConn is a connection to the broker within this process, for a
+// NATS client's InProcessServer option: no socket, the same
+// authentication.
+func (b *Broker) InProcessConn() (net.Conn, error) { return b.srv.InProcessConn() }
+
+// Connz lists the broker's connections as its monitoring endpoint would,
+// which the embedded broker does not serve: how a check tells who is
+// connected, and how.
+func (b *Broker) Connz(opts *server.ConnzOptions) (*server.Connz, error) { return b.srv.Connz(opts) }
+
 // Names are the names and addresses the broker's certificate is for.
 func (b *Broker) Names() []string { return b.names }
 
@@ -214,11 +232,11 @@ func (l slogLogger) Fatalf(format string, v ...any) {
 	l.log.Error(fmt.Sprintf(format, v...), "component", "broker", "fatal", true)
 }
 
-// ServerNames are the names a broker listening on host is reached by, for
+// serverNames are the names a broker listening on host is reached by, for
 // its certificate: host itself, or every address of the machine when host
 // is unspecified (0.0.0.0, ::, empty); the machine's hostname; localhost
 // and the loopback addresses; and extra, the names the operator gives.
-func ServerNames(host string, extra []string) []string {
+func serverNames(host string, extra []string) []string {
 	names := slices.Clone(extra)
 	ip := net.ParseIP(host)
 	switch {
