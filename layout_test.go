@@ -92,6 +92,10 @@ func TestDependencyDirection(t *testing.T) {
 			// The embedded server is told the authority, and nothing else
 			// of the control plane.
 			return []string{"cmd/meshctl/authority", "cmd/internal/atomicfile", "linkproto", "journal/event", "projector", "drivers", "sealing"}, true
+		case path == "cmd/meshctl/store":
+			// The buckets and streams and their records: below the service
+			// and the client, above nothing of the control plane.
+			return []string{"linkproto", "journal/event", "projector", "declaration", "drivers", "profile", "labels"}, true
 		case strings.HasPrefix(path, "drivers/") && path != "drivers/driverstest":
 			return []string{"drivers"}, true
 		}
@@ -112,7 +116,7 @@ func TestDependencyDirection(t *testing.T) {
 	}
 	forbidden := func(path string) []string {
 		switch path {
-		case "cmd/meshctl/control", "cmd/meshctl/authority", "cmd/meshctl/broker", hostSvc:
+		case "cmd/meshctl/control", "cmd/meshctl/authority", "cmd/meshctl/broker", "cmd/meshctl/store", hostSvc:
 			return []string{kong, completion}
 		case "cmd/mesh-host/agent", "cmd/mesh-host/link", "cmd/mesh-host/localsock",
 			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment", "cmd/mesh-host/facts":

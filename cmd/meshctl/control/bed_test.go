@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -432,3 +433,14 @@ func tokenJSON(t *testing.T, enc string) string {
 // An nkey seed is a whole run of 58 base32 characters; a public key (56)
 // holds runs that look like the start of one, so the run is matched whole.
 var seedPattern = regexp.MustCompile(`(?:^|[^A-Z2-7])(S[UAONCXP][A-Z2-7]{56})(?:[^A-Z2-7]|$)`)
+
+// storedPush is the push stored for node, nil for none, read as the
+// control service reads it for a hello.
+func (b *bed) storedPush(ctx context.Context, node string) (*linkproto.Declaration, error) {
+	b.t.Helper()
+	desired, err := store.New(b.js).Desired(ctx, testMesh)
+	if err != nil {
+		return nil, err
+	}
+	return desired.Push(ctx, node)
+}

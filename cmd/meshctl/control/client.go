@@ -1,11 +1,9 @@
 package control
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,7 +11,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
-	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 )
 
 // Dial connects to urls (or, when none, the addresses control.json
@@ -64,18 +62,7 @@ type Client struct {
 	// to each node as it is declared; nil when the client declares none.
 	Secrets *authority.Secrets
 	js      jetstream.JetStream
-	buckets *bucketCache
-}
-
-// bucketCache holds the key-value buckets a client has looked up, shared by its
-// copies (the rollout driver makes one a rollout step). Looking a bucket
-// up asks the server for its stream's info: a rollout's wave did that once
-// a node, as many requests as it made for the nodes' documents. A handle
-// holds names only, so one kept stays good while its bucket exists, and a
-// bucket not found is not kept.
-type bucketCache struct {
-	mu sync.Mutex
-	kv map[string]jetstream.KeyValue
+	store   *store.Store
 }
 
 // NewClient returns a client of mesh over nc.
@@ -84,48 +71,5 @@ func NewClient(nc *nats.Conn, mesh string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Conn: nc, Mesh: mesh, Now: time.Now, js: js, buckets: &bucketCache{kv: map[string]jetstream.KeyValue{}}}, nil
-}
-
-// bucket is the key-value bucket name, looked up once.
-func (c *Client) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
-	c.buckets.mu.Lock()
-	kv := c.buckets.kv[name]
-	c.buckets.mu.Unlock()
-	if kv != nil {
-		return kv, nil
-	}
-	kv, err := c.js.KeyValue(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	c.buckets.mu.Lock()
-	c.buckets.kv[name] = kv
-	c.buckets.mu.Unlock()
-	return kv, nil
-}
-
-// notServed turns a missing stream or bucket into advice: they are created
-// by the control service.
-func notServed(what string, err error) error {
-	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("%s does not exist yet: start `meshctl serve` once against this broker: %w", what, err)
-	}
-	return fmt.Errorf("%s: %w", what, err)
-}
-
-func (c *Client) desired(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := c.bucket(ctx, linkproto.DesiredBucket)
-	if err != nil {
-		return nil, notServed("the desired-state bucket "+linkproto.DesiredBucket, err)
-	}
-	return kv, nil
-}
-
-func (c *Client) stream(ctx context.Context, name string) (jetstream.Stream, error) {
-	s, err := c.js.Stream(ctx, name)
-	if err != nil {
-		return nil, notServed("the stream "+name, err)
-	}
-	return s, nil
+	return &Client{Conn: nc, Mesh: mesh, Now: time.Now, js: js, store: store.New(js)}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -108,7 +109,7 @@ func (c *Client) prepare(ctx context.Context, node string, d *declaration.Declar
 // prepareOver is prepare over read, node's entry as read already (nil:
 // none): a rollout reads it to render, and a second read would cost each
 // node another round trip and decode.
-func (c *Client) prepareOver(ctx context.Context, node string, d *declaration.Declaration, read *storedEntry) (*linkproto.Declaration, error) {
+func (c *Client) prepareOver(ctx context.Context, node string, d *declaration.Declaration, read *store.Entry) (*linkproto.Declaration, error) {
 	push, d, err := c.sealedPush(ctx, node, d)
 	if err != nil {
 		return nil, err
@@ -116,7 +117,7 @@ func (c *Client) prepareOver(ctx context.Context, node string, d *declaration.De
 	if err := c.sign(push); err != nil {
 		return nil, err
 	}
-	return c.store(ctx, node, d, push, read)
+	return c.storeDesired(ctx, node, d, push, read)
 }
 
 // sealedPush is d with its secrets sealed to node, and as a push, not yet
@@ -218,9 +219,9 @@ func (c *Client) seal(ctx context.Context, node string, d *declaration.Declarati
 	if c.Secrets == nil {
 		return nil, fmt.Errorf("%w: the declaration names secrets, and this client has no secret store", ErrDeclarationRefused)
 	}
-	keys, err := c.bucket(ctx, linkproto.SealKeysBucket)
+	keys, err := c.store.KV(ctx, linkproto.SealKeysBucket)
 	if err != nil {
-		return nil, notServed("the sealing-key bucket "+linkproto.SealKeysBucket, err)
+		return nil, err
 	}
 	return sealFor(c.Secrets, ctx, keys, c.Mesh, node, d)
 }
@@ -236,17 +237,15 @@ func namesSecrets(d *declaration.Declaration) bool {
 // node holds the stored one). read is the entry as read before (nil:
 // none), and the write is conditional on it, so two operators declaring
 // at once cannot both win.
-func (c *Client) store(ctx context.Context, node string, d *declaration.Declaration, push *linkproto.Declaration, read *storedEntry) (*linkproto.Declaration, error) {
-	doc := linkproto.Marshal(push)
-	kv, err := c.desired(ctx)
+func (c *Client) storeDesired(ctx context.Context, node string, d *declaration.Declaration, push *linkproto.Declaration, read *store.Entry) (*linkproto.Declaration, error) {
+	desired, err := c.store.Desired(ctx, c.Mesh)
 	if err != nil {
 		return nil, err
 	}
-	key := linkproto.DesiredKey(c.Mesh, node)
 	if read == nil {
-		_, err = kv.Create(ctx, key, doc)
+		err = desired.Create(ctx, node, push)
 	} else {
-		stored := read.decl
+		stored := read.Declaration()
 		// Sealed anew, a secret differs in its bytes: the same revision is
 		// the same declaration when what the operator named is.
 		same := func() bool { return withoutSealed(d).Digest() == withoutSealed(stored).Digest() }
@@ -258,9 +257,9 @@ func (c *Client) store(ctx context.Context, node string, d *declaration.Declarat
 		case d.Revision == stored.Revision:
 			// The same declaration again: push the stored one again,
 			// store nothing.
-			return storedDeclaration(read.value, c.Mesh, node)
+			return read.Push, nil
 		}
-		_, err = kv.Update(ctx, key, doc, read.revision)
+		err = desired.Update(ctx, node, push, read.Revision)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return nil, fmt.Errorf("%w: %s was declared by someone else meanwhile; look, then declare again", ErrDeclarationRefused, node)
@@ -301,7 +300,7 @@ func (c *Client) waitApplied(ctx context.Context, sub *nats.Subscription, node s
 // lastHeartbeat is node's latest heartbeat in the heartbeats stream; nil
 // for none.
 func (c *Client) lastHeartbeat(ctx context.Context, node string) (*linkproto.Heartbeat, error) {
-	s, err := c.stream(ctx, linkproto.HeartbeatsStream)
+	s, err := c.store.Stream(ctx, linkproto.HeartbeatsStream)
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func TestDeclareRefusals(t *testing.T) {
 			}
 		})
 	}
-	stored, err := storedDesired(ctx, mustKV(t, b), testMesh, "a")
+	stored, err := b.storedPush(ctx, "a")
 	if err != nil || stored.Revision != 3 || !strings.Contains(string(stored.Document), "three") {
 		t.Fatalf("stored %+v, %v; want revision 3 untouched", stored, err)
 	}
@@ -146,7 +146,7 @@ func TestDeclareAtTheLimits(t *testing.T) {
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "the limit for a push") || !strings.Contains(err.Error(), "mesh-host apply FILE") {
 		t.Fatalf("over a push: got %.300v", err)
 	}
-	if stored, err := storedDesired(ctx, mustKV(t, b), testMesh, "a"); stored != nil || err != nil {
+	if stored, err := b.storedPush(ctx, "a"); stored != nil || err != nil {
 		t.Fatalf("stored %+v, %v", stored, err)
 	}
 
@@ -155,7 +155,7 @@ func TestDeclareAtTheLimits(t *testing.T) {
 		t.Fatalf("at the limits: %.300v", err)
 	}
 	doc, _ := at.MarshalJSON()
-	if stored, err := storedDesired(ctx, mustKV(t, b), testMesh, "a"); err != nil || stored == nil || !bytes.Equal(stored.Document, doc) {
+	if stored, err := b.storedPush(ctx, "a"); err != nil || stored == nil || !bytes.Equal(stored.Document, doc) {
 		t.Fatalf("at the limits: not stored as declared: %v", err)
 	}
 }
@@ -193,7 +193,7 @@ func TestDeclareOffline(t *testing.T) {
 	if got, want := out.String(), "a is offline: it will get revision 1 when it reconnects\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
-	stored, err := storedDesired(context.Background(), mustKV(t, b), testMesh, "a")
+	stored, err := b.storedPush(context.Background(), "a")
 	doc, _ := d.MarshalJSON()
 	if err != nil || stored == nil || !bytes.Equal(stored.Document, doc) {
 		t.Fatalf("stored %+v, %v", stored, err)
@@ -313,7 +313,7 @@ func TestStoreOverAStaleReadIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	read, err := c.readStored(ctx, "a")
-	if err != nil || read.declaration().Revision != 1 {
+	if err != nil || read.Declaration().Revision != 1 {
 		t.Fatalf("read %+v, %v", read, err)
 	}
 	// Someone else declares revision 2 after the read.
@@ -328,7 +328,7 @@ func TestStoreOverAStaleReadIsRefused(t *testing.T) {
 	if _, err := c.prepareOver(ctx, "a", decl(t, "a", 3, "mine\n"), nil); !errors.Is(err, ErrRefused) {
 		t.Fatalf("created over an entry: %v, want refused", err)
 	}
-	stored, err := storedDesired(ctx, mustKV(t, b), testMesh, "a")
+	stored, err := b.storedPush(ctx, "a")
 	if err != nil || stored.Revision != 2 || !strings.Contains(string(stored.Document), "theirs") {
 		t.Fatalf("stored %+v, %v; want their revision 2", stored, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/sealing"
 )
@@ -70,7 +71,7 @@ func refusedKey(mesh, node string) string { return mesh + ".refused." + node }
 // enrol answers one Enrol: a host presenting its token with the public
 // half of the key it made. The reasons it refuses are told to the host
 // and logged, and nothing is issued then.
-func (s *Service) enrol(ctx context.Context, b *buckets, m *nats.Msg) {
+func (s *Service) enrol(ctx context.Context, b *store.Handles, m *nats.Msg) {
 	id := strings.TrimPrefix(m.Subject, strings.TrimSuffix(linkproto.AllEnrols(s.Mesh), "*"))
 	// The answer goes only where the token's bootstrap user listens: the
 	// service may publish anywhere, so a reply subject chosen freely
@@ -105,7 +106,7 @@ func (s *Service) enrol(ctx context.Context, b *buckets, m *nats.Msg) {
 
 // redeem checks the token and, if it may be, redeems it: once, and only
 // before it expires.
-func (s *Service) redeem(ctx context.Context, b *buckets, id string, req linkproto.Enrol) (node string, _ linkproto.Credential, _ error) {
+func (s *Service) redeem(ctx context.Context, b *store.Handles, id string, req linkproto.Enrol) (node string, _ linkproto.Credential, _ error) {
 	pub, _ := s.Key.PublicKey()
 	t, err := linkproto.VerifyToken(req.Token, pub, s.Mesh)
 	node = t.Node
@@ -123,16 +124,16 @@ func (s *Service) redeem(ctx context.Context, b *buckets, id string, req linkpro
 	if err := t.Expired(now); err != nil {
 		return node, linkproto.Credential{}, err
 	}
-	if err := tokenRefused(ctx, b.tokens, s.Mesh, t); err != nil {
+	if err := tokenRefused(ctx, b.Tokens, s.Mesh, t); err != nil {
 		return node, linkproto.Credential{}, err
 	}
 	use := tokenUse{Node: t.Node, Key: req.Key, Used: now.UTC()}
-	if _, err := b.tokens.Create(ctx, tokenKey(s.Mesh, t.ID), mustJSON(use)); err != nil {
+	if _, err := b.Tokens.Create(ctx, tokenKey(s.Mesh, t.ID), mustJSON(use)); err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return node, linkproto.Credential{}, fmt.Errorf("record the token's use: %w", err)
 		}
 		var prev tokenUse
-		if e, gerr := b.tokens.Get(ctx, tokenKey(s.Mesh, t.ID)); gerr == nil {
+		if e, gerr := b.Tokens.Get(ctx, tokenKey(s.Mesh, t.ID)); gerr == nil {
 			_ = json.Unmarshal(e.Value(), &prev)
 		}
 		return node, linkproto.Credential{}, fmt.Errorf("%w: it was used at %s to enrol %s; ask for a new one with `meshctl enrol %s`",
@@ -140,7 +141,7 @@ func (s *Service) redeem(ctx context.Context, b *buckets, id string, req linkpro
 	}
 	// The token is spent from here on, whatever happens next: a failure
 	// below gives it back, so the host can try again.
-	giveBack := func() { _ = b.tokens.Delete(context.WithoutCancel(ctx), tokenKey(s.Mesh, t.ID)) }
+	giveBack := func() { _ = b.Tokens.Delete(context.WithoutCancel(ctx), tokenKey(s.Mesh, t.ID)) }
 	prev, _, err := s.nodeCredential(ctx, b, t.Node)
 	if err != nil {
 		giveBack()
@@ -161,13 +162,13 @@ func (s *Service) redeem(ctx context.Context, b *buckets, id string, req linkpro
 		return node, linkproto.Credential{}, err
 	}
 	rec := NodeCredential{Node: t.Node, Key: req.Key, Token: t.ID, Enrolled: now.UTC(), Issued: now.UTC(), Expires: expires.UTC()}
-	if _, err := b.nodes.Put(ctx, nodeKey(s.Mesh, t.Node), mustJSON(rec)); err != nil {
+	if _, err := b.Nodes.Put(ctx, nodeKey(s.Mesh, t.Node), mustJSON(rec)); err != nil {
 		giveBack()
 		return node, linkproto.Credential{}, fmt.Errorf("record the node's credential: %w", err)
 	}
 	// The key the node's secrets are sealed to, told with the token that
 	// proves the node: nothing else may set it.
-	if _, err := b.sealKeys.Put(ctx, linkproto.DesiredKey(s.Mesh, t.Node), []byte(req.SealKey)); err != nil {
+	if _, err := b.SealKeys.Put(ctx, linkproto.DesiredKey(s.Mesh, t.Node), []byte(req.SealKey)); err != nil {
 		giveBack()
 		return node, linkproto.Credential{}, fmt.Errorf("record the node's sealing key: %w", err)
 	}
@@ -199,9 +200,9 @@ func tokenRefused(ctx context.Context, tokens jetstream.KeyValue, mesh string, t
 // refuseTokens refuses every token made for node until now: it is being
 // revoked or removed (why).
 func (c *Client) refuseTokens(ctx context.Context, node, why string) error {
-	kv, err := c.bucket(ctx, linkproto.TokensBucket)
+	kv, err := c.store.KV(ctx, linkproto.TokensBucket)
 	if err != nil {
-		return notServed("the tokens bucket "+linkproto.TokensBucket, err)
+		return err
 	}
 	if _, err := kv.Put(ctx, refusedKey(c.Mesh, node), mustJSON(tokensRefused{Node: node, Before: c.Now().UTC(), Why: why})); err != nil {
 		return fmt.Errorf("refuse the tokens made for %s: %w", node, err)
@@ -212,7 +213,7 @@ func (c *Client) refuseTokens(ctx context.Context, node, why string) error {
 // renew answers one Renew: the node's credentials signed again, for the
 // key on record, unless that key is revoked. Like a hello, the answer goes
 // only into the node's own inbox.
-func (s *Service) renew(ctx context.Context, b *buckets, m *nats.Msg) {
+func (s *Service) renew(ctx context.Context, b *store.Handles, m *nats.Msg) {
 	mesh, node, err := linkproto.NodeOf(m.Subject)
 	if err != nil || mesh != s.Mesh {
 		s.Log.Warn("renewal on an unexpected subject", "subject", m.Subject, "err", err)
@@ -246,7 +247,7 @@ func (s *Service) renew(ctx context.Context, b *buckets, m *nats.Msg) {
 	}
 }
 
-func (s *Service) renewed(ctx context.Context, b *buckets, node, key string) (linkproto.Credential, error) {
+func (s *Service) renewed(ctx context.Context, b *store.Handles, node, key string) (linkproto.Credential, error) {
 	rec, rev, err := s.nodeCredential(ctx, b, node)
 	switch {
 	case err != nil:
@@ -264,15 +265,15 @@ func (s *Service) renewed(ctx context.Context, b *buckets, node, key string) (li
 	}
 	rec.Issued, rec.Expires = s.now().UTC(), expires.UTC()
 	// Only over the record read: a revocation in between wins.
-	if _, err := b.nodes.Update(ctx, nodeKey(s.Mesh, node), mustJSON(rec), rev); err != nil {
+	if _, err := b.Nodes.Update(ctx, nodeKey(s.Mesh, node), mustJSON(rec), rev); err != nil {
 		return linkproto.Credential{}, fmt.Errorf("record the renewal: %w", err)
 	}
 	return linkproto.Credential{Node: node, JWT: token, Expires: expires.UTC()}, nil
 }
 
 // nodeCredential reads node's record and its revision; nil for none.
-func (s *Service) nodeCredential(ctx context.Context, b *buckets, node string) (*NodeCredential, uint64, error) {
-	return readNodeCredential(ctx, b.nodes, s.Mesh, node)
+func (s *Service) nodeCredential(ctx context.Context, b *store.Handles, node string) (*NodeCredential, uint64, error) {
+	return readNodeCredential(ctx, b.Nodes, s.Mesh, node)
 }
 
 func readNodeCredential(ctx context.Context, kv jetstream.KeyValue, mesh, node string) (*NodeCredential, uint64, error) {
@@ -335,9 +336,9 @@ func (c *Client) revoke(ctx context.Context, node string, r keyRevoker, why stri
 	if err := c.refuseTokens(ctx, node, why); err != nil {
 		return nil, err
 	}
-	kv, err := c.bucket(ctx, linkproto.NodesBucket)
+	kv, err := c.store.KV(ctx, linkproto.NodesBucket)
 	if err != nil {
-		return nil, notServed("the nodes bucket "+linkproto.NodesBucket, err)
+		return nil, err
 	}
 	rec, rev, err := readNodeCredential(ctx, kv, c.Mesh, node)
 	if err != nil {
@@ -362,7 +363,7 @@ func (c *Client) revoke(ctx context.Context, node string, r keyRevoker, why stri
 // there yet (a control service older than credentials).
 func (c *Client) credentials(ctx context.Context) (map[string]NodeCredential, error) {
 	out := map[string]NodeCredential{}
-	kv, err := c.bucket(ctx, linkproto.NodesBucket)
+	kv, err := c.store.KV(ctx, linkproto.NodesBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return out, nil
 	}

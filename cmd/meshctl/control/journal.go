@@ -28,7 +28,7 @@ func (c *Client) Records(ctx context.Context, node string, from uint64, fn func(
 	if err := linkproto.ValidName(node); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	events, err := c.stream(ctx, linkproto.EventsStream)
+	events, err := c.store.Stream(ctx, linkproto.EventsStream)
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func (c *Client) HasRecords(ctx context.Context, node string) (bool, error) {
 	if err := linkproto.ValidName(node); err != nil {
 		return false, err
 	}
-	events, err := c.stream(ctx, linkproto.EventsStream)
+	events, err := c.store.Stream(ctx, linkproto.EventsStream)
 	if err != nil {
 		return false, err
 	}

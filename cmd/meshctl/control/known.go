@@ -21,7 +21,7 @@ func (c *Client) Known(ctx context.Context, node string) (bool, error) {
 	if err := linkproto.ValidName(node); err != nil {
 		return false, err
 	}
-	if kv, err := c.bucket(ctx, linkproto.NodesBucket); err == nil {
+	if kv, err := c.store.KV(ctx, linkproto.NodesBucket); err == nil {
 		rec, _, err := readNodeCredential(ctx, kv, c.Mesh, node)
 		if err != nil {
 			return false, err
@@ -32,17 +32,17 @@ func (c *Client) Known(ctx context.Context, node string) (bool, error) {
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return false, fmt.Errorf("the nodes bucket: %w", err)
 	}
-	kv, err := c.desired(ctx)
+	desired, err := c.store.Desired(ctx, c.Mesh)
 	if err != nil {
 		return false, err
 	}
-	if _, err := kv.Get(ctx, linkproto.DesiredKey(c.Mesh, node)); err == nil {
-		return true, nil
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if ok, err := desired.Exists(ctx, node); err != nil {
 		return false, fmt.Errorf("read the desired state of %s: %w", node, err)
+	} else if ok {
+		return true, nil
 	}
 	// Labelled as its token was issued: enrolled, but not yet redeemed.
-	if lkv, err := c.bucket(ctx, linkproto.LabelsBucket); err == nil {
+	if lkv, err := c.store.KV(ctx, linkproto.LabelsBucket); err == nil {
 		if _, err := lkv.Get(ctx, nodeKey(c.Mesh, node)); err == nil {
 			return true, nil
 		}
@@ -96,23 +96,23 @@ func (c *Client) Remove(ctx context.Context, node string, r keyRevoker) (*Remove
 	case rec != nil:
 		out.Revoked = rec.Key
 	}
-	if kv, err := c.bucket(ctx, linkproto.NodesBucket); err == nil {
+	if kv, err := c.store.KV(ctx, linkproto.NodesBucket); err == nil {
 		if err := kv.Purge(ctx, nodeKey(c.Mesh, node)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return &out, fmt.Errorf("delete the credential of %s: %w", node, err)
 		}
 		out.Credited = rec != nil
 	}
-	if lkv, err := c.bucket(ctx, linkproto.LabelsBucket); err == nil {
+	if lkv, err := c.store.KV(ctx, linkproto.LabelsBucket); err == nil {
 		if err := lkv.Purge(ctx, nodeKey(c.Mesh, node)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return &out, fmt.Errorf("delete the labels of %s: %w", node, err)
 		}
 	}
-	kv, err := c.desired(ctx)
+	desired, err := c.store.Desired(ctx, c.Mesh)
 	if err != nil {
 		return &out, err
 	}
-	if _, err := kv.Get(ctx, linkproto.DesiredKey(c.Mesh, node)); err == nil {
-		if err := kv.Purge(ctx, linkproto.DesiredKey(c.Mesh, node)); err != nil {
+	if ok, _ := desired.Exists(ctx, node); ok {
+		if err := desired.Purge(ctx, node); err != nil {
 			return &out, fmt.Errorf("delete the desired state of %s: %w", node, err)
 		}
 		out.Desired = true
@@ -121,7 +121,7 @@ func (c *Client) Remove(ctx context.Context, node string, r keyRevoker) (*Remove
 		{linkproto.HeartbeatsStream, linkproto.HeartbeatSubject(c.Mesh, node)},
 		{linkproto.StatesStream, linkproto.StateSubject(c.Mesh, node)},
 	} {
-		s, err := c.stream(ctx, p.stream)
+		s, err := c.store.Stream(ctx, p.stream)
 		if err != nil {
 			return &out, err
 		}

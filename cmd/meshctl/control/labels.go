@@ -23,18 +23,10 @@ type LabelRecord struct {
 	At       time.Time  `json:"at"`
 }
 
-func (c *Client) labelsBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := c.bucket(ctx, linkproto.LabelsBucket)
-	if err != nil {
-		return nil, notServed("the labels bucket "+linkproto.LabelsBucket, err)
-	}
-	return kv, nil
-}
-
 // Labels returns every node's labels, by node.
 func (c *Client) Labels(ctx context.Context) (map[string]labels.Set, error) {
 	out := map[string]labels.Set{}
-	kv, err := c.bucket(ctx, linkproto.LabelsBucket)
+	kv, err := c.store.KV(ctx, linkproto.LabelsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return out, nil // a control plane from before labels
 	}
@@ -64,7 +56,7 @@ func (c *Client) LabelNew(ctx context.Context, node, operator string, edits []st
 	if err := linkproto.ValidName(node); err != nil {
 		return nil, fmt.Errorf("%w: node: %w", ErrRefused, err)
 	}
-	kv, err := c.labelsBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.LabelsBucket)
 	if err != nil {
 		return nil, err
 	}

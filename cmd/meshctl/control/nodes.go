@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/labels"
@@ -148,7 +149,7 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 // lastHeartbeats hands fn every node's last heartbeat, or why it does not
 // decode.
 func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *linkproto.Heartbeat, problem string)) error {
-	heartbeats, err := c.stream(ctx, linkproto.HeartbeatsStream)
+	heartbeats, err := c.store.Stream(ctx, linkproto.HeartbeatsStream)
 	if err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *li
 // eachDesired hands fn every node's stored revision. The documents are
 // read and let go: a listing of 10,000 nodes held every one of them.
 func (c *Client) eachDesired(ctx context.Context, fn func(node string, revision uint64)) error {
-	kv, err := c.desired(ctx)
+	desired, err := c.store.Desired(ctx, c.Mesh)
 	if err != nil {
 		return err
 	}
@@ -190,13 +191,10 @@ func (c *Client) eachDesired(ctx context.Context, fn func(node string, revision 
 		node     string
 		revision uint64
 	}
-	err = decodeEntries(ctx, kv, linkproto.DesiredKey(c.Mesh, "*"), func(e jetstream.KeyValueEntry) (stored, error) {
-		node, ok := strings.CutPrefix(e.Key(), c.Mesh+".")
-		if !ok {
-			return stored{}, nil
-		}
-		d, err := listedDeclaration(e.Value(), c.Mesh, node)
-		if err != nil {
+	err = decodeEach(func(put func(jetstream.KeyValueEntry)) error { return desired.Each(ctx, put) }, func(e jetstream.KeyValueEntry) (stored, error) {
+		// Only the revision is wanted: the envelope alone is read.
+		node, d, err := desired.Listed(e, store.EnvelopeOnly)
+		if err != nil || node == "" {
 			return stored{}, err
 		}
 		return stored{node, d.Revision}, nil
@@ -215,14 +213,19 @@ func (c *Client) eachDesired(ctx context.Context, fn func(node string, revision 
 // decode makes it (aside, decodeAside), and fails with decode's error if
 // an entry does not decode.
 func decodeEntries[T any](ctx context.Context, kv jetstream.KeyValue, filter string, decode func(jetstream.KeyValueEntry) (T, error), use func(T)) error {
+	return decodeEach(func(put func(jetstream.KeyValueEntry)) error {
+		return eachEntry(ctx, kv, filter, put)
+	}, decode, use)
+}
+
+// decodeEach is decodeEntries over the entries read hands out.
+func decodeEach[T any](read func(put func(jetstream.KeyValueEntry)) error, decode func(jetstream.KeyValueEntry) (T, error), use func(T)) error {
 	type entry struct {
 		v   T
 		err error
 	}
 	var failed error
-	err := decodeAside(func(put func(jetstream.KeyValueEntry)) error {
-		return eachEntry(ctx, kv, filter, put)
-	}, func(e jetstream.KeyValueEntry) (d entry) {
+	err := decodeAside(read, func(e jetstream.KeyValueEntry) (d entry) {
 		d.v, d.err = decode(e)
 		return d
 	}, func(d entry) {
@@ -263,31 +266,6 @@ func eachEntry(ctx context.Context, kv jetstream.KeyValue, filter string, put fu
 		put(e)
 	}
 	return ctx.Err()
-}
-
-// listedDeclaration reads a desired-state entry for a listing, in one
-// pass: its envelope, and the document as it is, not decoded, without the
-// check that the document's own head agrees with the envelope, which
-// storedDeclaration makes wherever a declaration is pushed or read. At
-// 10,000 nodes storedDeclaration's three passes over every document were
-// the listing's largest cost (BenchmarkNodes10000).
-func listedDeclaration(value []byte, mesh, node string) (*linkproto.Declaration, error) {
-	if len(value) > linkproto.MaxDeclarationSize {
-		return nil, fmt.Errorf("the stored desired state of %s: %w: %d bytes, the limit is %d", node, linkproto.ErrTooLarge, len(value), linkproto.MaxDeclarationSize)
-	}
-	var d linkproto.Declaration
-	if err := json.Unmarshal(value, &d); err != nil {
-		return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
-	}
-	if len(d.Document) == 0 {
-		// Stored before envelopes: the document alone, whose own mesh,
-		// node and revision were read into the envelope's fields.
-		d.Protocol, d.Document = linkproto.ProtocolVersion, value
-	}
-	if err := d.For(mesh, node); err != nil {
-		return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
-	}
-	return &d, nil
 }
 
 // readBatch is how many messages readLast asks for at once.

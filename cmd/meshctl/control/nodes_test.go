@@ -149,34 +149,6 @@ func TestPrintNodesHeartbeatWithoutTime(t *testing.T) {
 	}
 }
 
-// listedDeclaration reads what storedDeclaration reads, in both stored
-// forms (the envelope, and the document alone as stored before it), and
-// refuses another node's entry and an oversized one.
-func TestListedDeclarationReadsBothForms(t *testing.T) {
-	doc := []byte(`{"mesh":"home","node":"a","revision":3,"resources":[]}`)
-	envelope := linkproto.Marshal(linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Mesh: "home", Node: "a", Revision: 3, Document: doc, Operator: "ops"})
-	for name, value := range map[string][]byte{"envelope": envelope, "document alone": doc} {
-		want, err := storedDeclaration(value, "home", "a")
-		if err != nil {
-			t.Fatalf("%s: storedDeclaration: %v", name, err)
-		}
-		got, err := listedDeclaration(value, "home", "a")
-		if err != nil {
-			t.Fatalf("%s: listedDeclaration: %v", name, err)
-		}
-		if got.Revision != want.Revision || !bytes.Equal(got.Document, want.Document) || got.Operator != want.Operator {
-			t.Errorf("%s: listed revision %d, document %s, operator %q; stored %d, %s, %q", name, got.Revision, got.Document, got.Operator, want.Revision, want.Document, want.Operator)
-		}
-		if _, err := listedDeclaration(value, "home", "b"); !errors.Is(err, linkproto.ErrWrongNode) {
-			t.Errorf("%s: read as node b's: %v; want ErrWrongNode", name, err)
-		}
-	}
-	huge := append([]byte(`{"pad":"`), bytes.Repeat([]byte("x"), linkproto.MaxDeclarationSize)...)
-	if _, err := listedDeclaration(append(huge, `"}`...), "home", "a"); !errors.Is(err, linkproto.ErrTooLarge) {
-		t.Errorf("an oversized entry: %v; want ErrTooLarge", err)
-	}
-}
-
 // A stored entry that does not read fails the listing, naming it, however
 // many good entries are read beside it (they are decoded aside, in no
 // order); a heartbeat that does not read lists its node as unreadable.

@@ -150,7 +150,7 @@ func TestNodeCannotUseJetStreamAPI(t *testing.T) {
 	b := newBed(t)
 	a := b.node("a")
 	ctx := context.Background()
-	if _, err := b.client(time.Now()).desired(ctx); err != nil {
+	if _, err := b.client(time.Now()).store.Desired(ctx, testMesh); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := b.js.KeyValue(ctx, linkproto.DesiredBucket)

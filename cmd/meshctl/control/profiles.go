@@ -11,13 +11,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/profile"
 )
-
-// profileRecordMax bounds a stored profile record: a source at its limit,
-// every byte escaped as JSON at worst (\u00XX), and room for the rest.
-const profileRecordMax = 6*profile.MaxBytes + 4096
 
 // ProfileRecord is a profile as the profiles bucket keeps it: the bucket's
 // history is every change, with who made it and when.
@@ -31,18 +28,10 @@ type ProfileRecord struct {
 	Revision uint64 `json:"-"`
 }
 
-func (c *Client) profilesBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := c.bucket(ctx, linkproto.ProfilesBucket)
-	if err != nil {
-		return nil, notServed("the profiles bucket "+linkproto.ProfilesBucket, err)
-	}
-	return kv, nil
-}
-
 // Profiles returns the mesh's profiles, sorted by name, removed ones left
 // out.
 func (c *Client) Profiles(ctx context.Context) ([]ProfileRecord, error) {
-	kv, err := c.profilesBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.ProfilesBucket)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +76,7 @@ func (c *Client) ProfileHistory(ctx context.Context, name string) ([]ProfileReco
 	if err := profile.CheckName(name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	kv, err := c.profilesBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.ProfilesBucket)
 	if err != nil {
 		return nil, err
 	}
@@ -127,8 +116,8 @@ func (c *Client) SetProfile(ctx context.Context, p profile.Profile, operator str
 	}
 	rec := ProfileRecord{Profile: p, Operator: operator, At: c.Now().UTC()}
 	value := mustJSON(rec)
-	if len(value) > profileRecordMax {
-		return nil, fmt.Errorf("%w: profile %s is %d bytes stored; at most %d", ErrRefused, p.Name, len(value), profileRecordMax)
+	if len(value) > store.MaxProfileRecord {
+		return nil, fmt.Errorf("%w: profile %s is %d bytes stored; at most %d", ErrRefused, p.Name, len(value), store.MaxProfileRecord)
 	}
 	fleet, err := c.loadFleet(ctx)
 	if err != nil {
@@ -159,7 +148,7 @@ func (c *Client) SetProfile(ctx context.Context, p profile.Profile, operator str
 		return selected, fmt.Errorf("%w: profile %s does not render:\n%s%s", ErrRefused, p.Name, strings.Join(problems, "\n"), more)
 	}
 
-	kv, err := c.profilesBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.ProfilesBucket)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +183,7 @@ func (c *Client) RemoveProfile(ctx context.Context, name, operator string) error
 	if err != nil {
 		return err
 	}
-	kv, err := c.profilesBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.ProfilesBucket)
 	if err != nil {
 		return err
 	}

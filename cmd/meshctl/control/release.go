@@ -3,14 +3,11 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/declaration"
@@ -77,22 +74,11 @@ func (c *Client) Release(ctx context.Context, out io.Writer, node string, res *d
 	if err := linkproto.ValidName(node); err != nil {
 		return fmt.Errorf("%w: node: %w", ErrRefused, err)
 	}
-	kv, err := c.desired(ctx)
+	entry, err := c.readStored(ctx, node)
 	if err != nil {
 		return err
 	}
-	var stored *declaration.Declaration
-	entry, err := kv.Get(ctx, linkproto.DesiredKey(c.Mesh, node))
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-	case err != nil:
-		return fmt.Errorf("read the desired state of %s: %w", node, err)
-	default:
-		if stored, err = decodeStoredEntry(entry.Value(), c.Mesh, node); err != nil {
-			return err
-		}
-	}
-	d, changed, err := WithRelease(stored, c.Mesh, node, res)
+	d, changed, err := WithRelease(entry.Declaration(), c.Mesh, node, res)
 	if err != nil {
 		return err
 	}

@@ -210,7 +210,7 @@ func TestRelease(t *testing.T) {
 		if out.String() != tc.out {
 			t.Errorf("release to %s printed %q, want %q", tc.node, out.String(), tc.out)
 		}
-		stored, err := storedDesired(ctx, mustKV(t, b), testMesh, tc.node)
+		stored, err := b.storedPush(ctx, tc.node)
 		if err != nil || stored == nil || stored.Revision != tc.revision {
 			t.Fatalf("stored for %s: %+v, %v; want revision %d", tc.node, stored, err, tc.revision)
 		}

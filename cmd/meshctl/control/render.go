@@ -10,13 +10,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/pmezard/go-difflib/difflib"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/labels"
-	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/profile"
 )
 
@@ -140,11 +139,11 @@ type Rendered struct {
 	Changed bool
 	// read is the stored entry it was rendered over, which a push of
 	// Declaration is stored over (nil when there is none).
-	read *storedEntry
+	read *store.Entry
 }
 
 // Stored is the stored declaration, nil when there is none.
-func (r *Rendered) Stored() *declaration.Declaration { return r.read.declaration() }
+func (r *Rendered) Stored() *declaration.Declaration { return r.read.Declaration() }
 
 // Render renders node's declaration from the profiles.
 func (c *Client) Render(ctx context.Context, node string) (*Rendered, error) {
@@ -168,7 +167,7 @@ func (f *fleet) render(node string) (*Rendered, error) {
 	if err != nil {
 		return nil, err
 	}
-	stored := read.declaration()
+	stored := read.Declaration()
 	next := uint64(1)
 	if stored != nil {
 		next = stored.Revision + 1
@@ -194,43 +193,16 @@ func (f *fleet) render(node string) (*Rendered, error) {
 // storedFor is node's stored declaration, nil when there is none.
 func (c *Client) storedFor(ctx context.Context, node string) (*declaration.Declaration, error) {
 	e, err := c.readStored(ctx, node)
-	return e.declaration(), err
-}
-
-// storedEntry is node's entry in the desired-state bucket as read: its
-// value, the bucket's revision of it, and the declaration it holds.
-type storedEntry struct {
-	value    []byte
-	revision uint64
-	decl     *declaration.Declaration
-}
-
-// declaration is the declaration e holds, nil for no entry.
-func (e *storedEntry) declaration() *declaration.Declaration {
-	if e == nil {
-		return nil
-	}
-	return e.decl
+	return e.Declaration(), err
 }
 
 // readStored reads node's entry, nil when there is none.
-func (c *Client) readStored(ctx context.Context, node string) (*storedEntry, error) {
-	kv, err := c.desired(ctx)
+func (c *Client) readStored(ctx context.Context, node string) (*store.Entry, error) {
+	desired, err := c.store.Desired(ctx, c.Mesh)
 	if err != nil {
 		return nil, err
 	}
-	e, err := kv.Get(ctx, linkproto.DesiredKey(c.Mesh, node))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the desired state of %s: %w", node, err)
-	}
-	d, err := decodeStoredEntry(e.Value(), c.Mesh, node)
-	if err != nil {
-		return nil, err
-	}
-	return &storedEntry{value: e.Value(), revision: e.Revision(), decl: d}, nil
+	return desired.Get(ctx, node)
 }
 
 // NodeDiff is one node's change: what it has stored against what the

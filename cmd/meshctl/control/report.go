@@ -31,7 +31,7 @@ func (c *Client) Report(ctx context.Context, node string) (*Reported, error) {
 	if err := linkproto.ValidName(node); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	states, err := c.stream(ctx, linkproto.StatesStream)
+	states, err := c.store.Stream(ctx, linkproto.StatesStream)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/labels"
@@ -193,14 +194,6 @@ func newRolloutID(now time.Time) string {
 	return "r-" + now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
 }
 
-func (c *Client) rolloutsBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := c.bucket(ctx, linkproto.RolloutsBucket)
-	if err != nil {
-		return nil, notServed("the rollouts bucket "+linkproto.RolloutsBucket, err)
-	}
-	return kv, nil
-}
-
 // StartRollout plans a rollout and stores it running, for the control
 // service to drive. Every selected node is rendered first: a node that
 // does not render refuses the whole rollout (nothing is pushed to any
@@ -318,7 +311,7 @@ func (c *Client) StartRollout(ctx context.Context, opt RolloutOptions) (*Rollout
 		}
 		r.Nodes = append(r.Nodes, RolloutNode{Node: n, Wave: wave, Step: StepPending})
 	}
-	kv, err := c.rolloutsBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
 	if err != nil {
 		return nil, err
 	}
@@ -422,7 +415,7 @@ func (c *Client) freeSlot(ctx context.Context, kv jetstream.KeyValue, id string)
 
 // Rollouts returns the mesh's rollouts, oldest first.
 func (c *Client) Rollouts(ctx context.Context) ([]*Rollout, error) {
-	kv, err := c.rolloutsBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
 	if err != nil {
 		return nil, err
 	}
@@ -459,7 +452,7 @@ func (c *Client) GetRollout(ctx context.Context, id string) (*Rollout, error) {
 	if err := linkproto.ValidName(id); err != nil {
 		return nil, fmt.Errorf("%w: rollout: %w", ErrRefused, err)
 	}
-	kv, err := c.rolloutsBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
 	if err != nil {
 		return nil, err
 	}
@@ -476,7 +469,7 @@ func (c *Client) GetRollout(ctx context.Context, id string) (*Rollout, error) {
 // saveRollout stores r conditionally on the record it was read from, so
 // that an operator's pause and a control service's step cannot both win.
 func (c *Client) saveRollout(ctx context.Context, r *Rollout) error {
-	kv, err := c.rolloutsBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
 	if err != nil {
 		return err
 	}
@@ -582,7 +575,7 @@ const rolloutEventsBatch = 1000
 
 // RolloutEvents returns the steps of rollout id, oldest first.
 func (c *Client) RolloutEvents(ctx context.Context, id string) ([]RolloutEvent, error) {
-	s, err := c.stream(ctx, linkproto.RolloutEventsStream)
+	s, err := c.store.Stream(ctx, linkproto.RolloutEventsStream)
 	if err != nil {
 		return nil, err
 	}
@@ -624,13 +617,13 @@ func (c *Client) RolloutEvents(ctx context.Context, id string) ([]RolloutEvent, 
 // declaration, or its stored one with the release; nil when that is what
 // is stored already. The stored entry it was made over comes beside it
 // (nil: none), to be stored over.
-func (c *Client) rolloutDeclaration(ctx context.Context, f *fleet, r *Rollout, node string) (*declaration.Declaration, *storedEntry, error) {
+func (c *Client) rolloutDeclaration(ctx context.Context, f *fleet, r *Rollout, node string) (*declaration.Declaration, *store.Entry, error) {
 	if r.Kind == RolloutRelease {
 		read, err := c.readStored(ctx, node)
 		if err != nil {
 			return nil, nil, err
 		}
-		d, changed, err := WithRelease(read.declaration(), c.Mesh, node, r.Release)
+		d, changed, err := WithRelease(read.Declaration(), c.Mesh, node, r.Release)
 		if err != nil || !changed {
 			return nil, read, err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/linkproto"
 )
 
 // Only one rollout is active in a mesh, even when several operators start
@@ -100,7 +101,7 @@ func TestStartRolloutAfterOneEnds(t *testing.T) {
 	if _, err := c.SetRolloutState(ctx, first.ID, RolloutAborted, "test"); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := c.rolloutsBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

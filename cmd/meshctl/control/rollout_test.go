@@ -44,7 +44,7 @@ func TestRolloutStepSavesOnlyWhatChanged(t *testing.T) {
 	now := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
 	c := b.client(now)
 	c.Now = func() time.Time { return now }
-	kv, err := c.rolloutsBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,18 +25,10 @@ type BadRelease struct {
 	At      time.Time `json:"at"`
 }
 
-func (c *Client) badReleases(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := c.bucket(ctx, linkproto.BadReleasesBucket)
-	if err != nil {
-		return nil, notServed("the bad-releases bucket "+linkproto.BadReleasesBucket, err)
-	}
-	return kv, nil
-}
-
 // BadRelease returns why the release of digest is bad for the mesh, or nil
 // when it is not.
 func (c *Client) BadRelease(ctx context.Context, digest string) (*BadRelease, error) {
-	kv, err := c.badReleases(ctx)
+	kv, err := c.store.KV(ctx, linkproto.BadReleasesBucket)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +49,7 @@ func (c *Client) BadRelease(ctx context.Context, digest string) (*BadRelease, er
 // markBad records r's release bad for the mesh, the first node to roll it
 // back named.
 func (c *Client) markBad(ctx context.Context, r *Rollout, node, why string) error {
-	kv, err := c.badReleases(ctx)
+	kv, err := c.store.KV(ctx, linkproto.BadReleasesBucket)
 	if err != nil {
 		return err
 	}
@@ -127,30 +119,23 @@ func (c *Client) revert(ctx context.Context, n *RolloutNode) (uint64, error) {
 	if n.LastGood == 0 {
 		return 0, errors.New("it had converged no declaration before the rollout")
 	}
-	kv, err := c.desired(ctx)
+	desired, err := c.store.Desired(ctx, c.Mesh)
 	if err != nil {
 		return 0, err
 	}
-	hist, err := kv.History(ctx, linkproto.DesiredKey(c.Mesh, n.Node))
+	hist, kept, err := desired.History(ctx, n.Node)
 	if err != nil {
 		return 0, fmt.Errorf("the history of its declarations: %w", err)
 	}
 	var good, latest *declaration.Declaration
-	for _, e := range hist {
-		if e.Operation() != jetstream.KeyValuePut {
-			continue
-		}
-		d, err := decodeStoredEntry(e.Value(), c.Mesh, n.Node)
-		if err != nil {
-			return 0, err
-		}
+	for _, d := range hist {
 		if d.Revision == n.LastGood {
 			good = d
 		}
 		latest = d
 	}
 	if good == nil {
-		return 0, fmt.Errorf("revision %d is no longer in the last %d declarations kept", n.LastGood, len(hist))
+		return 0, fmt.Errorf("revision %d is no longer in the last %d declarations kept", n.LastGood, kept)
 	}
 	again := *withoutSealed(good)
 	again.Revision = latest.Revision + 1

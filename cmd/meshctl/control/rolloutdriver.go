@@ -99,7 +99,7 @@ func (s *Service) drive(ctx context.Context, holder string) error {
 	// The watch carries only each change's revision: a rollout's record
 	// holds every node's step (2 MB at 10,000 nodes), and most changes
 	// are this driver's own saves.
-	kv, err := c.rolloutsBucket(ctx)
+	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
 	if err != nil {
 		return err
 	}
@@ -319,7 +319,7 @@ func (d *driver) push(ctx context.Context, c *Client, r *Rollout, wave int, note
 			defer func() { <-sem }()
 			o := &outcomes[k]
 			decl, read, err := c.rolloutDeclaration(ctx, f, r, node)
-			stored := read.declaration()
+			stored := read.Declaration()
 			switch {
 			case err != nil:
 				o.step, o.err = StepFailed, fmt.Errorf("does not render: %w", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
-	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -127,162 +126,11 @@ func (s *Service) Ensure(ctx context.Context) error {
 	return err
 }
 
-// buckets are the streams and buckets a service answers from.
-type buckets struct {
-	events   jetstream.Stream
-	desired  jetstream.KeyValue
-	tokens   jetstream.KeyValue
-	nodes    jetstream.KeyValue
-	sealKeys jetstream.KeyValue
-}
-
-func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*buckets, error) {
+func (s *Service) ensure(ctx context.Context, js jetstream.JetStream) (*store.Handles, error) {
 	if err := s.migrateEvents(ctx, js); err != nil {
 		return nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
 	}
-	events, err := js.CreateOrUpdateStream(ctx, eventsConfig(s.EventsMaxAge))
-	if err != nil {
-		return nil, fmt.Errorf("events stream %s: %w", linkproto.EventsStream, err)
-	}
-	if _, err := js.CreateOrUpdateStream(ctx, latestOfEachNode(linkproto.StatesStream,
-		"the latest report (projection) of every node", linkproto.AnyMeshStates, linkproto.MaxDeclarationSize)); err != nil {
-		return nil, fmt.Errorf("states stream %s: %w", linkproto.StatesStream, err)
-	}
-	desired, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      linkproto.DesiredBucket,
-		Description: "the desired state of every node",
-		History:     16,
-		Storage:     jetstream.FileStorage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("desired-state bucket %s: %w", linkproto.DesiredBucket, err)
-	}
-	tokens, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      linkproto.TokensBucket,
-		Description: "every enrolment token redeemed, so none is redeemed twice; and when each node was revoked or removed, so that its earlier tokens are refused",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("tokens bucket %s: %w", linkproto.TokensBucket, err)
-	}
-	nodes, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      linkproto.NodesBucket,
-		Description: "every node's credential: its public key, expiry, revocation",
-		History:     8,
-		Storage:     jetstream.FileStorage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("nodes bucket %s: %w", linkproto.NodesBucket, err)
-	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      linkproto.LabelsBucket,
-		Description: "every node's labels; the history keeps each change, who made it and when",
-		History:     16,
-		Storage:     jetstream.FileStorage,
-	}); err != nil {
-		return nil, fmt.Errorf("labels bucket %s: %w", linkproto.LabelsBucket, err)
-	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:       linkproto.ProfilesBucket,
-		Description:  "the fleet's profiles; the history keeps each change, who made it and when",
-		History:      64,
-		Storage:      jetstream.FileStorage,
-		MaxValueSize: profileRecordMax,
-	}); err != nil {
-		return nil, fmt.Errorf("profiles bucket %s: %w", linkproto.ProfilesBucket, err)
-	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      linkproto.RolloutsBucket,
-		Description: "every rollout's state, which control service drives it and until when",
-		History:     4,
-		Storage:     jetstream.FileStorage,
-	}); err != nil {
-		return nil, fmt.Errorf("rollouts bucket %s: %w", linkproto.RolloutsBucket, err)
-	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      linkproto.BadReleasesBucket,
-		Description: "every host release a node rolled back in a rollout: no rollout delivers it again",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-	}); err != nil {
-		return nil, fmt.Errorf("bad-releases bucket %s: %w", linkproto.BadReleasesBucket, err)
-	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        linkproto.RolloutEventsStream,
-		Description: "every step of every rollout",
-		Subjects:    []string{linkproto.AnyMeshRollouts},
-		Storage:     jetstream.FileStorage,
-		MaxAge:      365 * 24 * time.Hour,
-		MaxMsgSize:  64 << 10,
-	}); err != nil {
-		return nil, fmt.Errorf("rollout events stream %s: %w", linkproto.RolloutEventsStream, err)
-	}
-	sealKeys, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      linkproto.SealKeysBucket,
-		Description: "every node's public sealing key, as its enrolment told it",
-		History:     4,
-		Storage:     jetstream.FileStorage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sealing-key bucket %s: %w", linkproto.SealKeysBucket, err)
-	}
-	// Last: `meshctl nodes` answers once this stream is there, so a
-	// service that answers it has made every stream and bucket above (an
-	// operator's, or a test's, enrol --batch right after serve starts
-	// found no labels bucket yet).
-	if _, err := js.CreateOrUpdateStream(ctx, latestOfEachNode(linkproto.HeartbeatsStream,
-		"the latest heartbeat of every node", linkproto.AnyMeshHeartbeats, linkproto.MaxReportSize)); err != nil {
-		return nil, fmt.Errorf("heartbeats stream %s: %w", linkproto.HeartbeatsStream, err)
-	}
-	return &buckets{events: events, desired: desired, tokens: tokens, nodes: nodes, sealKeys: sealKeys}, nil
-}
-
-// latestOfEachNode is a stream that keeps the last message of each node's
-// subject, of at most maxSize bytes. No acknowledgements, as for the events
-// stream: nobody waits for one.
-func latestOfEachNode(name, description, subject string, maxSize int32) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:              name,
-		Description:       description,
-		Subjects:          []string{subject},
-		Storage:           jetstream.FileStorage,
-		MaxMsgsPerSubject: 1,
-		MaxMsgSize:        maxSize,
-		NoAck:             true,
-	}
-}
-
-// eventsConfig is the events stream: one subject per record
-// (linkproto.EventSubject), at most one message per subject, and a second
-// one refused rather than replacing the first. A record is so stored once
-// however often, and however late, it is sent, and only its node can name
-// it: the broker lets nobody else publish on its subject. JetStream's
-// deduplication by Nats-Msg-Id is not used: that id is a header any
-// publisher sets as it likes, so a node could have the stream drop another
-// node's records as duplicates of its own.
-func eventsConfig(maxAge time.Duration) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:                 linkproto.EventsStream,
-		Description:          "every node's journal, each record once",
-		Subjects:             []string{linkproto.AnyMeshEvents},
-		Storage:              jetstream.FileStorage,
-		MaxMsgsPerSubject:    1,
-		Discard:              jetstream.DiscardNew,
-		DiscardNewPerSubject: true,
-		MaxAge:               maxAge,
-		// A node sends no record larger than this (it omits big
-		// payloads), so a larger one is a node misbehaving: refused
-		// rather than stored. The margin is for the headers.
-		MaxMsgSize: linkproto.MaxEventSize + 1024,
-		// No acknowledgements: the server would send them, with the
-		// account's rights, to any reply subject the node chose (another
-		// node's subjects, the KV bucket). Nodes ask with a Sync instead.
-		NoAck: true,
-		// AllowRollup stays false: a Nats-Rollup header would let a
-		// message past the one-per-subject refusal, and "all" would purge
-		// every node's records.
-	}
+	return store.Ensure(ctx, js, s.Mesh, s.EventsMaxAge)
 }
 
 // Run sets up the streams (trying again until the broker answers), then
@@ -299,7 +147,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if retry == 0 {
 		retry = 2 * time.Second
 	}
-	var b *buckets
+	var b *store.Handles
 	for {
 		ectx, cancel := context.WithTimeout(ctx, dialTimeout)
 		b, err = s.ensure(ectx, js)
@@ -322,14 +170,14 @@ func (s *Service) Run(ctx context.Context) error {
 	// Answered while the node still waits: a hello for 5 s
 	// (link.DefaultHelloTimeout), a sync for 2 s.
 	sub, err := answer(ctx, s.Conn, s.Log, "hellos", linkproto.AllHellos(s.Mesh), 4*time.Second, func(m *nats.Msg) {
-		s.hello(ctx, b.events, b.desired, m)
+		s.hello(ctx, b.Events, b.Desired, m)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to hellos: %w", err)
 	}
 	defer sub.Unsubscribe()
 	syncs, err := answer(ctx, s.Conn, s.Log, "syncs", linkproto.AllSyncs(s.Mesh), 1500*time.Millisecond, func(m *nats.Msg) {
-		s.sync(ctx, b.events, m)
+		s.sync(ctx, b.Events, m)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to syncs: %w", err)
@@ -362,7 +210,7 @@ func (s *Service) Run(ctx context.Context) error {
 // hello answers one Hello. A hello that is not one is logged and left
 // unanswered: the node times out and says hello again, and nothing a node
 // sends can stop the service.
-func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired jetstream.KeyValue, m *nats.Msg) {
+func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired *store.Desired, m *nats.Msg) {
 	mesh, node, err := linkproto.NodeOf(m.Subject)
 	if err != nil || mesh != s.Mesh {
 		s.Log.Warn("hello on an unexpected subject", "subject", m.Subject, "err", err)
@@ -451,14 +299,14 @@ func (s *Service) sync(ctx context.Context, events jetstream.Stream, m *nats.Msg
 
 // welcome is the answer to node's hello: how much of its journal the events
 // stream holds, and its stored declaration if newer than accepted.
-func welcome(ctx context.Context, events jetstream.Stream, desired jetstream.KeyValue, mesh, node string, accepted uint64) (linkproto.Welcome, error) {
+func welcome(ctx context.Context, events jetstream.Stream, desired *store.Desired, mesh, node string, accepted uint64) (linkproto.Welcome, error) {
 	w := linkproto.Welcome{Protocol: linkproto.ProtocolVersion}
 	through, err := eventsThrough(ctx, events, mesh, node, 0)
 	if err != nil {
 		return w, err
 	}
 	w.EventsThrough = through
-	stored, err := storedDesired(ctx, desired, mesh, node)
+	stored, err := desired.Push(ctx, node)
 	if err != nil {
 		return w, err
 	}
@@ -517,72 +365,4 @@ func readOn(ctx context.Context, events jetstream.Stream, mesh, node string, seq
 		}
 		seq++
 	}
-}
-
-// storedHead is the part of a stored declaration document the control
-// plane reads without parsing the whole.
-type storedHead struct {
-	Mesh     string `json:"mesh"`
-	Node     string `json:"node"`
-	Revision uint64 `json:"revision"`
-}
-
-// storedDesired returns node's stored declaration as a push; nil for none.
-func storedDesired(ctx context.Context, desired jetstream.KeyValue, mesh, node string) (*linkproto.Declaration, error) {
-	e, err := desired.Get(ctx, linkproto.DesiredKey(mesh, node))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("the desired state of %s: %w", node, err)
-	}
-	return storedDeclaration(e.Value(), mesh, node)
-}
-
-// storedDeclaration reads a desired-state entry: the signed push that
-// declare stored. An entry stored before declarations were signed is the
-// bare document; it is returned unsigned, and nodes refuse it until it is
-// declared again.
-func storedDeclaration(value []byte, mesh, node string) (*linkproto.Declaration, error) {
-	var probe struct {
-		Document json.RawMessage `json:"document"`
-	}
-	if err := json.Unmarshal(value, &probe); err != nil {
-		return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
-	}
-	var d linkproto.Declaration
-	if len(probe.Document) > 0 {
-		if err := linkproto.Decode(value, linkproto.MaxDeclarationSize, &d); err != nil {
-			return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
-		}
-	} else {
-		d = linkproto.Declaration{Protocol: linkproto.ProtocolVersion, Document: value}
-	}
-	var h storedHead
-	if err := json.Unmarshal(d.Document, &h); err != nil {
-		return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
-	}
-	if d.Mesh == "" {
-		d.Mesh, d.Node, d.Revision = h.Mesh, h.Node, h.Revision
-	}
-	if h.Mesh != d.Mesh || h.Node != d.Node || h.Revision != d.Revision {
-		return nil, fmt.Errorf("the stored desired state of %s: its document is revision %d for %s/%s, its envelope revision %d for %s/%s", node, h.Revision, h.Mesh, h.Node, d.Revision, d.Mesh, d.Node)
-	}
-	if err := d.For(mesh, node); err != nil {
-		return nil, fmt.Errorf("the stored desired state of %s: %w", node, err)
-	}
-	return &d, nil
-}
-
-// decodeStoredEntry reads a desired-state entry as a declaration.
-func decodeStoredEntry(value []byte, mesh, node string) (*declaration.Declaration, error) {
-	push, err := storedDeclaration(value, mesh, node)
-	if err != nil {
-		return nil, err
-	}
-	d, err := declaration.DecodeStored(push.Document)
-	if err != nil {
-		return nil, fmt.Errorf("the stored desired state of %s does not decode: %w", node, err)
-	}
-	return d, nil
 }
