@@ -92,6 +92,11 @@ func TestDependencyDirection(t *testing.T) {
 			// The embedded server is told the authority, and nothing else
 			// of the control plane.
 			return []string{"cmd/meshctl/authority", "cmd/internal/atomicfile", "linkproto", "journal/event", "projector", "drivers", "sealing"}, true
+		case path == "cmd/internal/fleetview":
+			// A view prints what the client read; it reads nothing.
+			return []string{"cmd/meshctl/control", "cmd/meshctl/authority", "cmd/meshctl/broker", "cmd/meshctl/store",
+				"cmd/internal/journalview", "cmd/internal/atomicfile", "cmd/internal/termsafe",
+				"linkproto", "journal/event", "projector", "declaration", "drivers", "profile", "labels", "sealing"}, true
 		case path == "cmd/meshctl/store":
 			// The buckets and streams and their records: below the service
 			// and the client, above nothing of the control plane.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/declaration"
@@ -258,10 +259,10 @@ func (c *nodesCmd) Run(e *env) error {
 	}
 	nodes = control.Select(nodes, sel)
 	if c.Summary {
-		fmt.Fprintln(e.stdout, control.Summary(nodes))
+		fmt.Fprintln(e.stdout, fleetview.Summary(nodes))
 		return nil
 	}
-	return control.PrintNodes(e.stdout, nodes, e.now(), c.JSON)
+	return fleetview.PrintNodes(e.stdout, nodes, e.now(), c.JSON)
 }
 
 type labelCmd struct {
@@ -331,9 +332,9 @@ func (c *journalCmd) Run(e *env) error {
 		return err
 	}
 	if c.Why != "" {
-		return cl.PrintWhy(e.ctx, e.stdout, c.Node, c.Why, c.JSON)
+		return fleetview.PrintWhy(e.ctx, e.stdout, cl, c.Node, c.Why, c.JSON)
 	}
-	return cl.PrintJournal(e.ctx, e.stdout, c.Node, control.JournalOptions{From: c.Since, JSON: c.JSON})
+	return fleetview.PrintJournal(e.ctx, e.stdout, cl, c.Node, c.Since, c.JSON)
 }
 
 // nodeCmd groups what is done to a node as a whole.

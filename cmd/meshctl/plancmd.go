@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/labels"
@@ -73,7 +74,7 @@ func (c *planCmd) Run(e *env) error {
 		}
 	}
 	results := cl.Plan(e.ctx, nodes, doc, control.PlanOptions{Deadline: c.Deadline})
-	return control.PrintPlans(e.stdout, results, c.JSON)
+	return fleetview.PrintPlans(e.stdout, results, c.JSON)
 }
 
 // readPlanFile reads a declaration to plan for many nodes, refusing what

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/labels"
 )
@@ -82,9 +83,9 @@ func (c *rolloutStartCmd) Run(e *env) error {
 // follow prints r's start and, unless detached, its progress until it
 // ends; a rollout that halts or is aborted is a failure.
 func follow(e *env, cl *control.Client, r *control.Rollout, detach bool) error {
-	fmt.Fprintf(e.stdout, "rollout %s: %s to %s in %s (canary %d, then %d at a time)\n", r.ID, r.Kind, control.Plural(len(r.Nodes), "node"), control.Plural(r.Waves(), "wave"), r.Canary, r.MaxInFlight)
+	fmt.Fprintf(e.stdout, "rollout %s: %s to %s in %s (canary %d, then %d at a time)\n", r.ID, r.Kind, fleetview.Plural(len(r.Nodes), "node"), fleetview.Plural(r.Waves(), "wave"), r.Canary, r.MaxInFlight)
 	if len(r.Skipped) > 0 {
-		fmt.Fprintf(e.stdout, "skipped %s no profile selects%s\n", control.Plural(len(r.Skipped), "node"), listSome(r.Skipped))
+		fmt.Fprintf(e.stdout, "skipped %s no profile selects%s\n", fleetview.Plural(len(r.Skipped), "node"), listSome(r.Skipped))
 	}
 	if detach {
 		fmt.Fprintf(e.stdout, "meshctl serve drives it; follow it with `meshctl rollout status %s`\n", r.ID)
@@ -240,7 +241,7 @@ func (c *rolloutStatusCmd) Run(e *env) error {
 				parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 			}
 		}
-		fmt.Fprintf(e.stdout, "%s: %s: %s\n", name, control.Plural(total, "node"), strings.Join(parts, ", "))
+		fmt.Fprintf(e.stdout, "%s: %s: %s\n", name, fleetview.Plural(total, "node"), strings.Join(parts, ", "))
 	}
 	for _, n := range r.Nodes {
 		if n.Step == control.StepFailed {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/memsettle"
 )
 
@@ -49,7 +48,7 @@ func (c *serveCmd) Run(e *env) error {
 	if created {
 		log.Info("created the authority", "mesh", a.Mesh, "dir", a.Dir)
 	}
-	cfg := control.ServeConfig{
+	cfg := serveConfig{
 		URLs:           e.cli.NATS,
 		Listen:         c.Listen,
 		ServerNames:    c.ServerName,
@@ -76,7 +75,7 @@ func (c *serveCmd) Run(e *env) error {
 	ctx, stop := context.WithCancel(e.ctx)
 	defer stop()
 	go memsettle.Run(ctx, log)
-	if err := control.Serve(ctx, a, cfg); err != nil {
+	if err := serveMesh(ctx, a, cfg); err != nil {
 		return failed("%v", err)
 	}
 	log.Info("meshctl stopped")

@@ -88,9 +88,9 @@ func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *dec
 func whyFailed(hb *linkproto.Heartbeat) string {
 	switch {
 	case hb.Failed > 0:
-		return Plural(hb.Failed, "failed resource")
+		return plural(hb.Failed, "failed resource")
 	case hb.Drifted > 0:
-		return Plural(hb.Drifted, "drifted resource") + " it has not repaired"
+		return plural(hb.Drifted, "drifted resource") + " it has not repaired"
 	}
 	return "a failed reconcile"
 }

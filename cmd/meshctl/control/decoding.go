@@ -1,9 +1,6 @@
 package control
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
 	"runtime"
 	"sync"
 )
@@ -42,51 +39,5 @@ func decodeAside[R, D any](read func(put func(R)) error, decode func(R) D, use f
 	decoders.Wait()
 	close(decoded)
 	<-used
-	return err
-}
-
-// linesAtOnce is how many values encodeLines gives one goroutine.
-const linesAtOnce = 256
-
-// encodeLines writes values as JSON lines, in order, encoding runs of them
-// on goroutines of their own, one a CPU, with at most two runs a CPU
-// waiting to be written. At 10,000 nodes, encoding one line after another
-// was a fifth of `meshctl nodes --json`.
-func encodeLines[V any](w io.Writer, values []V) error {
-	type run struct {
-		buf  bytes.Buffer
-		err  error
-		done chan struct{}
-	}
-	workers := runtime.GOMAXPROCS(0)
-	runs := make(chan *run, 2*workers) // in order, for the writer
-	go func() {
-		defer close(runs)
-		sem := make(chan struct{}, workers)
-		for start := 0; start < len(values); start += linesAtOnce {
-			r := &run{done: make(chan struct{})}
-			runs <- r // blocks while the writer is that far behind
-			sem <- struct{}{}
-			go func(part []V) {
-				defer func() { <-sem; close(r.done) }()
-				enc := json.NewEncoder(&r.buf)
-				for _, v := range part {
-					if r.err = enc.Encode(v); r.err != nil {
-						return
-					}
-				}
-			}(values[start:min(start+linesAtOnce, len(values))])
-		}
-	}()
-	var err error
-	for r := range runs {
-		<-r.done
-		if err == nil {
-			err = r.err
-		}
-		if err == nil {
-			_, err = w.Write(r.buf.Bytes())
-		}
-	}
 	return err
 }

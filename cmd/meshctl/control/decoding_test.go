@@ -1,11 +1,7 @@
 package control
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"testing"
@@ -43,44 +39,5 @@ func TestDecodeAsideUsesEveryValueOnce(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-// encodeLines writes exactly what one encoder writing the values in turn
-// would, across runs, and stops writing at a value that does not encode.
-func TestEncodeLinesIsOneEncoderInOrder(t *testing.T) {
-	type row struct {
-		N    int    `json:"n"`
-		Name string `json:"name"`
-	}
-	for _, n := range []int{0, 1, linesAtOnce - 1, linesAtOnce, linesAtOnce + 1, 10*linesAtOnce + 7} {
-		rows := make([]row, n)
-		var want bytes.Buffer
-		enc := json.NewEncoder(&want)
-		for i := range rows {
-			rows[i] = row{i, fmt.Sprintf("node-%05d <&>", i)}
-			if err := enc.Encode(rows[i]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var got bytes.Buffer
-		if err := encodeLines(&got, rows); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got.Bytes(), want.Bytes()) {
-			t.Fatalf("%d rows: the lines differ from one encoder's", n)
-		}
-	}
-
-	values := make([]float64, 3*linesAtOnce)
-	values[2*linesAtOnce+5] = math.NaN() // json cannot encode it
-	var got bytes.Buffer
-	err := encodeLines(&got, values)
-	var unsupported *json.UnsupportedValueError
-	if !errors.As(err, &unsupported) {
-		t.Fatalf("a NaN encoded, or another error: %v", err)
-	}
-	if lines := bytes.Count(got.Bytes(), []byte("\n")); lines != 2*linesAtOnce {
-		t.Fatalf("%d lines written before the run that failed, want %d", lines, 2*linesAtOnce)
 	}
 }

@@ -1,8 +1,10 @@
-// Package control is the control plane of a mesh on NATS: the embedded
-// broker, the control service that answers the nodes' hellos, and the
-// operations an operator runs (declare, plan, nodes, journal). The
-// authority that signs every credential is package authority, which this
-// package is told.
+// Package control is the control plane of a mesh on NATS: the control
+// service that answers the nodes' hellos, and the operations an operator
+// runs (declare, plan, nodes, journal). It is told the authority that
+// signs every credential (package authority) and a connection to a
+// broker (package broker embeds one); the buckets and streams are package
+// store's, and printing what it reads for a person is package
+// fleetview's.
 //
 // Everything durable lives in JetStream (the desired state of each node in
 // a KV bucket, every node's journal and last heartbeat in streams) or in
@@ -10,8 +12,9 @@
 // another needs, so several may serve one mesh against one cluster.
 //
 // It is not the wire protocol (package linkproto owns every subject and
-// message) and not the command line (package main reads the flags and
-// decides defaults; this package is told).
+// message) and not the command line (package main reads the flags,
+// decides defaults and wires the service's run group; this package is
+// told).
 package control
 
 import (
@@ -63,7 +66,4 @@ var (
 	// ErrNothingDeclared is returned by NextStored for a node with no
 	// desired state stored: there is nothing to plan from.
 	ErrNothingDeclared = errors.New("nothing declared")
-	// ErrNotPlanned is returned by a fleet's plan when a node did not
-	// answer with a plan: offline, refused, busy, or failed.
-	ErrNotPlanned = errors.New("not every node planned")
 )

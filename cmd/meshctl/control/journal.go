@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -106,25 +105,6 @@ func (c *Client) HasRecords(ctx context.Context, node string) (bool, error) {
 	return err == nil, err
 }
 
-// JournalOptions says which records PrintJournal shows, and how.
-type JournalOptions struct {
-	// From is the first journal sequence to show.
-	From uint64
-	// JSON prints JSON lines instead of the table.
-	JSON bool
-}
-
-// PrintJournal prints node's records from the events stream with the same
-// printer as `mesh-host journal`.
-func (c *Client) PrintJournal(ctx context.Context, w io.Writer, node string, opt JournalOptions) error {
-	out := journalview.NewPrinter(w, opt.JSON)
-	err := c.Records(ctx, node, opt.From, out.Print)
-	if ferr := out.Flush(); err == nil {
-		err = ferr
-	}
-	return err
-}
-
 // Why returns the cause chain behind the latest record of node about
 // resource, newest first, down to the first record of a kind that starts a
 // chain (journalview.IsOrigin), or as far as the events stream holds it.
@@ -167,13 +147,4 @@ func (c *Client) Why(ctx context.Context, node, resource string) (chain []event.
 		}
 	}
 	return chain, heldBy, nil
-}
-
-// PrintWhy prints Why's chain as `mesh-host journal --why` does.
-func (c *Client) PrintWhy(ctx context.Context, w io.Writer, node, resource string, asJSON bool) error {
-	chain, heldBy, err := c.Why(ctx, node, resource)
-	if err != nil {
-		return err
-	}
-	return journalview.PrintWhy(w, resource, chain, heldBy, asJSON, "the events stream does not hold")
 }

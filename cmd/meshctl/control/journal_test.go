@@ -68,7 +68,7 @@ func TestJournal(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	if err := c.PrintJournal(ctx, &out, "a", JournalOptions{From: 7}); err != nil {
+	if err := printJournal(ctx, &out, c, "a", 7, false); err != nil {
 		t.Fatal(err)
 	}
 	want := `    SEQ  TIME                  KIND                   CAUSE  RESOURCE                      DETAIL
@@ -80,7 +80,7 @@ func TestJournal(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := c.PrintJournal(ctx, &out, "a", JournalOptions{JSON: true}); err != nil {
+	if err := printJournal(ctx, &out, c, "a", 0, true); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -93,7 +93,7 @@ func TestJournal(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := c.PrintJournal(ctx, &out, "never-heard", JournalOptions{}); err != nil || out.Len() != 0 {
+	if err := printJournal(ctx, &out, c, "never-heard", 0, false); err != nil || out.Len() != 0 {
 		t.Errorf("journal of a node with no records: %q, %v", out.String(), err)
 	}
 }
@@ -121,7 +121,7 @@ func TestJournalWhy(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	if err := c.PrintWhy(ctx, &out, "a", "file:/etc/motd", false); err != nil {
+	if err := printWhy(ctx, &out, c, "a", "file:/etc/motd", false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(out.String(), "file:/etc/motd is as it is because of, newest first:\n    SEQ") || strings.Count(out.String(), "\n") != 7 ||
@@ -137,7 +137,7 @@ func TestJournalWhy(t *testing.T) {
 
 	// A cause the stream does not hold is said so.
 	out.Reset()
-	if err := c.PrintWhy(ctx, &out, "a", "file:/etc/hosts", false); err != nil {
+	if err := printWhy(ctx, &out, c, "a", "file:/etc/hosts", false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasSuffix(out.String(), "(#8 was caused by #99, which the events stream does not hold)\n") {

@@ -5,11 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -329,7 +327,7 @@ func reasonOf(s NodeStatus) string {
 	hb := s.Heartbeat
 	switch s.State {
 	case StateRolledBack:
-		return fmt.Sprintf("release %s failed to start; running %s, the known-good version", short(s.Release), versionLabel(hb.Build, hb.Version))
+		return fmt.Sprintf("release %s failed to start; running %s, the known-good version", short(s.Release), VersionLabel(hb.Build, hb.Version))
 	case StateFailed:
 		last := "none"
 		if hb.LastGood != 0 {
@@ -340,10 +338,10 @@ func reasonOf(s NodeStatus) string {
 	return ""
 }
 
-// versionLabel names a version for a table: its build label and its
+// VersionLabel names a version for a table: its build label and its
 // digest cut short ("next 0f4e5a1c9d2b"), the label alone when the version
 // is not a digest, "-" for none. --json has them whole.
-func versionLabel(build, version string) string {
+func VersionLabel(build, version string) string {
 	switch {
 	case version == "" && build == "":
 		return "-"
@@ -379,90 +377,6 @@ func (c *Client) releaseFor(ctx context.Context, node string) string {
 	return ""
 }
 
-// PrintNodes prints nodes as a table, or as one JSON array of NodeStatus
-// when asJSON (a snapshot, unlike a journal, which streams as JSON
-// lines). Ages are measured from now.
-func PrintNodes(w io.Writer, nodes []NodeStatus, now time.Time, asJSON bool) error {
-	if asJSON { // JSON lines, one node each: for jq and for reading as they come
-		return encodeLines(w, nodes)
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tVERSION\tDESIRED\tAPPLIED\tDRIFTED\tFAILED\tLAST HEARD\tCREDENTIAL\tSTATE")
-	for _, n := range nodes {
-		desired := "-"
-		if n.Desired != 0 {
-			desired = fmt.Sprint(n.Desired)
-		}
-		version, applied, drifted, failed, heard := "-", "-", "-", "-", "-"
-		if hb := n.Heartbeat; hb != nil {
-			version = versionLabel(hb.Build, hb.Version)
-			applied = fmt.Sprint(hb.Applied)
-			drifted = fmt.Sprint(hb.Drifted)
-			failed = fmt.Sprint(hb.Failed)
-			heard = "no time given"
-			if !hb.Sent.IsZero() {
-				heard = age(now.Sub(hb.Sent))
-			}
-		}
-		credential := "-"
-		if cr := n.Credential; cr != nil {
-			switch {
-			case !cr.Revoked.IsZero():
-				credential = "revoked " + age(now.Sub(cr.Revoked))
-			case !now.Before(cr.Expires):
-				credential = "expired " + age(now.Sub(cr.Expires))
-			default:
-				credential = "expires in " + span(cr.Expires.Sub(now))
-			}
-		}
-		state := n.State
-		if n.Reason != "" {
-			state += ": " + n.Reason
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, version, desired, applied, drifted, failed, heard, credential, state)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(nodes) > 1 {
-		_, err := fmt.Fprintln(w, Summary(nodes))
-		return err
-	}
-	return nil
-}
-
-// Summary is one line of counts: nodes by state, then by version.
-func Summary(nodes []NodeStatus) string {
-	states, versions := map[string]int{}, map[string]int{}
-	for _, n := range nodes {
-		states[n.State]++
-		v := "-"
-		if hb := n.Heartbeat; hb != nil {
-			v = versionLabel(hb.Build, hb.Version)
-		}
-		versions[v]++
-	}
-	count := func(m map[string]int) string {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		// Most first, then by name: the fleet's shape at a glance.
-		slices.SortFunc(keys, func(a, b string) int {
-			if m[a] != m[b] {
-				return m[b] - m[a]
-			}
-			return strings.Compare(a, b)
-		})
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = fmt.Sprintf("%d %s", m[k], k)
-		}
-		return strings.Join(parts, ", ")
-	}
-	return fmt.Sprintf("%s: %s; versions: %s", Plural(len(nodes), "node"), count(states), count(versions))
-}
-
 // Select keeps the nodes whose labels sel matches.
 func Select(nodes []NodeStatus, sel labels.Selector) []NodeStatus {
 	var out []NodeStatus
@@ -472,21 +386,4 @@ func Select(nodes []NodeStatus, sel labels.Selector) []NodeStatus {
 		}
 	}
 	return out
-}
-
-// span shows a long duration in days, a short one to the second.
-func span(d time.Duration) string {
-	if d >= 48*time.Hour {
-		return fmt.Sprintf("%dd", int(d.Hours()/24))
-	}
-	return d.Round(time.Second).String()
-}
-
-// age shows how long ago something was, to the second.
-func age(d time.Duration) string {
-	if d < 0 {
-		// The node's clock is ahead of this one.
-		return "just now"
-	}
-	return d.Round(time.Second).String() + " ago"
 }

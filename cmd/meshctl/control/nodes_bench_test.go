@@ -79,7 +79,7 @@ func BenchmarkNodes10000(b *testing.B) {
 		if len(got) != nodes {
 			b.Fatalf("%d nodes listed, want %d", len(got), nodes)
 		}
-		if err := PrintNodes(io.Discard, got, now, true); err != nil {
+		if err := printNodes(io.Discard, got, now, true); err != nil {
 			b.Fatal(err)
 		}
 	}

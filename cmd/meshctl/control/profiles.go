@@ -142,7 +142,7 @@ func (c *Client) SetProfile(ctx context.Context, p profile.Profile, operator str
 		const most = 5
 		more := ""
 		if len(problems) > most {
-			more = fmt.Sprintf("\n(and %s more)", Plural(len(problems)-most, "node"))
+			more = fmt.Sprintf("\n(and %s more)", plural(len(problems)-most, "node"))
 			problems = problems[:most]
 		}
 		return selected, fmt.Errorf("%w: profile %s does not render:\n%s%s", ErrRefused, p.Name, strings.Join(problems, "\n"), more)

@@ -108,11 +108,11 @@ func (c *Client) waitRunning(ctx context.Context, out io.Writer, node, version s
 		case err != nil && ctx.Err() == nil:
 			return err
 		case hb != nil && hb.Version == version:
-			fmt.Fprintf(out, "%s runs release %s\n", node, versionLabel(hb.Build, hb.Version))
+			fmt.Fprintf(out, "%s runs release %s\n", node, VersionLabel(hb.Build, hb.Version))
 			return nil
 		case hb != nil && slices.Contains(hb.Bad, version):
 			why := c.rollbackReason(ctx, node, version, hb.Head)
-			return fmt.Errorf("%w: %s's launcher rolled release %s back to %s: %s", ErrRolledBack, node, short(version), versionLabel(hb.Build, hb.Version), why)
+			return fmt.Errorf("%w: %s's launcher rolled release %s back to %s: %s", ErrRolledBack, node, short(version), VersionLabel(hb.Build, hb.Version), why)
 		}
 		select {
 		case <-ctx.Done():

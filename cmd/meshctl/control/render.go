@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
-
-	"github.com/pmezard/go-difflib/difflib"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/declaration"
@@ -145,6 +141,16 @@ type Rendered struct {
 // Stored is the stored declaration, nil when there is none.
 func (r *Rendered) Stored() *declaration.Declaration { return r.read.Declaration() }
 
+// StoredAsDeclared is the stored declaration with its secrets named only,
+// as an operator declared them (nil when there is none): sealed anew, a
+// secret differs in its bytes, not in what was declared.
+func (r *Rendered) StoredAsDeclared() *declaration.Declaration {
+	if stored := r.Stored(); stored != nil {
+		return withoutSealed(stored)
+	}
+	return nil
+}
+
 // Render renders node's declaration from the profiles.
 func (c *Client) Render(ctx context.Context, node string) (*Rendered, error) {
 	if err := c.MustKnow(ctx, node); err != nil {
@@ -231,57 +237,6 @@ func (c *Client) Diff(ctx context.Context, sel labels.Selector) ([]NodeDiff, err
 		out = append(out, NodeDiff{Node: n, Rendered: r, Err: err})
 	}
 	return out, nil
-}
-
-// PrintDiff writes each node's change as a unified diff of its resources,
-// one line each, and a last line of counts.
-func PrintDiff(w io.Writer, diffs []NodeDiff) error {
-	changed, same, failed := 0, 0, 0
-	for _, d := range diffs {
-		switch {
-		case d.Err != nil:
-			failed++
-			fmt.Fprintf(w, "%s: does not render: %v\n", d.Node, d.Err)
-		case !d.Rendered.Changed:
-			same++
-		default:
-			changed++
-			r := d.Rendered
-			var a []string
-			from := d.Node + " (nothing stored)"
-			if stored := r.Stored(); stored != nil {
-				a = resourceLines(withoutSealed(stored))
-				from = fmt.Sprintf("%s revision %d (stored)", d.Node, stored.Revision)
-			}
-			text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-				A: a, B: resourceLines(r.Declaration),
-				FromFile: from,
-				ToFile:   fmt.Sprintf("%s revision %d (from %s)", d.Node, r.Declaration.Revision, strings.Join(r.Profiles, ", ")),
-				Context:  1,
-			})
-			if err != nil {
-				return err
-			}
-			io.WriteString(w, text)
-		}
-	}
-	fmt.Fprintf(w, "%s: %d to change, %d unchanged, %d do not render\n", Plural(len(diffs), "node"), changed, same, failed)
-	return nil
-}
-
-// resourceLines is a declaration's resources, one JSON line each, so a
-// diff shows whole resources.
-func resourceLines(d *declaration.Declaration) []string {
-	out := make([]string, len(d.Resources))
-	for i, r := range d.Resources {
-		one := declaration.Declaration{Resources: []drivers.Spec{r}}
-		doc, _ := one.MarshalJSON()
-		// {"mesh":"","node":"","revision":0,"resources":[X]} → X
-		s := string(doc)
-		s = s[strings.Index(s, `"resources":[`)+len(`"resources":[`) : len(s)-2]
-		out[i] = s + "\n"
-	}
-	return out
 }
 
 // keepRelease adds to d the host release stored declares, when d declares

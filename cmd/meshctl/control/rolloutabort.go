@@ -108,7 +108,7 @@ func (c *Client) AbortRollout(ctx context.Context, out io.Writer, id string, rev
 		}
 	}
 	if len(problems) > 0 {
-		return r, fmt.Errorf("%s not reverted:\n%s", Plural(len(problems), "node"), strings.Join(problems, "\n"))
+		return r, fmt.Errorf("%s not reverted:\n%s", plural(len(problems), "node"), strings.Join(problems, "\n"))
 	}
 	return r, nil
 }

@@ -427,7 +427,7 @@ func converged(r *Rollout, n *RolloutNode, hb *linkproto.Heartbeat) (done, faile
 		version := strings.TrimPrefix(r.Release.Digest, "sha256:")
 		switch {
 		case slices.Contains(hb.Bad, version):
-			return false, true, true, fmt.Sprintf("its launcher rolled release %s back to %s", short(version), versionLabel(hb.Build, hb.Version))
+			return false, true, true, fmt.Sprintf("its launcher rolled release %s back to %s", short(version), VersionLabel(hb.Build, hb.Version))
 		case hb.Version == version && hb.Applied >= n.Revision:
 			return true, false, false, ""
 		}

@@ -1,4 +1,4 @@
-package control
+package main
 
 import (
 	"context"
@@ -17,10 +17,11 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
 )
 
-// ServeConfig is what Serve is told: package main reads it from the flags.
-type ServeConfig struct {
+// serveConfig is what serveMesh is told, read from the flags.
+type serveConfig struct {
 	// URLs are the brokers of an existing cluster; none: Serve embeds one.
 	URLs []string
 	// Listen is where the embedded broker listens for clients.
@@ -42,10 +43,10 @@ type ServeConfig struct {
 	Now            func() time.Time
 }
 
-// Serve runs the control service of a: the embedded broker (without
-// cfg.URLs), the releases server, and the Service that answers every
-// node, until ctx ends.
-func Serve(ctx context.Context, a *authority.Authority, cfg ServeConfig) error {
+// serveMesh runs the control service of a: the embedded broker (without
+// cfg.URLs), the releases server, and the control.Service that answers
+// every node, until ctx ends.
+func serveMesh(ctx context.Context, a *authority.Authority, cfg serveConfig) error {
 	log := cfg.Log
 	urls := cfg.URLs
 	var local nats.InProcessConnProvider // the embedded broker, if any
@@ -78,14 +79,14 @@ func Serve(ctx context.Context, a *authority.Authority, cfg ServeConfig) error {
 	} else if err := a.SetURLs(urls); err != nil {
 		return fmt.Errorf("record the broker's address: %w", err)
 	}
-	nc, err := DialService(a, urls, log, local)
+	nc, err := control.DialService(a, urls, log, local)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	// The system user pushes the mesh account when enrolling a node again
 	// revokes its previous key.
-	sys, err := DialSystem(a, urls, true, log)
+	sys, err := control.DialSystem(a, urls, true, log)
 	if err != nil {
 		return err
 	}
@@ -108,8 +109,8 @@ func Serve(ctx context.Context, a *authority.Authority, cfg ServeConfig) error {
 	}
 	{ // Streams and bucket in place, then every node's hello answered.
 		ctx, cancel := context.WithCancel(ctx)
-		svc := &Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: log, EventsMaxAge: cfg.EventsMaxAge,
-			Issuer: &Accounts{A: a, Sys: sys, Now: cfg.Now}, CredentialTTL: cfg.CredentialTTL, Secrets: secrets}
+		svc := &control.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: log, EventsMaxAge: cfg.EventsMaxAge,
+			Issuer: &control.Accounts{A: a, Sys: sys, Now: cfg.Now}, CredentialTTL: cfg.CredentialTTL, Secrets: secrets}
 		g.Add(func() error {
 			return svc.Run(ctx)
 		}, func(error) { cancel() })
