@@ -92,11 +92,11 @@ func TestDependencyDirection(t *testing.T) {
 			// The embedded server is told the authority, and nothing else
 			// of the control plane.
 			return []string{"cmd/meshctl/authority", "cmd/internal/atomicfile", "linkproto", "journal/event", "projector", "drivers", "sealing"}, true
-		case path == "cmd/internal/fleetview":
-			// A view prints what the client read; it reads nothing.
-			return []string{"cmd/meshctl/control", "cmd/meshctl/authority", "cmd/meshctl/broker", "cmd/meshctl/store",
-				"cmd/internal/journalview", "cmd/internal/atomicfile", "cmd/internal/termsafe",
-				"linkproto", "journal/event", "projector", "declaration", "drivers", "profile", "labels", "sealing"}, true
+		case path == "cmd/meshctl/rollout":
+			// What a rollout is; no I/O, nothing of the control plane.
+			return []string{"linkproto", "journal/event", "projector", "drivers", "labels"}, true
+		case path == "cmd/internal/fanout":
+			return nil, true
 		case path == "cmd/meshctl/store":
 			// The buckets and streams and their records: below the service
 			// and the client, above nothing of the control plane.
@@ -121,7 +121,7 @@ func TestDependencyDirection(t *testing.T) {
 	}
 	forbidden := func(path string) []string {
 		switch path {
-		case "cmd/meshctl/control", "cmd/meshctl/authority", "cmd/meshctl/broker", "cmd/meshctl/store", hostSvc:
+		case "cmd/meshctl/control", "cmd/meshctl/authority", "cmd/meshctl/broker", "cmd/meshctl/store", "cmd/meshctl/rollout", "cmd/internal/fanout", "cmd/internal/fleetview", hostSvc:
 			return []string{kong, completion}
 		case "cmd/mesh-host/agent", "cmd/mesh-host/link", "cmd/mesh-host/localsock",
 			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment", "cmd/mesh-host/facts":

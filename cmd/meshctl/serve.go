@@ -110,9 +110,16 @@ func serveMesh(ctx context.Context, a *authority.Authority, cfg serveConfig) err
 	{ // Streams and bucket in place, then every node's hello answered.
 		ctx, cancel := context.WithCancel(ctx)
 		svc := &control.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: log, EventsMaxAge: cfg.EventsMaxAge,
-			Issuer: &control.Accounts{A: a, Sys: sys, Now: cfg.Now}, CredentialTTL: cfg.CredentialTTL, Secrets: secrets}
+			Issuer: &control.Accounts{A: a, Sys: sys, Now: cfg.Now}, CredentialTTL: cfg.CredentialTTL}
 		g.Add(func() error {
 			return svc.Run(ctx)
+		}, func(error) { cancel() })
+	}
+	{ // The rollouts: this service drives those whose lease it holds.
+		ctx, cancel := context.WithCancel(ctx)
+		d := &control.RolloutDriver{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Secrets: secrets, Log: log}
+		g.Add(func() error {
+			return d.Run(ctx)
 		}, func(error) { cancel() })
 	}
 	{ // The caller's ctx ends (SIGINT, SIGTERM); then the group stops.

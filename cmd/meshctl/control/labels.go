@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/fanout"
 	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -109,23 +109,9 @@ const labelParallel = 32
 // nodes in flight are done; nodes labelled before it keep their labels.
 func (c *Client) LabelNewMany(ctx context.Context, operator string, batch []NodeEdits) error {
 	errs := make([]error, len(batch))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(labelParallel, len(batch)) {
-		wg.Go(func() {
-			for i := range next {
-				_, errs[i] = c.LabelNew(ctx, batch[i].Node, operator, batch[i].Edits)
-			}
-		})
-	}
-	for i := range batch {
-		if ctx.Err() != nil {
-			break
-		}
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	fanout.Each(ctx, labelParallel, batch, func(i int, e NodeEdits) {
+		_, errs[i] = c.LabelNew(ctx, e.Node, operator, e.Edits)
+	})
 	for _, err := range errs {
 		if err != nil {
 			return err

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/fanout"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/profile"
@@ -76,21 +76,12 @@ func (c *Client) Plan(ctx context.Context, nodes []string, doc Document, opt Pla
 	ctx, cancel := context.WithTimeout(ctx, opt.Deadline)
 	defer cancel()
 	out := make([]PlanResult, len(nodes))
-	sem := make(chan struct{}, opt.Parallel)
-	var wg sync.WaitGroup
-	for i, node := range nodes {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			out[i] = PlanResult{Node: node, Status: PlanOffline, Reason: fmt.Sprintf("not asked within the deadline (%s)", opt.Deadline)}
-			continue
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			out[i] = c.planOne(ctx, node, doc, opt.Deadline)
-		})
+	started := fanout.Each(ctx, opt.Parallel, nodes, func(i int, node string) {
+		out[i] = c.planOne(ctx, node, doc, opt.Deadline)
+	})
+	for i, node := range nodes[started:] {
+		out[started+i] = PlanResult{Node: node, Status: PlanOffline, Reason: fmt.Sprintf("not asked within the deadline (%s)", opt.Deadline)}
 	}
-	wg.Wait()
 	return out
 }
 

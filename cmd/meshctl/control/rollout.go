@@ -2,204 +2,30 @@ package control
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/fanout"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/rollout"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/declaration"
-	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/profile"
 )
-
-// A rollout pushes declarations to the nodes a selector chooses, in waves:
-// the canaries first, then at most MaxInFlight nodes at a time. A wave is
-// complete when each of its nodes reports the revision it was pushed
-// applied and converged (for a release: runs the release); a node that
-// fails, rolls the release back, or stays silent past WaitHealthy fails,
-// and a failure halts the rollout (always among the canaries, later with
-// HaltOnFailure). The rollout's state lives in the rollouts bucket, so it
-// survives the control service that drives it: whichever `meshctl serve`
-// holds its lease drives it, and another takes over when that lease
-// lapses.
-
-// RolloutState is where a rollout stands.
-type RolloutState string
-
-const (
-	RolloutRunning RolloutState = "running"
-	RolloutPaused  RolloutState = "paused"
-	RolloutHalted  RolloutState = "halted"
-	RolloutDone    RolloutState = "done"
-	RolloutAborted RolloutState = "aborted"
-)
-
-// Active says the rollout may still push.
-func (s RolloutState) Active() bool { return s == RolloutRunning || s == RolloutPaused }
-
-// NodeStep is where one node of a rollout stands.
-type NodeStep string
-
-const (
-	StepPending   NodeStep = "pending"
-	StepPushed    NodeStep = "pushed"
-	StepConverged NodeStep = "converged"
-	StepUnchanged NodeStep = "unchanged" // rendered as it was: nothing pushed
-	StepFailed    NodeStep = "failed"
-	StepReverted  NodeStep = "reverted"
-)
-
-// final says the node is done with, as far as its wave goes.
-func (s NodeStep) final() bool {
-	return s == StepConverged || s == StepUnchanged || s == StepFailed || s == StepReverted
-}
-
-// Rollout kinds: what each node is pushed.
-const (
-	// RolloutProfiles pushes each node what its profiles render.
-	RolloutProfiles = "profiles"
-	// RolloutRelease pushes each node its stored declaration with a host
-	// release in place of the previous one.
-	RolloutRelease = "release"
-)
-
-// Rollout is a rollout as the rollouts bucket keeps it.
-type Rollout struct {
-	ID       string `json:"id"`
-	Mesh     string `json:"mesh"`
-	Kind     string `json:"kind"`
-	Selector string `json:"selector"`
-	// Operator started it; every declaration it pushes is signed as
-	// "OPERATOR via rollout ID", so each node's journal names both.
-	Operator      string             `json:"operator"`
-	Created       time.Time          `json:"created"`
-	Updated       time.Time          `json:"updated"`
-	Canary        int                `json:"canary"`
-	MaxInFlight   int                `json:"max_in_flight"`
-	HaltOnFailure bool               `json:"halt_on_failure"`
-	WaitHealthy   linkproto.Duration `json:"wait_healthy"`
-	// Release is the host release a release rollout delivers.
-	Release *drivers.ArchiveSpec `json:"release,omitempty"`
-	State   RolloutState         `json:"state"`
-	Reason  string               `json:"reason,omitempty"`
-	Nodes   []RolloutNode        `json:"nodes"`
-	// Skipped are the selected nodes no profile selects: left alone.
-	Skipped []string `json:"skipped,omitempty"`
-	// Holder and LeaseUntil say which control service drives it, until
-	// when.
-	Holder     string    `json:"holder,omitempty"`
-	LeaseUntil time.Time `json:"lease_until,omitzero"`
-	// revision is the bucket's revision of the record (not stored).
-	revision uint64
-}
-
-// RolloutNode is one node of a rollout.
-type RolloutNode struct {
-	Node string   `json:"node"`
-	Wave int      `json:"wave"`
-	Step NodeStep `json:"step"`
-	// Revision is the revision pushed; Before the stored revision it
-	// replaced and LastGood the last one the node had converged then,
-	// which a revert declares again.
-	Revision uint64    `json:"revision,omitempty"`
-	Before   uint64    `json:"before,omitempty"`
-	LastGood uint64    `json:"last_good,omitempty"`
-	Pushed   time.Time `json:"pushed,omitzero"`
-	Done     time.Time `json:"done,omitzero"`
-	Reason   string    `json:"reason,omitempty"`
-}
-
-// Waves is how many waves the rollout has.
-func (r *Rollout) Waves() int {
-	n := 0
-	for _, nd := range r.Nodes {
-		n = max(n, nd.Wave+1)
-	}
-	return n
-}
-
-// Counts counts the rollout's nodes by step.
-func (r *Rollout) Counts() map[NodeStep]int {
-	out := map[NodeStep]int{}
-	for _, n := range r.Nodes {
-		out[n.Step]++
-	}
-	return out
-}
-
-// operatorFor is who the rollout's declarations say made them.
-func (r *Rollout) operatorFor() string { return operatorAs(r.Operator, " via rollout "+r.ID) }
-
-// operatorAs is operator with what it acts through, within the length
-// a declaration's operator may have.
-func operatorAs(operator, through string) string {
-	op := operator + through
-	if len(op) > linkproto.MaxOperatorLen {
-		op = op[:linkproto.MaxOperatorLen]
-	}
-	return op
-}
-
-// RolloutOptions are a rollout's parameters.
-type RolloutOptions struct {
-	Selector string
-	// Canary is how many nodes go first, alone in wave 0.
-	Canary int
-	// MaxInFlight is "N" nodes or "P%" of the selected nodes per wave
-	// after the canaries; empty means all of them at once.
-	MaxInFlight   string
-	HaltOnFailure bool
-	// WaitHealthy bounds how long a pushed node may take to report the
-	// revision converged (zero: 5 minutes).
-	WaitHealthy time.Duration
-	// Release makes it a release rollout delivering this host release.
-	Release *drivers.ArchiveSpec
-}
-
-// ParseMaxInFlight turns "N" or "P%" into a count of nodes out of total,
-// at least 1.
-func ParseMaxInFlight(s string, total int) (int, error) {
-	if s == "" {
-		return max(total, 1), nil
-	}
-	if p, ok := strings.CutSuffix(s, "%"); ok {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 || n > 100 {
-			return 0, fmt.Errorf("--max-in-flight %q: want a count or a percentage from 1%% to 100%%", s)
-		}
-		return max(total*n/100, 1), nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("--max-in-flight %q: want a count of at least 1 or a percentage", s)
-	}
-	return n, nil
-}
-
-// newRolloutID names a rollout by when it started, with a random tail.
-func newRolloutID(now time.Time) string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return "r-" + now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
-}
 
 // StartRollout plans a rollout and stores it running, for the control
 // service to drive. Every selected node is rendered first: a node that
 // does not render refuses the whole rollout (nothing is pushed to any
 // node), a node no profile selects is skipped. Only one rollout is active
 // at a time in a mesh, so two cannot push one node at once.
-func (c *Client) StartRollout(ctx context.Context, opt RolloutOptions) (*Rollout, error) {
+func (c *Client) StartRollout(ctx context.Context, opt rollout.Options) (*rollout.Rollout, error) {
 	sel, err := labels.Parse(opt.Selector)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --select: %w", ErrRefused, err)
@@ -236,37 +62,30 @@ func (c *Client) StartRollout(ctx context.Context, opt RolloutOptions) (*Rollout
 		return nil, err
 	}
 	now := c.Now().UTC()
-	r := &Rollout{ID: newRolloutID(now), Mesh: c.Mesh, Kind: RolloutProfiles, Selector: opt.Selector, Operator: c.Operator,
+	r := &rollout.Rollout{ID: rollout.NewID(now), Mesh: c.Mesh, Kind: rollout.KindProfiles, Selector: opt.Selector, Operator: c.Operator,
 		Created: now, Updated: now, Canary: opt.Canary, HaltOnFailure: opt.HaltOnFailure,
-		WaitHealthy: linkproto.Duration(opt.WaitHealthy), Release: opt.Release, State: RolloutRunning}
+		WaitHealthy: linkproto.Duration(opt.WaitHealthy), Release: opt.Release, State: rollout.Running}
 	if r.WaitHealthy == 0 {
 		r.WaitHealthy = linkproto.Duration(5 * time.Minute)
 	}
 	if opt.Release != nil {
-		r.Kind = RolloutRelease
+		r.Kind = rollout.KindRelease
 	}
 	var nodes, problems []string
 	selected, err := f.selected(sel)
 	if err != nil {
 		return nil, err
 	}
-	if r.Kind == RolloutRelease {
+	if r.Kind == rollout.KindRelease {
 		nodes = selected
 	} else {
 		// Each render reads the node's stored declaration: many at once.
 		errs := make([]error, len(selected))
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, pushParallel)
-		for i, n := range selected {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				_, errs[i] = f.render(n)
-			}()
+		if fanout.Each(ctx, pushParallel, selected, func(i int, n string) {
+			_, errs[i] = f.render(n)
+		}) < len(selected) {
+			return nil, ctx.Err()
 		}
-		wg.Wait()
 		for i, n := range selected {
 			switch err := errs[i]; {
 			case errors.Is(err, profile.ErrNoProfile):
@@ -284,32 +103,8 @@ func (c *Client) StartRollout(ctx context.Context, opt RolloutOptions) (*Rollout
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: the selector %q selects no node to roll out to", ErrRefused, opt.Selector)
 	}
-	// Nodes labelled canary go first, then by name.
-	slices.SortStableFunc(nodes, func(a, b string) int {
-		_, ca := f.labels[a]["canary"]
-		_, cb := f.labels[b]["canary"]
-		switch {
-		case ca && !cb:
-			return -1
-		case cb && !ca:
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
-	rest := len(nodes) - min(opt.Canary, len(nodes))
-	if r.MaxInFlight, err = ParseMaxInFlight(opt.MaxInFlight, rest); err != nil {
+	if r.Nodes, r.MaxInFlight, err = rollout.PlanWaves(nodes, f.labels, opt.Canary, opt.MaxInFlight); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
-	}
-	for i, n := range nodes {
-		wave := 0
-		if opt.Canary > 0 {
-			if i >= opt.Canary {
-				wave = 1 + (i-opt.Canary)/r.MaxInFlight
-			}
-		} else {
-			wave = i / r.MaxInFlight
-		}
-		r.Nodes = append(r.Nodes, RolloutNode{Node: n, Wave: wave, Step: StepPending})
 	}
 	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
 	if err != nil {
@@ -323,7 +118,7 @@ func (c *Client) StartRollout(ctx context.Context, opt RolloutOptions) (*Rollout
 	if err != nil {
 		return nil, err
 	}
-	if r.revision, err = kv.Create(ctx, nodeKey(c.Mesh, r.ID), value); err != nil {
+	if r.BucketRevision, err = kv.Create(ctx, nodeKey(c.Mesh, r.ID), value); err != nil {
 		_ = kv.Delete(ctx, activeKey(c.Mesh), jetstream.LastRevision(slot))
 		return nil, fmt.Errorf("store rollout %s: %w", r.ID, err)
 	}
@@ -414,31 +209,31 @@ func (c *Client) freeSlot(ctx context.Context, kv jetstream.KeyValue, id string)
 }
 
 // Rollouts returns the mesh's rollouts, oldest first.
-func (c *Client) Rollouts(ctx context.Context) ([]*Rollout, error) {
+func (c *Client) Rollouts(ctx context.Context) ([]*rollout.Rollout, error) {
 	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
 	if err != nil {
 		return nil, err
 	}
-	var out []*Rollout
-	err = decodeEntries(ctx, kv, nodeKey(c.Mesh, "*"), decodeRollout, func(r *Rollout) { out = append(out, r) })
+	var out []*rollout.Rollout
+	err = decodeEntries(ctx, kv, nodeKey(c.Mesh, "*"), decodeRollout, func(r *rollout.Rollout) { out = append(out, r) })
 	if err != nil {
 		return nil, fmt.Errorf("list the rollouts: %w", err)
 	}
-	slices.SortFunc(out, func(a, b *Rollout) int { return a.Created.Compare(b.Created) })
+	slices.SortFunc(out, func(a, b *rollout.Rollout) int { return a.Created.Compare(b.Created) })
 	return out, nil
 }
 
-func decodeRollout(e jetstream.KeyValueEntry) (*Rollout, error) {
-	var r Rollout
+func decodeRollout(e jetstream.KeyValueEntry) (*rollout.Rollout, error) {
+	var r rollout.Rollout
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return nil, fmt.Errorf("rollout %s: %w", e.Key(), err)
 	}
-	r.revision = e.Revision()
+	r.BucketRevision = e.Revision()
 	return &r, nil
 }
 
 // GetRollout returns the rollout id; "" means the latest one.
-func (c *Client) GetRollout(ctx context.Context, id string) (*Rollout, error) {
+func (c *Client) GetRollout(ctx context.Context, id string) (*rollout.Rollout, error) {
 	if id == "" {
 		all, err := c.Rollouts(ctx)
 		if err != nil {
@@ -468,17 +263,17 @@ func (c *Client) GetRollout(ctx context.Context, id string) (*Rollout, error) {
 
 // saveRollout stores r conditionally on the record it was read from, so
 // that an operator's pause and a control service's step cannot both win.
-func (c *Client) saveRollout(ctx context.Context, r *Rollout) error {
+func (c *Client) saveRollout(ctx context.Context, r *rollout.Rollout) error {
 	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
 	if err != nil {
 		return err
 	}
 	r.Updated = c.Now().UTC()
-	rev, err := kv.Update(ctx, nodeKey(c.Mesh, r.ID), mustJSON(r), r.revision)
+	rev, err := kv.Update(ctx, nodeKey(c.Mesh, r.ID), mustJSON(r), r.BucketRevision)
 	if err != nil {
 		return err
 	}
-	r.revision = rev
+	r.BucketRevision = rev
 	if !r.State.Active() {
 		c.freeSlot(ctx, kv, r.ID)
 	}
@@ -488,21 +283,21 @@ func (c *Client) saveRollout(ctx context.Context, r *Rollout) error {
 // SetRolloutState pauses, resumes or aborts a rollout: from running or
 // paused, and a halted one may be aborted. It tries again when the driving control service wrote the
 // record meanwhile.
-func (c *Client) SetRolloutState(ctx context.Context, id string, to RolloutState, why string) (*Rollout, error) {
+func (c *Client) SetRolloutState(ctx context.Context, id string, to rollout.State, why string) (*rollout.Rollout, error) {
 	for range 20 {
 		r, err := c.GetRollout(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		switch {
-		case to == RolloutAborted && r.State == RolloutHalted:
+		case to == rollout.Aborted && r.State == rollout.Halted:
 			// A halted rollout is ended by abort, with or without a
 			// revert: it is where a revert is wanted most.
 		case !r.State.Active():
 			return r, fmt.Errorf("%w: rollout %s is %s already", ErrRefused, r.ID, r.State)
-		case to == RolloutRunning && r.State == RolloutRunning:
+		case to == rollout.Running && r.State == rollout.Running:
 			return r, fmt.Errorf("%w: rollout %s is running already", ErrRefused, r.ID)
-		case to == RolloutPaused && r.State == RolloutPaused:
+		case to == rollout.Paused && r.State == rollout.Paused:
 			return r, fmt.Errorf("%w: rollout %s is paused already", ErrRefused, r.ID)
 		}
 		r.State, r.Reason = to, why
@@ -520,30 +315,18 @@ func (c *Client) SetRolloutState(ctx context.Context, id string, to RolloutState
 	return nil, fmt.Errorf("rollout %s: the record kept changing; try again", id)
 }
 
-// RolloutEvent is one step of a rollout, as the rollout events stream
-// keeps it.
-type RolloutEvent struct {
-	Rollout  string    `json:"rollout"`
-	At       time.Time `json:"at"`
-	Step     string    `json:"step"`
-	Node     string    `json:"node,omitempty"`
-	Revision uint64    `json:"revision,omitempty"`
-	Detail   string    `json:"detail,omitempty"`
-	Operator string    `json:"operator,omitempty"`
-}
-
 // rolloutEvent records a step in the rollout events stream. A step that
 // cannot be recorded is logged by the caller's state, not lost: the
 // rollout's record holds every node's step too.
-func (c *Client) rolloutEvent(ctx context.Context, r *Rollout, step, node string, revision uint64, detail string) {
-	_ = c.rolloutEvents(ctx, r, []RolloutEvent{{Step: step, Node: node, Revision: revision, Detail: detail}})
+func (c *Client) rolloutEvent(ctx context.Context, r *rollout.Rollout, step, node string, revision uint64, detail string) {
+	_ = c.rolloutEvents(ctx, r, []rollout.Event{{Step: step, Node: node, Revision: revision, Detail: detail}})
 }
 
 // rolloutEvents publishes the steps of r in order, a batch sent before its
 // acknowledgements are awaited: a wave of 1,000 nodes makes as many
 // events, and a round trip each held the driver's next look at the
 // heartbeats back by about a second. It returns the first failure.
-func (c *Client) rolloutEvents(ctx context.Context, r *Rollout, events []RolloutEvent) error {
+func (c *Client) rolloutEvents(ctx context.Context, r *rollout.Rollout, events []rollout.Event) error {
 	subject := linkproto.RolloutEventSubject(c.Mesh, r.ID)
 	at := c.Now().UTC()
 	for batch := range slices.Chunk(events, rolloutEventsBatch) {
@@ -574,7 +357,7 @@ func (c *Client) rolloutEvents(ctx context.Context, r *Rollout, events []Rollout
 const rolloutEventsBatch = 1000
 
 // RolloutEvents returns the steps of rollout id, oldest first.
-func (c *Client) RolloutEvents(ctx context.Context, id string) ([]RolloutEvent, error) {
+func (c *Client) RolloutEvents(ctx context.Context, id string) ([]rollout.Event, error) {
 	s, err := c.store.Stream(ctx, linkproto.RolloutEventsStream)
 	if err != nil {
 		return nil, err
@@ -593,7 +376,7 @@ func (c *Client) RolloutEvents(ctx context.Context, id string) ([]RolloutEvent, 
 		return nil, err
 	}
 	defer p.close(ctx)
-	var out []RolloutEvent
+	var out []rollout.Event
 	for read := uint64(0); read < want; {
 		msgs, err := p.next(ctx, int(min(want-read, 500)), 2*time.Second)
 		if err != nil {
@@ -604,7 +387,7 @@ func (c *Client) RolloutEvents(ctx context.Context, id string) ([]RolloutEvent, 
 		}
 		read += uint64(len(msgs))
 		for _, m := range msgs {
-			var ev RolloutEvent
+			var ev rollout.Event
 			if json.Unmarshal(m.Data(), &ev) == nil {
 				out = append(out, ev)
 			}
@@ -617,8 +400,8 @@ func (c *Client) RolloutEvents(ctx context.Context, id string) ([]RolloutEvent, 
 // declaration, or its stored one with the release; nil when that is what
 // is stored already. The stored entry it was made over comes beside it
 // (nil: none), to be stored over.
-func (c *Client) rolloutDeclaration(ctx context.Context, f *fleet, r *Rollout, node string) (*declaration.Declaration, *store.Entry, error) {
-	if r.Kind == RolloutRelease {
+func (c *Client) rolloutDeclaration(ctx context.Context, f *fleet, r *rollout.Rollout, node string) (*declaration.Declaration, *store.Entry, error) {
+	if r.Kind == rollout.KindRelease {
 		read, err := c.readStored(ctx, node)
 		if err != nil {
 			return nil, nil, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/rollout"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -33,14 +34,14 @@ func TestStartRolloutOneAtATime(t *testing.T) {
 		wg      sync.WaitGroup
 		gate    = make(chan struct{})
 		errs    = make([]error, starts)
-		started = make([]*Rollout, starts)
+		started = make([]*rollout.Rollout, starts)
 	)
 	for i := range starts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-gate
-			started[i], errs[i] = b.client(now).StartRollout(ctx, RolloutOptions{Selector: "role=web", Release: release})
+			started[i], errs[i] = b.client(now).StartRollout(ctx, rollout.Options{Selector: "role=web", Release: release})
 		}()
 	}
 	close(gate)
@@ -86,19 +87,19 @@ func TestStartRolloutAfterOneEnds(t *testing.T) {
 	}
 	release := &drivers.ArchiveSpec{Path: "/opt/mesh-host/${version}", Source: "file:///srv/r.tar",
 		Digest: "sha256:" + strings.Repeat("cd", 32), Format: "tar"}
-	start := func() *Rollout {
+	start := func() *rollout.Rollout {
 		t.Helper()
-		r, err := c.StartRollout(ctx, RolloutOptions{Selector: "role=web", Release: release})
+		r, err := c.StartRollout(ctx, rollout.Options{Selector: "role=web", Release: release})
 		if err != nil {
 			t.Fatalf("start: %v", err)
 		}
 		return r
 	}
 	first := start()
-	if _, err := c.StartRollout(ctx, RolloutOptions{Selector: "role=web", Release: release}); !errors.Is(err, ErrRefused) {
+	if _, err := c.StartRollout(ctx, rollout.Options{Selector: "role=web", Release: release}); !errors.Is(err, ErrRefused) {
 		t.Fatalf("a start while %s runs: %v; want ErrRefused", first.ID, err)
 	}
-	if _, err := c.SetRolloutState(ctx, first.ID, RolloutAborted, "test"); err != nil {
+	if _, err := c.SetRolloutState(ctx, first.ID, rollout.Aborted, "test"); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
@@ -111,8 +112,8 @@ func TestStartRolloutAfterOneEnds(t *testing.T) {
 	second := start()
 
 	// The second ends without freeing the slot, as after a crash.
-	second.State = RolloutDone
-	if _, err := kv.Update(ctx, nodeKey(c.Mesh, second.ID), mustJSON(second), second.revision); err != nil {
+	second.State = rollout.Done
+	if _, err := kv.Update(ctx, nodeKey(c.Mesh, second.ID), mustJSON(second), second.BucketRevision); err != nil {
 		t.Fatal(err)
 	}
 	third := start()

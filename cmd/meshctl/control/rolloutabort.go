@@ -11,23 +11,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/cmd/meshctl/rollout"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
-// BadRelease is a host release a node rolled back during a rollout: the
-// mesh delivers it to no further node.
-type BadRelease struct {
-	Digest  string    `json:"digest"`
-	Node    string    `json:"node"`
-	Reason  string    `json:"reason"`
-	Rollout string    `json:"rollout"`
-	At      time.Time `json:"at"`
-}
-
-// BadRelease returns why the release of digest is bad for the mesh, or nil
+// rollout.BadRelease returns why the release of digest is bad for the mesh, or nil
 // when it is not.
-func (c *Client) BadRelease(ctx context.Context, digest string) (*BadRelease, error) {
+func (c *Client) BadRelease(ctx context.Context, digest string) (*rollout.BadRelease, error) {
 	kv, err := c.store.KV(ctx, linkproto.BadReleasesBucket)
 	if err != nil {
 		return nil, err
@@ -39,7 +30,7 @@ func (c *Client) BadRelease(ctx context.Context, digest string) (*BadRelease, er
 	if err != nil {
 		return nil, fmt.Errorf("read the bad releases: %w", err)
 	}
-	var b BadRelease
+	var b rollout.BadRelease
 	if err := json.Unmarshal(e.Value(), &b); err != nil {
 		return nil, fmt.Errorf("bad release %s: %w", e.Key(), err)
 	}
@@ -48,12 +39,12 @@ func (c *Client) BadRelease(ctx context.Context, digest string) (*BadRelease, er
 
 // markBad records r's release bad for the mesh, the first node to roll it
 // back named.
-func (c *Client) markBad(ctx context.Context, r *Rollout, node, why string) error {
+func (c *Client) markBad(ctx context.Context, r *rollout.Rollout, node, why string) error {
 	kv, err := c.store.KV(ctx, linkproto.BadReleasesBucket)
 	if err != nil {
 		return err
 	}
-	b := BadRelease{Digest: r.Release.Digest, Node: node, Reason: why, Rollout: r.ID, At: c.Now().UTC()}
+	b := rollout.BadRelease{Digest: r.Release.Digest, Node: node, Reason: why, Rollout: r.ID, At: c.Now().UTC()}
 	_, err = kv.Create(ctx, nodeKey(c.Mesh, strings.TrimPrefix(r.Release.Digest, "sha256:")), mustJSON(b))
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return nil // another node said so first
@@ -67,8 +58,8 @@ func (c *Client) markBad(ctx context.Context, r *Rollout, node, why string) erro
 // heartbeat reported then); a node that had converged none, or whose
 // declaration is no longer in the bucket's history, is named and left as
 // it is. What happens to each node is written to out.
-func (c *Client) AbortRollout(ctx context.Context, out io.Writer, id string, revert bool) (*Rollout, error) {
-	r, err := c.SetRolloutState(ctx, id, RolloutAborted, "aborted by "+c.Operator)
+func (c *Client) AbortRollout(ctx context.Context, out io.Writer, id string, revert bool) (*rollout.Rollout, error) {
+	r, err := c.SetRolloutState(ctx, id, rollout.Aborted, "aborted by "+c.Operator)
 	if err != nil {
 		return r, err
 	}
@@ -76,11 +67,11 @@ func (c *Client) AbortRollout(ctx context.Context, out io.Writer, id string, rev
 		return r, nil
 	}
 	c2 := *c
-	c2.Operator = operatorAs(c.Operator, " reverting rollout "+r.ID)
+	c2.Operator = rollout.OperatorAs(c.Operator, " reverting rollout "+r.ID)
 	var problems []string
 	for i := range r.Nodes {
 		n := &r.Nodes[i]
-		if n.Step != StepPushed && n.Step != StepConverged && n.Step != StepFailed || n.Revision == 0 {
+		if n.Step != rollout.StepPushed && n.Step != rollout.StepConverged && n.Step != rollout.StepFailed || n.Revision == 0 {
 			continue
 		}
 		rev, err := c2.revert(ctx, n)
@@ -92,7 +83,7 @@ func (c *Client) AbortRollout(ctx context.Context, out io.Writer, id string, rev
 		}
 		fmt.Fprintf(out, "%s: revision %d declares again revision %d, its last known good\n", n.Node, rev, n.LastGood)
 		c.rolloutEvent(ctx, r, "reverted", n.Node, rev, fmt.Sprintf("to revision %d", n.LastGood))
-		n.Step, n.Revision, n.Done = StepReverted, rev, c.Now().UTC()
+		n.Step, n.Revision, n.Done = rollout.StepReverted, rev, c.Now().UTC()
 	}
 	// The record says which nodes were reverted; a lost race here loses
 	// only that summary, the declarations are stored.
@@ -115,7 +106,7 @@ func (c *Client) AbortRollout(ctx context.Context, out io.Writer, id string, rev
 
 // revert declares n's last-known-good declaration again, one revision past
 // what is stored, and returns that revision.
-func (c *Client) revert(ctx context.Context, n *RolloutNode) (uint64, error) {
+func (c *Client) revert(ctx context.Context, n *rollout.Node) (uint64, error) {
 	if n.LastGood == 0 {
 		return 0, errors.New("it had converged no declaration before the rollout")
 	}

@@ -2,9 +2,12 @@ package control
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -12,7 +15,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/fanout"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/rollout"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -46,26 +53,60 @@ type driver struct {
 	heartbeats map[string]*linkproto.Heartbeat // latest by node
 }
 
-// driveRollouts runs the driver until ctx ends. A driver that fails (the
-// broker gone a while, a watch ended) starts again: the rollouts' state is
-// in the bucket, and a control service that stopped driving would leave
-// them to the lease of another that may not exist.
-func (s *Service) driveRollouts(ctx context.Context, holder string) error {
+// RolloutDriver drives the mesh's rollouts on behalf of one control
+// service: one actor of the service's run group, beside the Service that
+// answers the nodes. Any number may run against one cluster; each
+// rollout's lease says which drives it.
+type RolloutDriver struct {
+	// Conn is a connection as the control user.
+	Conn *nats.Conn
+	// Mesh is the mesh whose rollouts it drives.
+	Mesh string
+	// Key signs the declarations it pushes (the authority's declaration
+	// key).
+	Key nkeys.KeyPair
+	// Secrets seal the secrets a rollout's declarations name; nil refuses
+	// such declarations.
+	Secrets *authority.Secrets
+	// Log receives what it does.
+	Log *slog.Logger
+	// Now is its clock; time.Now when nil.
+	Now func() time.Time
+	// Holder names it in the rollouts it drives (default: the host name,
+	// the process id and a random tail).
+	Holder string
+}
+
+// Run drives the rollouts until ctx ends. A drive that fails (the broker
+// gone a while, a watch ended) starts again: the rollouts' state is in
+// the bucket, and a control service that stopped driving would leave
+// them to the lease of another that may not exist. Until the control
+// service has made the rollouts bucket it waits, quietly.
+func (d *RolloutDriver) Run(ctx context.Context) error {
+	holder := d.Holder
+	if holder == "" {
+		holder = newHolder()
+	}
 	for {
-		err := s.drive(ctx, holder)
+		err := d.drive(ctx, holder)
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.Log.Warn("driving rollouts; starting again", "err", err, "in", 2*time.Second)
+		wait := 2 * time.Second
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			wait = rolloutTick
+		} else {
+			d.Log.Warn("driving rollouts; starting again", "err", err, "in", wait)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(2 * time.Second):
+		case <-time.After(wait):
 		}
 	}
 }
 
-func (s *Service) drive(ctx context.Context, holder string) error {
+func (s *RolloutDriver) drive(ctx context.Context, holder string) error {
 	c, err := NewClient(s.Conn, s.Mesh)
 	if err != nil {
 		return err
@@ -113,7 +154,7 @@ func (s *Service) drive(ctx context.Context, holder string) error {
 	// held the record this driver last read or saved of each active one:
 	// while the two agree it is not read again.
 	seen := map[string]uint64{}
-	held := map[string]*Rollout{}
+	held := map[string]*rollout.Rollout{}
 	t := time.NewTicker(rolloutTick)
 	defer t.Stop()
 	for {
@@ -139,7 +180,7 @@ func (s *Service) drive(ctx context.Context, holder string) error {
 				continue // stepped at the next tick, read again if not its own
 			}
 			r, err := c.GetRollout(ctx, id)
-			if err != nil || r.State != RolloutRunning {
+			if err != nil || r.State != rollout.Running {
 				continue
 			}
 			// A rollout just started or resumed is stepped at once, not
@@ -149,14 +190,14 @@ func (s *Service) drive(ctx context.Context, holder string) error {
 		}
 		for id := range active {
 			r := held[id]
-			if r == nil || r.revision != seen[id] {
+			if r == nil || r.BucketRevision != seen[id] {
 				var err error
 				if r, err = c.GetRollout(ctx, id); err != nil {
 					delete(held, id)
 					continue
 				}
 			}
-			if r.State != RolloutRunning {
+			if r.State != rollout.Running {
 				delete(active, id)
 				delete(held, id)
 				continue
@@ -198,7 +239,7 @@ func (d *driver) heartbeat(ctx context.Context, node string) *linkproto.Heartbea
 // step moves r on, if this service may drive it now. It saves r when a
 // node's step or the rollout's state changed, or the lease is half spent:
 // not at every tick, for the record holds every node's step.
-func (d *driver) step(ctx context.Context, r *Rollout) error {
+func (d *driver) step(ctx context.Context, r *rollout.Rollout) error {
 	now := d.c.Now().UTC()
 	if r.Holder != "" && r.Holder != d.holder && now.Before(r.LeaseUntil) {
 		return nil
@@ -214,28 +255,28 @@ func (d *driver) step(ctx context.Context, r *Rollout) error {
 	}
 	// Each node's declaration says who started the rollout, and which.
 	c := *d.c
-	c.Operator = r.operatorFor()
+	c.Operator = r.OperatorFor()
 
 	wave := -1
 	for _, n := range r.Nodes {
-		if !n.Step.final() {
+		if !n.Step.Final() {
 			wave = n.Wave
 			break
 		}
 	}
 	if wave < 0 {
-		r.State, r.Reason = RolloutDone, ""
+		r.State, r.Reason = rollout.Done, ""
 		if err := c.saveRollout(ctx, r); err != nil {
 			return err
 		}
 		counts := r.Counts()
-		c.rolloutEvent(ctx, r, "done", "", 0, fmt.Sprintf("%d converged, %d unchanged, %d failed", counts[StepConverged], counts[StepUnchanged], counts[StepFailed]))
+		c.rolloutEvent(ctx, r, "done", "", 0, fmt.Sprintf("%d converged, %d unchanged, %d failed", counts[rollout.StepConverged], counts[rollout.StepUnchanged], counts[rollout.StepFailed]))
 		return nil
 	}
 
-	var events []RolloutEvent
+	var events []rollout.Event
 	note := func(step, node string, rev uint64, detail string) {
-		events = append(events, RolloutEvent{Step: step, Node: node, Revision: rev, Detail: detail})
+		events = append(events, rollout.Event{Step: step, Node: node, Revision: rev, Detail: detail})
 	}
 	if err := d.push(ctx, &c, r, wave, note); err != nil {
 		return err
@@ -246,12 +287,12 @@ func (d *driver) step(ctx context.Context, r *Rollout) error {
 	// --halt-on-failure.
 	canaryWave := r.Canary > 0 && wave == 0
 	for _, n := range r.Nodes {
-		if n.Wave == wave && n.Step == StepFailed && (canaryWave || r.HaltOnFailure) {
+		if n.Wave == wave && n.Step == rollout.StepFailed && (canaryWave || r.HaltOnFailure) {
 			what := "node"
 			if canaryWave {
 				what = "canary"
 			}
-			r.State = RolloutHalted
+			r.State = rollout.Halted
 			r.Reason = fmt.Sprintf("%s %s failed in wave %d: %s", what, n.Node, wave, n.Reason)
 			note("halted", n.Node, n.Revision, r.Reason)
 			break
@@ -275,10 +316,10 @@ func (d *driver) step(ctx context.Context, r *Rollout) error {
 // push renders and pushes the pending nodes of wave, at most
 // pushParallel at a time. A node whose declaration is what it has is
 // unchanged; one that does not render, or refuses, fails.
-func (d *driver) push(ctx context.Context, c *Client, r *Rollout, wave int, note func(step, node string, rev uint64, detail string)) error {
+func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave int, note func(step, node string, rev uint64, detail string)) error {
 	var pending []int
 	for i, n := range r.Nodes {
-		if n.Wave == wave && n.Step == StepPending {
+		if n.Wave == wave && n.Step == rollout.StepPending {
 			pending = append(pending, i)
 		}
 	}
@@ -286,14 +327,14 @@ func (d *driver) push(ctx context.Context, c *Client, r *Rollout, wave int, note
 		return nil
 	}
 	var f *fleet
-	if r.Kind == RolloutProfiles {
+	if r.Kind == rollout.KindProfiles {
 		var err error
 		if f, err = c.loadFleet(ctx); err != nil {
 			return err
 		}
 	}
 	type outcome struct {
-		step     NodeStep
+		step     rollout.Step
 		revision uint64
 		before   uint64
 		lastGood uint64
@@ -308,66 +349,60 @@ func (d *driver) push(ctx context.Context, c *Client, r *Rollout, wave int, note
 	defer func() {
 		d.log.Info("rollout wave pushed", "rollout", r.ID, "wave", wave, "nodes", len(pending), "took", time.Since(started).Round(time.Millisecond))
 	}()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, pushParallel)
-	for k, i := range pending {
+	pushed := fanout.Each(ctx, pushParallel, pending, func(k, i int) {
 		node := r.Nodes[i].Node
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			o := &outcomes[k]
-			decl, read, err := c.rolloutDeclaration(ctx, f, r, node)
-			stored := read.Declaration()
-			switch {
-			case err != nil:
-				o.step, o.err = StepFailed, fmt.Errorf("does not render: %w", err)
-				return
-			case decl == nil:
-				// What it should have is stored already: unchanged if
-				// the node has converged it, else waited for as if
-				// pushed now (it may have been, by a step whose record
-				// was lost to a pause).
-				o.step = StepUnchanged
-				if stored != nil {
-					o.revision = stored.Revision
-					if done, _, _, _ := converged(r, &RolloutNode{Node: node, Revision: stored.Revision}, d.heartbeat(ctx, node)); !done {
-						o.step, o.already = StepPushed, true
-					}
-				}
-				return
-			}
+		o := &outcomes[k]
+		decl, read, err := c.rolloutDeclaration(ctx, f, r, node)
+		stored := read.Declaration()
+		switch {
+		case err != nil:
+			o.step, o.err = rollout.StepFailed, fmt.Errorf("does not render: %w", err)
+			return
+		case decl == nil:
+			// What it should have is stored already: unchanged if
+			// the node has converged it, else waited for as if
+			// pushed now (it may have been, by a step whose record
+			// was lost to a pause).
+			o.step = rollout.StepUnchanged
 			if stored != nil {
-				o.before = stored.Revision
+				o.revision = stored.Revision
+				if done, _, _, _ := converged(r, &rollout.Node{Node: node, Revision: stored.Revision}, d.heartbeat(ctx, node)); !done {
+					o.step, o.already = rollout.StepPushed, true
+				}
 			}
-			if hb := d.heartbeat(ctx, node); hb != nil {
-				o.lastGood = hb.LastGood
-			}
-			push, err := c.prepareOver(ctx, node, decl, read)
-			if err != nil {
-				o.step, o.err = StepFailed, err
-				return
-			}
-			o.step, o.revision = StepPushed, push.Revision
-			ack, err := c.pushStored(node, push, 2*time.Second)
-			if err != nil {
-				o.step, o.err = StepFailed, err
-				return
-			}
-			o.online = ack != nil
-		}()
+			return
+		}
+		if stored != nil {
+			o.before = stored.Revision
+		}
+		if hb := d.heartbeat(ctx, node); hb != nil {
+			o.lastGood = hb.LastGood
+		}
+		push, err := c.prepareOver(ctx, node, decl, read)
+		if err != nil {
+			o.step, o.err = rollout.StepFailed, err
+			return
+		}
+		o.step, o.revision = rollout.StepPushed, push.Revision
+		ack, err := c.pushStored(node, push, 2*time.Second)
+		if err != nil {
+			o.step, o.err = rollout.StepFailed, err
+			return
+		}
+		o.online = ack != nil
+	})
+	if pushed < len(pending) {
+		return ctx.Err()
 	}
-	wg.Wait()
 	now := c.Now().UTC()
 	for k, i := range pending {
 		n, o := &r.Nodes[i], outcomes[k]
 		n.Step, n.Revision, n.Before, n.LastGood = o.step, o.revision, o.before, o.lastGood
 		switch {
-		case o.step == StepFailed:
+		case o.step == rollout.StepFailed:
 			n.Reason, n.Done = firstLine(o.err.Error()), now
 			note("failed", n.Node, n.Revision, n.Reason)
-		case o.step == StepUnchanged:
+		case o.step == rollout.StepUnchanged:
 			n.Done = now
 			note("unchanged", n.Node, n.Revision, "")
 		case o.already:
@@ -385,20 +420,20 @@ func (d *driver) push(ctx context.Context, c *Client, r *Rollout, wave int, note
 }
 
 // observe looks at the heartbeats of wave's pushed nodes.
-func (d *driver) observe(ctx context.Context, c *Client, r *Rollout, wave int, now time.Time, note func(step, node string, rev uint64, detail string)) {
+func (d *driver) observe(ctx context.Context, c *Client, r *rollout.Rollout, wave int, now time.Time, note func(step, node string, rev uint64, detail string)) {
 	for i := range r.Nodes {
 		n := &r.Nodes[i]
-		if n.Wave != wave || n.Step != StepPushed {
+		if n.Wave != wave || n.Step != rollout.StepPushed {
 			continue
 		}
 		hb := d.heartbeat(ctx, n.Node)
 		done, failed, rolledBack, why := converged(r, n, hb)
 		switch {
 		case done:
-			n.Step, n.Done = StepConverged, now
+			n.Step, n.Done = rollout.StepConverged, now
 			note("converged", n.Node, n.Revision, "")
 		case failed:
-			n.Step, n.Reason, n.Done = StepFailed, why, now
+			n.Step, n.Reason, n.Done = rollout.StepFailed, why, now
 			note("failed", n.Node, n.Revision, why)
 			if rolledBack {
 				if err := c.markBad(ctx, r, n.Node, why); err != nil {
@@ -406,7 +441,7 @@ func (d *driver) observe(ctx context.Context, c *Client, r *Rollout, wave int, n
 				}
 			}
 		case now.Sub(n.Pushed) > time.Duration(r.WaitHealthy):
-			n.Step, n.Done = StepFailed, now
+			n.Step, n.Done = rollout.StepFailed, now
 			n.Reason = fmt.Sprintf("did not report revision %d converged within %v", n.Revision, time.Duration(r.WaitHealthy))
 			if hb == nil || now.Sub(hb.Sent) > 3*time.Duration(hb.Interval) {
 				n.Reason = fmt.Sprintf("silent: no heartbeat reporting revision %d within %v", n.Revision, time.Duration(r.WaitHealthy))
@@ -419,11 +454,11 @@ func (d *driver) observe(ctx context.Context, c *Client, r *Rollout, wave int, n
 // converged says whether hb shows n done (the revision applied and
 // converged; for a release, the release running) or failed (the apply
 // failed, or the release was rolled back: rolledBack).
-func converged(r *Rollout, n *RolloutNode, hb *linkproto.Heartbeat) (done, failed, rolledBack bool, why string) {
+func converged(r *rollout.Rollout, n *rollout.Node, hb *linkproto.Heartbeat) (done, failed, rolledBack bool, why string) {
 	if hb == nil {
 		return false, false, false, ""
 	}
-	if r.Kind == RolloutRelease {
+	if r.Kind == rollout.KindRelease {
 		version := strings.TrimPrefix(r.Release.Digest, "sha256:")
 		switch {
 		case slices.Contains(hb.Bad, version):
@@ -447,4 +482,12 @@ func firstLine(s string) string {
 		return s[:i] + " …"
 	}
 	return s
+}
+
+// newHolder names a control service uniquely among those of a cluster.
+func newHolder() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }

@@ -2,12 +2,9 @@ package control
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -50,20 +47,6 @@ type Service struct {
 	// RetryEvery is how long to wait after failing to set up the streams
 	// (the broker not reachable yet) before trying again; zero means 2 s.
 	RetryEvery time.Duration
-	// Secrets seal the secrets a rollout's declarations name; nil refuses
-	// such declarations.
-	Secrets *authority.Secrets
-	// Holder names this service in the rollouts it drives (default: the
-	// host name, the process id and a random tail).
-	Holder string
-}
-
-// newHolder names a control service uniquely among those of a cluster.
-func newHolder() string {
-	host, _ := os.Hostname()
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // dialTimeout bounds one connection attempt and each JetStream call the
@@ -200,11 +183,8 @@ func (s *Service) Run(ctx context.Context) error {
 		defer renews.Unsubscribe()
 	}
 	s.Log.Info("answering hellos", "mesh", s.Mesh, "subject", linkproto.AllHellos(s.Mesh))
-	holder := s.Holder
-	if holder == "" {
-		holder = newHolder()
-	}
-	return s.driveRollouts(ctx, holder)
+	<-ctx.Done()
+	return nil
 }
 
 // hello answers one Hello. A hello that is not one is logged and left
