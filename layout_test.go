@@ -121,7 +121,7 @@ func TestDependencyDirection(t *testing.T) {
 	}
 	forbidden := func(path string) []string {
 		switch path {
-		case "cmd/meshctl/control", "cmd/meshctl/authority", "cmd/meshctl/broker", "cmd/meshctl/store", "cmd/meshctl/rollout", "cmd/internal/fanout", "cmd/internal/fleetview", hostSvc:
+		case "cmd/meshctl/client", "cmd/meshctl/nodeservice", "cmd/meshctl/authority", "cmd/meshctl/broker", "cmd/meshctl/store", "cmd/meshctl/rollout", "cmd/internal/fanout", "cmd/internal/fleetview", hostSvc:
 			return []string{kong, completion}
 		case "cmd/mesh-host/agent", "cmd/mesh-host/link", "cmd/mesh-host/localsock",
 			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment", "cmd/mesh-host/facts":
@@ -196,6 +196,24 @@ func TestHostDoesNotLinkBroker(t *testing.T) {
 	for _, d := range strings.Fields(string(out)) {
 		if strings.HasPrefix(d, "github.com/nats-io/nats-server") {
 			t.Errorf("mesh-host links %s", d)
+		}
+	}
+}
+
+// TestNothingBelowImportsTheClient: the operator's client is used by
+// package main (and the views it prints with); the service, the store,
+// the rollout records, the broker and the authority are below it.
+func TestNothingBelowImportsTheClient(t *testing.T) {
+	below := []string{"cmd/meshctl/nodeservice", "cmd/meshctl/store", "cmd/meshctl/rollout", "cmd/meshctl/broker", "cmd/meshctl/authority", "cmd/internal/fanout"}
+	for _, p := range listPackages(t) {
+		path := rel(p.ImportPath)
+		if !slices.Contains(below, path) {
+			continue
+		}
+		for _, d := range internalDeps(p) {
+			if d == "cmd/meshctl/client" || d == "cmd/meshctl" {
+				t.Errorf("%s imports %s", path, d)
+			}
 		}
 	}
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/sealing"
 )
@@ -389,10 +389,10 @@ func TestClassify(t *testing.T) {
 		err  error
 		code int
 	}{
-		{control.ErrRefused, exitRefused},
+		{client.ErrRefused, exitRefused},
 		{fmt.Errorf("x: %w", linkproto.ErrInvalidName), exitRefused},
-		{control.ErrNotApplied, exitFailed},
-		{control.ErrApplyFailed, exitFailed},
+		{client.ErrNotApplied, exitFailed},
+		{client.ErrApplyFailed, exitFailed},
 		{errors.New("broker gone"), exitFailed},
 	} {
 		var ee *exitError

@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -76,7 +76,7 @@ func TestReleaseCommand(t *testing.T) {
 
 	// What is stored for web-1 names a source serving the archive.
 	urls, _ := authority.ReadConfig(data)
-	nc, err := control.Dial(mustOpen(t, data), urls.URLs)
+	nc, err := client.Dial(mustOpen(t, data), urls.URLs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -95,9 +95,9 @@ func (c *releaseCmd) Run(e *env) error {
 				continue
 			}
 		}
-		if err := cl.Release(e.ctx, e.stdout, n, res, control.DeclareOptions{Wait: c.Wait}); err != nil {
+		if err := cl.Release(e.ctx, e.stdout, n, res, client.DeclareOptions{Wait: c.Wait}); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
-			if errors.Is(err, control.ErrRolledBack) {
+			if errors.Is(err, client.ErrRolledBack) {
 				rolledBack = append(rolledBack, n)
 			}
 		}

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/rollout"
 	"github.com/mesh-host/mesh-host/labels"
 )
@@ -83,7 +83,7 @@ func (c *rolloutStartCmd) Run(e *env) error {
 
 // follow prints r's start and, unless detached, its progress until it
 // ends; a rollout that halts or is aborted is a failure.
-func follow(e *env, cl *control.Client, r *rollout.Rollout, detach bool) error {
+func follow(e *env, cl *client.Client, r *rollout.Rollout, detach bool) error {
 	fmt.Fprintf(e.stdout, "rollout %s: %s to %s in %s (canary %d, then %d at a time)\n", r.ID, r.Kind, fleetview.Plural(len(r.Nodes), "node"), fleetview.Plural(r.Waves(), "wave"), r.Canary, r.MaxInFlight)
 	if len(r.Skipped) > 0 {
 		fmt.Fprintf(e.stdout, "skipped %s no profile selects%s\n", fleetview.Plural(len(r.Skipped), "node"), listSome(r.Skipped))
@@ -326,7 +326,7 @@ func (c *rolloutAbortCmd) Run(e *env) error {
 	}
 	defer nc.Close()
 	r, err := cl.AbortRollout(e.ctx, e.stdout, c.ID, c.Revert)
-	if r != nil && (err == nil || !errors.Is(err, control.ErrRefused)) {
+	if r != nil && (err == nil || !errors.Is(err, client.ErrRefused)) {
 		fmt.Fprintf(e.stdout, "rollout %s aborted\n", r.ID)
 	}
 	return err

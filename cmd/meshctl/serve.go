@@ -17,7 +17,8 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
 )
 
 // serveConfig is what serveMesh is told, read from the flags.
@@ -44,7 +45,7 @@ type serveConfig struct {
 }
 
 // serveMesh runs the control service of a: the embedded broker (without
-// cfg.URLs), the releases server, and the control.Service that answers
+// cfg.URLs), the releases server, and the nodeservice.Service that answers
 // every node, until ctx ends.
 func serveMesh(ctx context.Context, a *authority.Authority, cfg serveConfig) error {
 	log := cfg.Log
@@ -62,7 +63,7 @@ func serveMesh(ctx context.Context, a *authority.Authority, cfg serveConfig) err
 		}
 		defer b.Close()
 		local = b
-		// This service connects in process (DialService); nodes are
+		// This service connects in process (nodeservice.Dial); nodes are
 		// given the names the operator says they reach it by.
 		urls = []string{b.URL()}
 		recorded := urls
@@ -79,14 +80,14 @@ func serveMesh(ctx context.Context, a *authority.Authority, cfg serveConfig) err
 	} else if err := a.SetURLs(urls); err != nil {
 		return fmt.Errorf("record the broker's address: %w", err)
 	}
-	nc, err := control.DialService(a, urls, log, local)
+	nc, err := nodeservice.Dial(a, urls, log, local)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	// The system user pushes the mesh account when enrolling a node again
 	// revokes its previous key.
-	sys, err := control.DialSystem(a, urls, true, log)
+	sys, err := nodeservice.DialSystem(a, urls, true, log)
 	if err != nil {
 		return err
 	}
@@ -109,15 +110,15 @@ func serveMesh(ctx context.Context, a *authority.Authority, cfg serveConfig) err
 	}
 	{ // Streams and bucket in place, then every node's hello answered.
 		ctx, cancel := context.WithCancel(ctx)
-		svc := &control.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: log, EventsMaxAge: cfg.EventsMaxAge,
-			Issuer: &control.Accounts{A: a, Sys: sys, Now: cfg.Now}, CredentialTTL: cfg.CredentialTTL}
+		svc := &nodeservice.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: log, EventsMaxAge: cfg.EventsMaxAge,
+			Issuer: &nodeservice.Accounts{A: a, Sys: sys, Now: cfg.Now}, CredentialTTL: cfg.CredentialTTL}
 		g.Add(func() error {
 			return svc.Run(ctx)
 		}, func(error) { cancel() })
 	}
 	{ // The rollouts: this service drives those whose lease it holds.
 		ctx, cancel := context.WithCancel(ctx)
-		d := &control.RolloutDriver{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Secrets: secrets, Log: log}
+		d := &client.RolloutDriver{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Secrets: secrets, Log: log}
 		g.Add(func() error {
 			return d.Run(ctx)
 		}, func(error) { cancel() })

@@ -7,14 +7,14 @@ import (
 
 	"github.com/pmezard/go-difflib/difflib"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
 )
 
 // PrintDiff writes each node's change as a unified diff of its resources,
 // one line each, and a last line of counts.
-func PrintDiff(w io.Writer, diffs []control.NodeDiff) error {
+func PrintDiff(w io.Writer, diffs []client.NodeDiff) error {
 	changed, same, failed := 0, 0, 0
 	for _, d := range diffs {
 		switch {

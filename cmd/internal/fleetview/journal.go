@@ -5,7 +5,7 @@ import (
 	"io"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/journalview"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
@@ -18,7 +18,7 @@ type Journal interface {
 	Why(ctx context.Context, node, resource string) (chain []event.Record, heldBy *event.Record, err error)
 }
 
-var _ Journal = (*control.Client)(nil)
+var _ Journal = (*client.Client)(nil)
 
 // PrintJournal prints node's records from sequence from on with the same
 // printer as `mesh-host journal`: a table, or JSON lines when asJSON.

@@ -11,13 +11,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 )
 
-// PrintNodes prints nodes as a table, or as one JSON array of control.NodeStatus
+// PrintNodes prints nodes as a table, or as one JSON array of client.NodeStatus
 // when asJSON (a snapshot, unlike a journal, which streams as JSON
 // lines). Ages are measured from now.
-func PrintNodes(w io.Writer, nodes []control.NodeStatus, now time.Time, asJSON bool) error {
+func PrintNodes(w io.Writer, nodes []client.NodeStatus, now time.Time, asJSON bool) error {
 	if asJSON { // JSON lines, one node each: for jq and for reading as they come
 		return encodeLines(w, nodes)
 	}
@@ -30,7 +30,7 @@ func PrintNodes(w io.Writer, nodes []control.NodeStatus, now time.Time, asJSON b
 		}
 		version, applied, drifted, failed, heard := "-", "-", "-", "-", "-"
 		if hb := n.Heartbeat; hb != nil {
-			version = control.VersionLabel(hb.Build, hb.Version)
+			version = client.VersionLabel(hb.Build, hb.Version)
 			applied = fmt.Sprint(hb.Applied)
 			drifted = fmt.Sprint(hb.Drifted)
 			failed = fmt.Sprint(hb.Failed)
@@ -67,13 +67,13 @@ func PrintNodes(w io.Writer, nodes []control.NodeStatus, now time.Time, asJSON b
 }
 
 // Summary is one line of counts: nodes by state, then by version.
-func Summary(nodes []control.NodeStatus) string {
+func Summary(nodes []client.NodeStatus) string {
 	states, versions := map[string]int{}, map[string]int{}
 	for _, n := range nodes {
 		states[n.State]++
 		v := "-"
 		if hb := n.Heartbeat; hb != nil {
-			v = control.VersionLabel(hb.Build, hb.Version)
+			v = client.VersionLabel(hb.Build, hb.Version)
 		}
 		versions[v]++
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -18,7 +18,7 @@ import (
 // node's bug, or a forgery) shows as such, not as 292 years ago.
 func TestPrintNodesHeartbeatWithoutTime(t *testing.T) {
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	nodes := []control.NodeStatus{{Node: "web-1", State: control.StateSilent, Heartbeat: &linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion, Node: "web-1"}}}
+	nodes := []client.NodeStatus{{Node: "web-1", State: client.StateSilent, Heartbeat: &linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion, Node: "web-1"}}}
 	var out strings.Builder
 	if err := PrintNodes(&out, nodes, now, false); err != nil {
 		t.Fatal(err)

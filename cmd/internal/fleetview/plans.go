@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -23,10 +23,10 @@ type PlanGroup struct {
 // and omitted counts; not the revision, which differs from node to node),
 // most nodes first, then by first node name. Each group's nodes are
 // sorted.
-func GroupPlans(results []control.PlanResult) []PlanGroup {
+func GroupPlans(results []client.PlanResult) []PlanGroup {
 	byKey := map[string]*PlanGroup{}
 	for _, r := range results {
-		if r.Status != control.PlanPlanned || r.Answer == nil {
+		if r.Status != client.PlanPlanned || r.Answer == nil {
 			continue
 		}
 		g := PlanGroup{Steps: r.Answer.Steps, Unchanged: r.Answer.Unchanged, Omitted: r.Answer.Omitted}
@@ -66,9 +66,9 @@ func nodeList(nodes []string) string {
 // PrintPlans prints a fleet's plan: the nodes with the same plan once,
 // with their count and names (the most common plan first), then the nodes
 // offline, refused, busy and failed, then a line of counts. asJSON prints
-// JSON lines instead, one control.PlanResult each. It returns ErrNotPlanned when
+// JSON lines instead, one client.PlanResult each. It returns ErrNotPlanned when
 // any node did not answer with a plan.
-func PrintPlans(w io.Writer, results []control.PlanResult, asJSON bool) error {
+func PrintPlans(w io.Writer, results []client.PlanResult, asJSON bool) error {
 	var err error
 	if asJSON {
 		enc := json.NewEncoder(w)
@@ -83,13 +83,13 @@ func PrintPlans(w io.Writer, results []control.PlanResult, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	if n := len(results) - count(results, control.PlanPlanned); n > 0 {
+	if n := len(results) - count(results, client.PlanPlanned); n > 0 {
 		return fmt.Errorf("%w: %d of %d nodes did not answer with a plan", ErrNotPlanned, n, len(results))
 	}
 	return nil
 }
 
-func printPlanText(w io.Writer, results []control.PlanResult) error {
+func printPlanText(w io.Writer, results []client.PlanResult) error {
 	groups := GroupPlans(results)
 	for _, g := range groups {
 		what := "no changes"
@@ -117,7 +117,7 @@ func printPlanText(w io.Writer, results []control.PlanResult) error {
 			fmt.Fprintf(w, "    … and %d more steps the answer could not hold (mesh-host plan on a node shows them all)\n", g.Omitted)
 		}
 	}
-	for _, status := range []string{control.PlanOffline, control.PlanRefused, control.PlanBusy, control.PlanFailed} {
+	for _, status := range []string{client.PlanOffline, client.PlanRefused, client.PlanBusy, client.PlanFailed} {
 		n := count(results, status)
 		if n == 0 {
 			continue
@@ -129,8 +129,8 @@ func printPlanText(w io.Writer, results []control.PlanResult) error {
 			}
 		}
 	}
-	parts := []string{fmt.Sprintf("%d planned (%s)", count(results, control.PlanPlanned), Plural(len(groups), "plan"))}
-	for _, status := range []string{control.PlanOffline, control.PlanRefused, control.PlanBusy, control.PlanFailed} {
+	parts := []string{fmt.Sprintf("%d planned (%s)", count(results, client.PlanPlanned), Plural(len(groups), "plan"))}
+	for _, status := range []string{client.PlanOffline, client.PlanRefused, client.PlanBusy, client.PlanFailed} {
 		if n := count(results, status); n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, status))
 		}
@@ -139,7 +139,7 @@ func printPlanText(w io.Writer, results []control.PlanResult) error {
 	return err
 }
 
-func count(results []control.PlanResult, status string) int {
+func count(results []client.PlanResult, status string) int {
 	n := 0
 	for _, r := range results {
 		if r.Status == status {

@@ -7,13 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
-func planned(node string, rev uint64, unchanged int, steps ...linkproto.PlanStep) control.PlanResult {
-	return control.PlanResult{Node: node, Status: control.PlanPlanned, Revision: rev,
+func planned(node string, rev uint64, unchanged int, steps ...linkproto.PlanStep) client.PlanResult {
+	return client.PlanResult{Node: node, Status: client.PlanPlanned, Revision: rev,
 		Answer: &linkproto.PlanAnswer{Node: node, Revision: rev, Steps: steps, Unchanged: unchanged, Seq: rev * 10}}
 }
 
@@ -24,16 +24,16 @@ func planned(node string, rev uint64, unchanged int, steps ...linkproto.PlanStep
 func TestGroupPlans(t *testing.T) {
 	motd := linkproto.PlanStep{ID: "file:/etc/motd", Action: event.ActionUpdate, Differs: []string{"content"}}
 	app := linkproto.PlanStep{ID: "file:/etc/app.conf", Action: event.ActionCreate}
-	results := []control.PlanResult{
+	results := []client.PlanResult{
 		planned("web-3", 4, 2, motd),
 		planned("db-1", 2, 5),
 		planned("web-1", 7, 2, motd),
 		planned("web-2", 2, 2, motd),
 		planned("app-1", 3, 2, motd, app),
 		planned("app-2", 3, 3, motd), // another count of unchanged: another plan
-		{Node: "web-9", Status: control.PlanOffline, Reason: "not connected"},
-		{Node: "web-8", Status: control.PlanRefused, Reason: "revision 1 is older"},
-		{Node: "web-7", Status: control.PlanFailed, Reason: "nothing declared"},
+		{Node: "web-9", Status: client.PlanOffline, Reason: "not connected"},
+		{Node: "web-8", Status: client.PlanRefused, Reason: "revision 1 is older"},
+		{Node: "web-7", Status: client.PlanFailed, Reason: "nothing declared"},
 	}
 	got := GroupPlans(results)
 	var summary []string
@@ -51,7 +51,7 @@ func TestGroupPlans(t *testing.T) {
 // node not planned makes it ErrNotPlanned.
 func TestPrintPlans(t *testing.T) {
 	motd := linkproto.PlanStep{ID: "file:/etc/motd", Action: event.ActionUpdate, Differs: []string{"content"}}
-	var results []control.PlanResult
+	var results []client.PlanResult
 	for i := range 12 {
 		results = append(results, planned(fmt.Sprintf("web-%02d", i+1), 2, 3, motd))
 	}
@@ -74,9 +74,9 @@ func TestPrintPlans(t *testing.T) {
 	}
 
 	results = append(results,
-		control.PlanResult{Node: "web-99", Status: control.PlanOffline, Reason: "not connected"},
-		control.PlanResult{Node: "web-98", Status: control.PlanRefused, Reason: "refused:\nrevision 1 is older"},
-		control.PlanResult{Node: "web-97", Status: control.PlanBusy, Reason: "busy: another plan"})
+		client.PlanResult{Node: "web-99", Status: client.PlanOffline, Reason: "not connected"},
+		client.PlanResult{Node: "web-98", Status: client.PlanRefused, Reason: "refused:\nrevision 1 is older"},
+		client.PlanResult{Node: "web-97", Status: client.PlanBusy, Reason: "busy: another plan"})
 	buf.Reset()
 	err := PrintPlans(&buf, results, false)
 	if !errors.Is(err, ErrNotPlanned) {

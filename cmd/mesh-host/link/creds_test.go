@@ -17,7 +17,8 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -27,7 +28,7 @@ import (
 type meshBed struct {
 	a   *authority.Authority
 	url string
-	acc *control.Accounts
+	acc *nodeservice.Accounts
 }
 
 func newMeshBed(t *testing.T, ttl time.Duration) *meshBed {
@@ -45,18 +46,18 @@ func newMeshBed(t *testing.T, ttl time.Duration) *meshBed {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	nc, err := control.Dial(a, []string{b.URL()})
+	nc, err := client.Dial(a, []string{b.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	sys, err := control.DialSystem(a, []string{b.URL()}, false, nil)
+	sys, err := nodeservice.DialSystem(a, []string{b.URL()}, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sys.Close)
-	m := &meshBed{a: a, url: b.URL(), acc: &control.Accounts{A: a, Sys: sys, Now: time.Now}}
-	svc := &control.Service{Conn: nc, Mesh: testMesh, Key: a.DeclarationKey(), Log: log, Issuer: m.acc, CredentialTTL: ttl}
+	m := &meshBed{a: a, url: b.URL(), acc: &nodeservice.Accounts{A: a, Sys: sys, Now: time.Now}}
+	svc := &nodeservice.Service{Conn: nc, Mesh: testMesh, Key: a.DeclarationKey(), Log: log, Issuer: m.acc, CredentialTTL: ttl}
 	if err := svc.Ensure(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -219,12 +220,12 @@ func TestRevokedLinkIsJournaledAndStaysDown(t *testing.T) {
 		cfg.Trust = m.a.SigningKey()
 	})
 	b.waitUp()
-	nc, err := control.Dial(m.a, []string{m.url})
+	nc, err := client.Dial(m.a, []string{m.url})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	cl, err := control.NewClient(nc, testMesh)
+	cl, err := client.NewClient(nc, testMesh)
 	if err != nil {
 		t.Fatal(err)
 	}
