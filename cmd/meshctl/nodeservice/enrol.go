@@ -38,38 +38,33 @@ type tokenUse struct {
 
 // enrol answers one Enrol: a host presenting its token with the public
 // half of the key it made. The reasons it refuses are told to the host
-// and logged, and nothing is issued then.
+// and logged, and nothing is issued then. The answer goes only where the
+// token's bootstrap user listens.
 func (s *Service) enrol(ctx context.Context, b *store.Handles, m *nats.Msg) {
-	id := strings.TrimPrefix(m.Subject, strings.TrimSuffix(linkproto.AllEnrols(s.Mesh), "*"))
-	// The answer goes only where the token's bootstrap user listens: the
-	// service may publish anywhere, so a reply subject chosen freely
-	// would make it a confused deputy (see replyToInbox).
-	if !strings.HasPrefix(m.Reply, linkproto.EnrolledPrefix(s.Mesh, id)+".") {
-		s.Log.Warn("enrolment refused", "token", id, "reason", fmt.Sprintf("reply subject %q is not under %s", m.Reply, linkproto.EnrolledPrefix(s.Mesh, id)))
-		return
-	}
 	var req linkproto.Enrol
-	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &req); err != nil {
-		s.Log.Warn("enrolment refused", "token", id, "reason", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	node, answer, err := s.redeem(ctx, b, id, req)
-	if err != nil {
-		s.Log.Warn("enrolment refused", "token", id, "node", node, "reason", err)
-		answer = linkproto.Credential{Node: node, Refused: err.Error()}
-	} else {
-		s.Log.Info("node enrolled", "node", node, "token", id, "key", req.Key, "expires", answer.Expires)
-	}
-	answer.Protocol, answer.Nonce = linkproto.ProtocolVersion, req.Nonce
-	if err := answer.Sign(s.Key, s.Mesh); err != nil {
-		s.Log.Error("cannot answer an enrolment", "node", node, "err", err)
-		return
-	}
-	if err := m.Respond(linkproto.Marshal(answer)); err != nil {
-		s.Log.Error("cannot answer an enrolment", "node", node, "err", err)
-	}
+	answerRequest(ctx, s, m, request[linkproto.Credential]{
+		what:      "enrolment",
+		fromToken: true,
+		from: func(subject string) (string, string, error) {
+			id := strings.TrimPrefix(subject, strings.TrimSuffix(linkproto.AllEnrols(s.Mesh), "*"))
+			return id, linkproto.EnrolledPrefix(s.Mesh, id), nil
+		},
+		decode: func(data []byte) (string, error) {
+			return "", linkproto.Decode(data, linkproto.MaxReportSize, &req)
+		},
+		answer: func(ctx context.Context, id string) (linkproto.Credential, error) {
+			node, answer, err := s.redeem(ctx, b, id, req)
+			if err != nil {
+				s.Log.Warn("enrolment refused", "token", id, "node", node, "reason", err)
+				answer = linkproto.Credential{Node: node, Refused: err.Error()}
+			} else {
+				s.Log.Info("node enrolled", "node", node, "token", id, "key", req.Key, "expires", answer.Expires)
+			}
+			answer.Protocol, answer.Nonce = linkproto.ProtocolVersion, req.Nonce
+			return answer, nil
+		},
+		sign: func(a *linkproto.Credential, _ string) error { return a.Sign(s.Key, s.Mesh) },
+	})
 }
 
 // redeem checks the token and, if it may be, redeems it: once, and only
@@ -166,40 +161,29 @@ func tokenRefused(ctx context.Context, tokens jetstream.KeyValue, mesh string, t
 }
 
 // renew answers one Renew: the node's credentials signed again, for the
-// key on record, unless that key is revoked. Like a hello, the answer goes
-// only into the node's own inbox.
+// key on record, unless that key is revoked.
 func (s *Service) renew(ctx context.Context, b *store.Handles, m *nats.Msg) {
-	mesh, node, err := linkproto.NodeOf(m.Subject)
-	if err != nil || mesh != s.Mesh {
-		s.Log.Warn("renewal on an unexpected subject", "subject", m.Subject, "err", err)
-		return
-	}
 	var req linkproto.Renew
-	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &req); err != nil || req.Node != node {
-		s.Log.Warn("malformed renewal", "node", node, "err", err, "names", req.Node)
-		return
-	}
-	if err := replyToInbox(m, mesh, node); err != nil {
-		s.Log.Warn("malformed renewal", "node", node, "err", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	answer, err := s.renewed(ctx, b, node, req.Key)
-	if err != nil {
-		s.Log.Warn("renewal refused", "node", node, "reason", err)
-		answer = linkproto.Credential{Node: node, Refused: err.Error()}
-	} else {
-		s.Log.Info("credentials renewed", "node", node, "expires", answer.Expires)
-	}
-	answer.Protocol, answer.Nonce = linkproto.ProtocolVersion, req.Nonce
-	if err := answer.Sign(s.Key, s.Mesh); err != nil {
-		s.Log.Error("cannot answer a renewal", "node", node, "err", err)
-		return
-	}
-	if err := m.Respond(linkproto.Marshal(answer)); err != nil {
-		s.Log.Error("cannot answer a renewal", "node", node, "err", err)
-	}
+	answerRequest(ctx, s, m, request[linkproto.Credential]{
+		what: "renewal",
+		from: s.fromNode,
+		decode: func(data []byte) (string, error) {
+			err := linkproto.Decode(data, linkproto.MaxReportSize, &req)
+			return req.Node, err
+		},
+		answer: func(ctx context.Context, node string) (linkproto.Credential, error) {
+			answer, err := s.renewed(ctx, b, node, req.Key)
+			if err != nil {
+				s.Log.Warn("renewal refused", "node", node, "reason", err)
+				answer = linkproto.Credential{Node: node, Refused: err.Error()}
+			} else {
+				s.Log.Info("credentials renewed", "node", node, "expires", answer.Expires)
+			}
+			answer.Protocol, answer.Nonce = linkproto.ProtocolVersion, req.Nonce
+			return answer, nil
+		},
+		sign: func(a *linkproto.Credential, _ string) error { return a.Sign(s.Key, s.Mesh) },
+	})
 }
 
 func (s *Service) renewed(ctx context.Context, b *store.Handles, node, key string) (linkproto.Credential, error) {

@@ -187,94 +187,51 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// hello answers one Hello. A hello that is not one is logged and left
-// unanswered: the node times out and says hello again, and nothing a node
-// sends can stop the service.
+// hello answers one Hello with how much of the node's journal the
+// events stream holds and its stored declaration, if newer than the one
+// it has accepted.
 func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired *store.Desired, m *nats.Msg) {
-	mesh, node, err := linkproto.NodeOf(m.Subject)
-	if err != nil || mesh != s.Mesh {
-		s.Log.Warn("hello on an unexpected subject", "subject", m.Subject, "err", err)
-		return
-	}
 	var h linkproto.Hello
-	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &h); err != nil {
-		s.Log.Warn("malformed hello", "node", node, "err", err)
-		return
-	}
-	if h.Node != node {
-		s.Log.Warn("malformed hello", "node", node, "err", fmt.Sprintf("it names node %q", h.Node))
-		return
-	}
-	if err := replyToInbox(m, mesh, node); err != nil {
-		s.Log.Warn("malformed hello", "node", node, "err", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	w, err := welcome(ctx, events, desired, mesh, node, h.Revision)
-	if err == nil {
-		w.Nonce = h.Nonce
-		err = w.Sign(s.Key, mesh, node)
-	}
-	if err != nil {
-		// Unanswered, the node says hello again.
-		s.Log.Error("cannot answer a hello", "node", node, "err", err)
-		return
-	}
-	if err := m.Respond(linkproto.Marshal(w)); err != nil {
-		s.Log.Error("cannot answer a hello", "node", node, "err", err)
-		return
-	}
-	revision := uint64(0)
-	if w.Declaration != nil {
-		revision = w.Declaration.Revision
-	}
-	s.Log.Debug("hello answered", "node", node, "version", h.Version, "events_through", w.EventsThrough, "declaration", revision)
-}
-
-// replyToInbox checks that m asks for its answer in node's own inbox. The
-// control service may publish anywhere, so a reply subject a node chose
-// freely would make it a confused deputy: an answer published to another
-// node's subjects, or to the JetStream API ($JS.API.STREAM.DELETE.…).
-func replyToInbox(m *nats.Msg, mesh, node string) error {
-	if !strings.HasPrefix(m.Reply, linkproto.InboxPrefix(mesh, node)+".") {
-		return fmt.Errorf("reply subject %q is not under the node's inbox %s", m.Reply, linkproto.InboxPrefix(mesh, node))
-	}
-	return nil
+	answerRequest(ctx, s, m, request[linkproto.Welcome]{
+		what: "hello",
+		from: s.fromNode,
+		decode: func(data []byte) (string, error) {
+			err := linkproto.Decode(data, linkproto.MaxReportSize, &h)
+			return h.Node, err
+		},
+		answer: func(ctx context.Context, node string) (linkproto.Welcome, error) {
+			w, err := welcome(ctx, events, desired, s.Mesh, node, h.Revision)
+			w.Nonce = h.Nonce
+			return w, err
+		},
+		sign: func(w *linkproto.Welcome, node string) error { return w.Sign(s.Key, s.Mesh, node) },
+		sent: func(node string, w *linkproto.Welcome) {
+			revision := uint64(0)
+			if w.Declaration != nil {
+				revision = w.Declaration.Revision
+			}
+			s.Log.Debug("hello answered", "node", node, "version", h.Version, "events_through", w.EventsThrough, "declaration", revision)
+		},
+	})
 }
 
 // sync answers one Sync with how much of the node's journal the events
-// stream holds. Like a hello, a sync that is not one is left unanswered.
+// stream holds.
 func (s *Service) sync(ctx context.Context, events jetstream.Stream, m *nats.Msg) {
-	mesh, node, err := linkproto.NodeOf(m.Subject)
-	if err != nil || mesh != s.Mesh {
-		s.Log.Warn("sync on an unexpected subject", "subject", m.Subject, "err", err)
-		return
-	}
 	var q linkproto.Sync
-	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &q); err != nil || q.Node != node {
-		s.Log.Warn("malformed sync", "node", node, "err", err, "names", q.Node)
-		return
-	}
-	if err := replyToInbox(m, mesh, node); err != nil {
-		s.Log.Warn("malformed sync", "node", node, "err", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	through, err := eventsThrough(ctx, events, mesh, node, q.Sent)
-	if err != nil {
-		s.Log.Error("cannot answer a sync", "node", node, "err", err)
-		return
-	}
-	answer := linkproto.Synced{Protocol: linkproto.ProtocolVersion, EventsThrough: through, Nonce: q.Nonce}
-	if err := answer.Sign(s.Key, mesh, node); err != nil {
-		s.Log.Error("cannot answer a sync", "node", node, "err", err)
-		return
-	}
-	if err := m.Respond(linkproto.Marshal(answer)); err != nil {
-		s.Log.Error("cannot answer a sync", "node", node, "err", err)
-	}
+	answerRequest(ctx, s, m, request[linkproto.Synced]{
+		what: "sync",
+		from: s.fromNode,
+		decode: func(data []byte) (string, error) {
+			err := linkproto.Decode(data, linkproto.MaxReportSize, &q)
+			return q.Node, err
+		},
+		answer: func(ctx context.Context, node string) (linkproto.Synced, error) {
+			through, err := eventsThrough(ctx, events, s.Mesh, node, q.Sent)
+			return linkproto.Synced{Protocol: linkproto.ProtocolVersion, EventsThrough: through, Nonce: q.Nonce}, err
+		},
+		sign: func(a *linkproto.Synced, node string) error { return a.Sign(s.Key, s.Mesh, node) },
+	})
 }
 
 // welcome is the answer to node's hello: how much of its journal the events
