@@ -107,25 +107,25 @@ func (d *RolloutDriver) Run(ctx context.Context) error {
 	}
 }
 
-func (s *RolloutDriver) drive(ctx context.Context, holder string) error {
-	c, err := NewClient(s.Conn, s.Mesh)
+func (rd *RolloutDriver) drive(ctx context.Context, holder string) error {
+	c, err := NewClient(rd.Conn, rd.Mesh)
 	if err != nil {
 		return err
 	}
-	c.Key, c.Secrets = s.Key, s.Secrets
-	if s.Now != nil {
-		c.Now = s.Now
+	c.Key, c.Secrets = rd.Key, rd.Secrets
+	if rd.Now != nil {
+		c.Now = rd.Now
 	}
-	d := &driver{c: c, holder: holder, log: s.Log, heartbeats: map[string]*linkproto.Heartbeat{}}
+	d := &driver{c: c, holder: holder, log: rd.Log, heartbeats: map[string]*linkproto.Heartbeat{}}
 	// Every heartbeat of the mesh as it arrives: a wave's nodes are
 	// looked up here rather than asked of the stream one by one.
-	sub, err := s.Conn.Subscribe(linkproto.AllHeartbeats(s.Mesh), func(m *nats.Msg) {
+	sub, err := rd.Conn.Subscribe(linkproto.AllHeartbeats(rd.Mesh), func(m *nats.Msg) {
 		var hb linkproto.Heartbeat
 		if linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb) != nil {
 			return
 		}
 		_, node, err := linkproto.NodeOf(m.Subject)
-		if err != nil || hb.Node != node || hb.Mesh != s.Mesh {
+		if err != nil || hb.Node != node || hb.Mesh != rd.Mesh {
 			return // a node speaks for itself only
 		}
 		d.mu.Lock()
@@ -145,7 +145,7 @@ func (s *RolloutDriver) drive(ctx context.Context, holder string) error {
 	if err != nil {
 		return err
 	}
-	w, err := kv.WatchFiltered(ctx, []string{store.Key(s.Mesh, "*")}, jetstream.MetaOnly())
+	w, err := kv.WatchFiltered(ctx, []string{store.Key(rd.Mesh, "*")}, jetstream.MetaOnly())
 	if err != nil {
 		return fmt.Errorf("watch the rollouts: %w", err)
 	}
@@ -169,7 +169,7 @@ func (s *RolloutDriver) drive(ctx context.Context, holder string) error {
 			if e == nil {
 				continue // the initial values are all in
 			}
-			id := strings.TrimPrefix(e.Key(), s.Mesh+".")
+			id := strings.TrimPrefix(e.Key(), rd.Mesh+".")
 			if e.Operation() != jetstream.KeyValuePut {
 				delete(active, id)
 				delete(seen, id)

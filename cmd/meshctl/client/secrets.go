@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
-	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/sealing"
 )
 
@@ -95,14 +95,13 @@ func shallowCopy(s drivers.Spec) drivers.Spec {
 
 // nodeSealKey is the sealing key node told when it enrolled.
 func nodeSealKey(ctx context.Context, keys jetstream.KeyValue, mesh, node string) (string, error) {
-	e, err := keys.Get(ctx, linkproto.DesiredKey(mesh, node))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", fmt.Errorf("%w: %w of %s: it was enrolled before secrets existed: enrol it again", ErrRefused, ErrNoSealKey, node)
-	}
+	key, found, err := store.SealKey(ctx, keys, mesh, node)
 	if err != nil {
 		return "", fmt.Errorf("the sealing key of %s: %w", node, err)
 	}
-	key := string(e.Value())
+	if !found {
+		return "", fmt.Errorf("%w: %w of %s: it was enrolled before secrets existed: enrol it again", ErrRefused, ErrNoSealKey, node)
+	}
 	if err := sealing.ValidPublicKey(key); err != nil {
 		return "", fmt.Errorf("the sealing key of %s: %w", node, err)
 	}

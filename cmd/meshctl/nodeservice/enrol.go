@@ -17,9 +17,9 @@ import (
 	"github.com/mesh-host/mesh-host/sealing"
 )
 
-// DefaultCredentialTTL is how long a node's credentials are valid; the
+// defaultCredentialTTL is how long a node's credentials are valid; the
 // node renews them over its link well before.
-const DefaultCredentialTTL = 30 * 24 * time.Hour
+const defaultCredentialTTL = 30 * 24 * time.Hour
 
 // CredentialIssuer signs node credentials and revokes node keys: what
 // the control service needs of the authority to enrol and renew.
@@ -131,7 +131,7 @@ func (s *Service) redeem(ctx context.Context, b *store.Handles, id string, req l
 	}
 	// The key the node's secrets are sealed to, told with the token that
 	// proves the node: nothing else may set it.
-	if _, err := b.SealKeys.Put(ctx, linkproto.DesiredKey(s.Mesh, t.Node), []byte(req.SealKey)); err != nil {
+	if err := store.PutSealKey(ctx, b.SealKeys, s.Mesh, t.Node, req.SealKey); err != nil {
 		giveBack()
 		return node, linkproto.Credential{}, fmt.Errorf("record the node's sealing key: %w", err)
 	}
@@ -219,7 +219,7 @@ func (s *Service) credentialTTL() time.Duration {
 	if s.CredentialTTL > 0 {
 		return s.CredentialTTL
 	}
-	return DefaultCredentialTTL
+	return defaultCredentialTTL
 }
 
 func (s *Service) now() time.Time {

@@ -40,7 +40,7 @@ type Service struct {
 	// revokes a node's previous key; nil answers neither.
 	Issuer CredentialIssuer
 	// CredentialTTL is how long the credentials it signs are valid;
-	// DefaultCredentialTTL when zero.
+	// 30 days when zero.
 	CredentialTTL time.Duration
 	// Now is the clock tokens' expiry is judged by; time.Now when nil.
 	Now func() time.Time

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mesh-host/mesh-host/linkproto"
 )
 
 // Key is the key of name's record in one of mesh's buckets: MESH.NAME,
@@ -49,6 +51,28 @@ func Credential(ctx context.Context, kv jetstream.KeyValue, mesh, node string) (
 		return nil, 0, fmt.Errorf("the credential of %s: %w", node, err)
 	}
 	return &rec, e.Revision(), nil
+}
+
+// PutSealKey records key, the public sealing key node told as it
+// enrolled, in the sealing-key bucket kv (key linkproto.DesiredKey). The
+// control service writes it; the client reads it to seal secrets to
+// the node.
+func PutSealKey(ctx context.Context, kv jetstream.KeyValue, mesh, node, key string) error {
+	_, err := kv.Put(ctx, linkproto.DesiredKey(mesh, node), []byte(key))
+	return err
+}
+
+// SealKey is node's public sealing key from the sealing-key bucket kv;
+// found is false when it told none (it enrolled before secrets existed).
+func SealKey(ctx context.Context, kv jetstream.KeyValue, mesh, node string) (key string, found bool, err error) {
+	e, err := kv.Get(ctx, linkproto.DesiredKey(mesh, node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return string(e.Value()), true, nil
 }
 
 // TokensRefused is a node's other record in the tokens bucket: the tokens

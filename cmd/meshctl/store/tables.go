@@ -111,7 +111,7 @@ func what(name string) string {
 			return t.what
 		}
 	}
-	return "stream"
+	return "bucket"
 }
 
 // latestOfEachNode is a stream that keeps the last message of each node's
