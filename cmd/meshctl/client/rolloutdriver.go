@@ -258,13 +258,7 @@ func (d *driver) step(ctx context.Context, r *rollout.Rollout) error {
 	c := *d.c
 	c.Operator = r.OperatorFor()
 
-	wave := -1
-	for _, n := range r.Nodes {
-		if !n.Step.Final() {
-			wave = n.Wave
-			break
-		}
-	}
+	wave := r.CurrentWave()
 	if wave < 0 {
 		r.State, r.Reason = rollout.Done, ""
 		if err := c.saveRollout(ctx, r); err != nil {
@@ -284,20 +278,8 @@ func (d *driver) step(ctx context.Context, r *rollout.Rollout) error {
 	}
 	d.observe(ctx, &c, r, wave, now, note)
 
-	// A failure halts among the canaries always, later with
-	// --halt-on-failure.
-	canaryWave := r.Canary > 0 && wave == 0
-	for _, n := range r.Nodes {
-		if n.Wave == wave && n.Step == rollout.StepFailed && (canaryWave || r.HaltOnFailure) {
-			what := "node"
-			if canaryWave {
-				what = "canary"
-			}
-			r.State = rollout.Halted
-			r.Reason = fmt.Sprintf("%s %s failed in wave %d: %s", what, n.Node, wave, n.Reason)
-			note("halted", n.Node, n.Revision, r.Reason)
-			break
-		}
+	if n := r.HaltIfFailed(wave); n != nil {
+		note("halted", n.Node, n.Revision, r.Reason)
 	}
 	// Every change of a node's step or of the rollout's state is noted
 	// as an event: a step that noted nothing changed nothing.

@@ -1,11 +1,43 @@
 package rollout
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/mesh-host/mesh-host/labels"
 )
+
+// CurrentWave is the wave the rollout is at: that of its first node not
+// yet done with; -1 when every node is.
+func (r *Rollout) CurrentWave() int {
+	for _, n := range r.Nodes {
+		if !n.Step.Final() {
+			return n.Wave
+		}
+	}
+	return -1
+}
+
+// HaltIfFailed halts the rollout when a node of wave failed and that
+// halts it: among the canaries always, later with HaltOnFailure. It
+// returns the node that halted it, nil when none did.
+func (r *Rollout) HaltIfFailed(wave int) *Node {
+	canaryWave := r.Canary > 0 && wave == 0
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		if n.Wave == wave && n.Step == StepFailed && (canaryWave || r.HaltOnFailure) {
+			what := "node"
+			if canaryWave {
+				what = "canary"
+			}
+			r.State = Halted
+			r.Reason = fmt.Sprintf("%s %s failed in wave %d: %s", what, n.Node, wave, n.Reason)
+			return n
+		}
+	}
+	return nil
+}
 
 // PlanWaves orders nodes and puts each in its wave, pending: the nodes
 // labelled canary (by labelsOf) first, then by name; the first canary of

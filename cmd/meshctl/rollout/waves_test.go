@@ -84,3 +84,48 @@ func TestParseMaxInFlight(t *testing.T) {
 		}
 	}
 }
+
+func TestCurrentWaveAndHalt(t *testing.T) {
+	nodes := func(steps ...Step) []Node {
+		var out []Node
+		for i, s := range steps {
+			out = append(out, Node{Node: fmt.Sprintf("n%d", i), Wave: i / 2, Step: s, Reason: "boom"})
+		}
+		return out
+	}
+	cases := []struct {
+		name       string
+		r          Rollout
+		wave       int
+		haltedBy   string
+		wantReason string
+	}{
+		{name: "all pending", r: Rollout{Nodes: nodes(StepPending, StepPending, StepPending)}, wave: 0},
+		{name: "wave 0 done", r: Rollout{Nodes: nodes(StepConverged, StepUnchanged, StepPushed)}, wave: 1},
+		{name: "every node done", r: Rollout{Nodes: nodes(StepConverged, StepFailed, StepReverted)}, wave: -1},
+		{name: "a canary failed", r: Rollout{Canary: 2, Nodes: nodes(StepPushed, StepFailed, StepPending)}, wave: 0,
+			haltedBy: "n1", wantReason: "canary n1 failed in wave 0: boom"},
+		{name: "a later failure without halt-on-failure goes on", r: Rollout{Canary: 2, Nodes: nodes(StepConverged, StepConverged, StepFailed, StepPushed)}, wave: 1},
+		{name: "a later failure with halt-on-failure", r: Rollout{HaltOnFailure: true, Nodes: nodes(StepConverged, StepConverged, StepFailed, StepPushed)}, wave: 1,
+			haltedBy: "n2", wantReason: "node n2 failed in wave 1: boom"},
+	}
+	for _, tc := range cases {
+		r := tc.r
+		r.State = Running
+		wave := r.CurrentWave()
+		if wave != tc.wave {
+			t.Errorf("%s: wave %d, want %d", tc.name, wave, tc.wave)
+			continue
+		}
+		if wave < 0 {
+			continue
+		}
+		n := r.HaltIfFailed(wave)
+		switch {
+		case tc.haltedBy == "" && (n != nil || r.State != Running):
+			t.Errorf("%s: halted by %v (%s), want it running", tc.name, n, r.State)
+		case tc.haltedBy != "" && (n == nil || n.Node != tc.haltedBy || r.State != Halted || r.Reason != tc.wantReason):
+			t.Errorf("%s: halted by %v, %s %q; want %s halting it: %q", tc.name, n, r.State, r.Reason, tc.haltedBy, tc.wantReason)
+		}
+	}
+}
