@@ -100,7 +100,7 @@ func TestDependencyDirection(t *testing.T) {
 		case path == "cmd/meshctl/store":
 			// The buckets and streams and their records: below the service
 			// and the client, above nothing of the control plane.
-			return []string{"linkproto", "journal/event", "projector", "declaration", "drivers", "profile", "labels"}, true
+			return []string{"cmd/meshctl/rollout", "linkproto", "journal/event", "projector", "declaration", "drivers", "profile", "labels"}, true
 		case strings.HasPrefix(path, "drivers/") && path != "drivers/driverstest":
 			return []string{"drivers"}, true
 		}

@@ -106,130 +106,42 @@ func (c *Client) StartRollout(ctx context.Context, opt rollout.Options) (*rollou
 	if r.Nodes, r.MaxInFlight, err = rollout.PlanWaves(nodes, f.labels, opt.Canary, opt.MaxInFlight); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
+	rs, err := c.store.Rollouts(ctx, c.Mesh)
 	if err != nil {
 		return nil, err
 	}
-	value := mustJSON(r)
-	if len(value) > linkproto.MaxDeclarationSize-welcomeRoom {
+	if len(mustJSON(r)) > linkproto.MaxDeclarationSize-welcomeRoom {
 		return nil, fmt.Errorf("%w: a rollout of %d nodes does not fit one record; select fewer", ErrRefused, len(r.Nodes))
 	}
-	slot, err := c.claimSlot(ctx, kv, r.ID)
+	slot, err := rs.Claim(ctx, r.ID, c.Now().UTC())
+	var busy *store.Busy
+	if errors.As(err, &busy) {
+		return nil, fmt.Errorf("%w: %v", ErrRefused, busy)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if r.BucketRevision, err = kv.Create(ctx, store.Key(c.Mesh, r.ID), value); err != nil {
-		_ = kv.Delete(ctx, activeKey(c.Mesh), jetstream.LastRevision(slot))
+	if err := rs.Create(ctx, r); err != nil {
+		rs.Unclaim(ctx, slot)
 		return nil, fmt.Errorf("store rollout %s: %w", r.ID, err)
 	}
 	c.rolloutEvent(ctx, r, "started", "", 0, fmt.Sprintf("%s rollout of %d nodes in %d waves by %s", r.Kind, len(r.Nodes), r.Waves(), r.Operator))
 	return r, nil
 }
 
-// The one active rollout of a mesh is named by a key of its own in the
-// rollouts bucket, created atomically: two operators listing the rollouts
-// at once would both see none active, but only one of them creates the
-// key. The key is deleted when the rollout it names stops being active.
-// A key left behind (a start or a save that did not finish) names a
-// rollout that is not active, and the next start takes it over at the
-// revision it read, so that of two such starts only one wins.
-
-// activeKey is the key of the mesh's active-rollout slot. It has one
-// token more than a rollout's key, so listing and watching the rollouts
-// (MESH.*) never see it.
-func activeKey(mesh string) string { return mesh + ".active.rollout" }
-
-// activeSlot is the value of the active-rollout slot.
-type activeSlot struct {
-	Rollout string    `json:"rollout"`
-	Claimed time.Time `json:"claimed"`
-}
-
-// slotGrace is how long a slot naming a rollout with no record yet is
-// taken for a start under way rather than one that failed half way.
-const slotGrace = time.Minute
-
-// claimSlot makes rollout id the mesh's active one, or refuses when
-// another is active, and returns the slot's revision.
-func (c *Client) claimSlot(ctx context.Context, kv jetstream.KeyValue, id string) (uint64, error) {
-	now := c.Now().UTC()
-	value := mustJSON(activeSlot{Rollout: id, Claimed: now})
-	for range 10 {
-		rev, err := kv.Create(ctx, activeKey(c.Mesh), value)
-		if err == nil {
-			return rev, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return 0, fmt.Errorf("claim the active rollout: %w", err)
-		}
-		e, err := kv.Get(ctx, activeKey(c.Mesh))
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // freed meanwhile
-		}
-		if err != nil {
-			return 0, fmt.Errorf("read the active rollout: %w", err)
-		}
-		var held activeSlot
-		_ = json.Unmarshal(e.Value(), &held) // an unreadable slot is stale
-		if held.Rollout != "" {
-			r, err := c.GetRollout(ctx, held.Rollout)
-			switch {
-			case err == nil && r.State.Active():
-				return 0, fmt.Errorf("%w: rollout %s is %s; resume and finish it, or abort it, first", ErrRefused, r.ID, r.State)
-			case errors.Is(err, ErrRefused) && now.Sub(held.Claimed) < slotGrace:
-				return 0, fmt.Errorf("%w: rollout %s is starting", ErrRefused, held.Rollout)
-			case err != nil && !errors.Is(err, ErrRefused):
-				return 0, err
-			}
-		}
-		rev, err = kv.Update(ctx, activeKey(c.Mesh), value, e.Revision())
-		if err == nil {
-			return rev, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return 0, fmt.Errorf("claim the active rollout: %w", err)
-		}
-	}
-	return 0, fmt.Errorf("%w: the active rollout kept changing; try again", ErrRefused)
-}
-
-// freeSlot deletes the active-rollout slot if it names rollout id, at the
-// revision read, so a slot another start has taken over is left alone. A
-// slot it fails to free is stale, and taken over by the next start.
-func (c *Client) freeSlot(ctx context.Context, kv jetstream.KeyValue, id string) {
-	e, err := kv.Get(ctx, activeKey(c.Mesh))
-	if err != nil {
-		return
-	}
-	var held activeSlot
-	if json.Unmarshal(e.Value(), &held) != nil || held.Rollout != id {
-		return
-	}
-	_ = kv.Delete(ctx, activeKey(c.Mesh), jetstream.LastRevision(e.Revision()))
-}
-
 // Rollouts returns the mesh's rollouts, oldest first.
 func (c *Client) Rollouts(ctx context.Context) ([]*rollout.Rollout, error) {
-	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
+	rs, err := c.store.Rollouts(ctx, c.Mesh)
 	if err != nil {
 		return nil, err
 	}
 	var out []*rollout.Rollout
-	err = decodeEntries(ctx, kv, store.Key(c.Mesh, "*"), decodeRollout, func(r *rollout.Rollout) { out = append(out, r) })
+	err = decodeEach(func(put func(jetstream.KeyValueEntry)) error { return rs.Each(ctx, put) }, rs.Decode, func(r *rollout.Rollout) { out = append(out, r) })
 	if err != nil {
 		return nil, fmt.Errorf("list the rollouts: %w", err)
 	}
 	slices.SortFunc(out, func(a, b *rollout.Rollout) int { return a.Created.Compare(b.Created) })
 	return out, nil
-}
-
-func decodeRollout(e jetstream.KeyValueEntry) (*rollout.Rollout, error) {
-	var r rollout.Rollout
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, fmt.Errorf("rollout %s: %w", e.Key(), err)
-	}
-	r.BucketRevision = e.Revision()
-	return &r, nil
 }
 
 // GetRollout returns the rollout id; "" means the latest one.
@@ -247,37 +159,26 @@ func (c *Client) GetRollout(ctx context.Context, id string) (*rollout.Rollout, e
 	if err := linkproto.ValidName(id); err != nil {
 		return nil, fmt.Errorf("%w: rollout: %w", ErrRefused, err)
 	}
-	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
+	rs, err := c.store.Rollouts(ctx, c.Mesh)
 	if err != nil {
 		return nil, err
 	}
-	e, err := kv.Get(ctx, store.Key(c.Mesh, id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	r, err := rs.Get(ctx, id)
+	if err == nil && r == nil {
 		return nil, fmt.Errorf("%w: there is no rollout %s (see `meshctl rollout list`)", ErrRefused, id)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read rollout %s: %w", id, err)
-	}
-	return decodeRollout(e)
+	return r, err
 }
 
 // saveRollout stores r conditionally on the record it was read from, so
 // that an operator's pause and a control service's step cannot both win.
 func (c *Client) saveRollout(ctx context.Context, r *rollout.Rollout) error {
-	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
+	rs, err := c.store.Rollouts(ctx, c.Mesh)
 	if err != nil {
 		return err
 	}
 	r.Updated = c.Now().UTC()
-	rev, err := kv.Update(ctx, store.Key(c.Mesh, r.ID), mustJSON(r), r.BucketRevision)
-	if err != nil {
-		return err
-	}
-	r.BucketRevision = rev
-	if !r.State.Active() {
-		c.freeSlot(ctx, kv, r.ID)
-	}
-	return nil
+	return rs.Update(ctx, r)
 }
 
 // SetRolloutState pauses, resumes or aborts a rollout: from running or

@@ -107,7 +107,7 @@ func TestStartRolloutAfterOneEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Get(ctx, activeKey(c.Mesh)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := kv.Get(ctx, store.ActiveKey(c.Mesh)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("the slot after an abort: %v; want it freed", err)
 	}
 	second := start()
@@ -118,7 +118,7 @@ func TestStartRolloutAfterOneEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	third := start()
-	e, err := kv.Get(ctx, activeKey(c.Mesh))
+	e, err := kv.Get(ctx, store.ActiveKey(c.Mesh))
 	if err != nil {
 		t.Fatal(err)
 	}

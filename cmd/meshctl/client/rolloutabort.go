@@ -2,55 +2,34 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/mesh-host/mesh-host/cmd/meshctl/rollout"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/declaration"
-	"github.com/mesh-host/mesh-host/linkproto"
 )
 
-// rollout.BadRelease returns why the release of digest is bad for the mesh, or nil
+// BadRelease returns why the release of digest is bad for the mesh, or nil
 // when it is not.
 func (c *Client) BadRelease(ctx context.Context, digest string) (*rollout.BadRelease, error) {
-	kv, err := c.store.KV(ctx, linkproto.BadReleasesBucket)
+	bs, err := c.store.BadReleases(ctx, c.Mesh)
 	if err != nil {
 		return nil, err
 	}
-	e, err := kv.Get(ctx, store.Key(c.Mesh, strings.TrimPrefix(digest, "sha256:")))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the bad releases: %w", err)
-	}
-	var b rollout.BadRelease
-	if err := json.Unmarshal(e.Value(), &b); err != nil {
-		return nil, fmt.Errorf("bad release %s: %w", e.Key(), err)
-	}
-	return &b, nil
+	return bs.Get(ctx, digest)
 }
 
 // markBad records r's release bad for the mesh, the first node to roll it
 // back named.
 func (c *Client) markBad(ctx context.Context, r *rollout.Rollout, node, why string) error {
-	kv, err := c.store.KV(ctx, linkproto.BadReleasesBucket)
+	bs, err := c.store.BadReleases(ctx, c.Mesh)
 	if err != nil {
 		return err
 	}
-	b := rollout.BadRelease{Digest: r.Release.Digest, Node: node, Reason: why, Rollout: r.ID, At: c.Now().UTC()}
-	_, err = kv.Create(ctx, store.Key(c.Mesh, strings.TrimPrefix(r.Release.Digest, "sha256:")), mustJSON(b))
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return nil // another node said so first
-	}
-	return err
+	return bs.Mark(ctx, rollout.BadRelease{Digest: r.Release.Digest, Node: node, Reason: why, Rollout: r.ID, At: c.Now().UTC()})
 }
 
 // AbortRollout stops rollout id: no node is pushed to any more. With

@@ -20,7 +20,6 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/internal/fanout"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/rollout"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -141,11 +140,11 @@ func (rd *RolloutDriver) drive(ctx context.Context, holder string) error {
 	// The watch carries only each change's revision: a rollout's record
 	// holds every node's step (2 MB at 10,000 nodes), and most changes
 	// are this driver's own saves.
-	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
+	rs, err := c.store.Rollouts(ctx, rd.Mesh)
 	if err != nil {
 		return err
 	}
-	w, err := kv.WatchFiltered(ctx, []string{store.Key(rd.Mesh, "*")}, jetstream.MetaOnly())
+	w, err := rs.Watch(ctx, jetstream.MetaOnly())
 	if err != nil {
 		return fmt.Errorf("watch the rollouts: %w", err)
 	}
