@@ -137,10 +137,10 @@ const (
 	// and whether it is revoked.
 	NodesBucket = "MESH_NODES"
 	// LabelsBucket holds each node's labels: key MESH.NODE, value a
-	// LabelRecord (package client), its history the changes, who and when.
+	// LabelRecord (package store), its history the changes, who and when.
 	LabelsBucket = "MESH_LABELS"
 	// ProfilesBucket holds the fleet's profiles: key MESH.NAME, value a
-	// ProfileRecord (package client), its history every change, who and
+	// ProfileRecord (package store), its history every change, who and
 	// when; a removed profile is a record saying so, so the history keeps
 	// who removed it.
 	ProfilesBucket = "MESH_PROFILES"

@@ -43,8 +43,8 @@ func (c *Client) Known(ctx context.Context, node string) (bool, error) {
 		return true, nil
 	}
 	// Labelled as its token was issued: enrolled, but not yet redeemed.
-	if lkv, err := c.store.KV(ctx, linkproto.LabelsBucket); err == nil {
-		if _, err := lkv.Get(ctx, store.Key(c.Mesh, node)); err == nil {
+	if ls, err := c.store.Labels(ctx, c.Mesh); err == nil {
+		if ls.Exists(ctx, node) {
 			return true, nil
 		}
 	}
@@ -103,8 +103,8 @@ func (c *Client) Remove(ctx context.Context, node string, r keyRevoker) (*Remove
 		}
 		out.Credited = rec != nil
 	}
-	if lkv, err := c.store.KV(ctx, linkproto.LabelsBucket); err == nil {
-		if err := lkv.Purge(ctx, store.Key(c.Mesh, node)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if ls, err := c.store.Labels(ctx, c.Mesh); err == nil {
+		if err := ls.Purge(ctx, node); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return &out, fmt.Errorf("delete the labels of %s: %w", node, err)
 		}
 	}

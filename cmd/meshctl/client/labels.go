@@ -2,10 +2,8 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -15,26 +13,17 @@ import (
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
-// LabelRecord is a node's labels as the labels bucket keeps them: the
-// bucket's history is every change, with who made it and when.
-type LabelRecord struct {
-	Node     string     `json:"node"`
-	Labels   labels.Set `json:"labels"`
-	Operator string     `json:"operator,omitempty"`
-	At       time.Time  `json:"at"`
-}
-
 // Labels returns every node's labels, by node.
 func (c *Client) Labels(ctx context.Context) (map[string]labels.Set, error) {
 	out := map[string]labels.Set{}
-	kv, err := c.store.KV(ctx, linkproto.LabelsBucket)
+	ls, err := c.store.Labels(ctx, c.Mesh)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return out, nil // a control plane from before labels
 	}
 	if err != nil {
-		return nil, fmt.Errorf("the labels bucket: %w", err)
+		return nil, err
 	}
-	err = decodeEntries(ctx, kv, store.Key(c.Mesh, "*"), jsonEntry[LabelRecord]("the labels"), func(rec LabelRecord) { out[rec.Node] = rec.Labels })
+	err = decodeEach(func(put func(jetstream.KeyValueEntry)) error { return ls.Each(ctx, put) }, ls.Decode, func(rec store.LabelRecord) { out[rec.Node] = rec.Labels })
 	if err != nil {
 		return nil, fmt.Errorf("list the labels: %w", err)
 	}
@@ -57,34 +46,19 @@ func (c *Client) LabelNew(ctx context.Context, node, operator string, edits []st
 	if err := linkproto.ValidName(node); err != nil {
 		return nil, fmt.Errorf("%w: node: %w", ErrRefused, err)
 	}
-	kv, err := c.store.KV(ctx, linkproto.LabelsBucket)
+	ls, err := c.store.Labels(ctx, c.Mesh)
 	if err != nil {
 		return nil, err
 	}
-	key := store.Key(c.Mesh, node)
-	var cur LabelRecord
-	var rev uint64
-	e, err := kv.Get(ctx, key)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-	case err != nil:
-		return nil, fmt.Errorf("read the labels of %s: %w", node, err)
-	default:
-		if err := json.Unmarshal(e.Value(), &cur); err != nil {
-			return nil, fmt.Errorf("the labels of %s: %w", node, err)
-		}
-		rev = e.Revision()
+	cur, rev, err := ls.Get(ctx, node)
+	if err != nil {
+		return nil, err
 	}
 	next, err := cur.Labels.Apply(edits)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	rec := LabelRecord{Node: node, Labels: next, Operator: operator, At: c.Now().UTC()}
-	if rev == 0 {
-		_, err = kv.Create(ctx, key, mustJSON(rec))
-	} else {
-		_, err = kv.Update(ctx, key, mustJSON(rec), rev)
-	}
+	err = ls.Put(ctx, store.LabelRecord{Node: node, Labels: next, Operator: operator, At: c.Now().UTC()}, rev)
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return nil, fmt.Errorf("%w: %s's labels were changed by someone else meanwhile; look, then label again", ErrRefused, node)
 	}

@@ -102,7 +102,7 @@ func seedNode(ctx context.Context, c *Client, creds, ls interface {
 	if _, err := creds.Put(ctx, store.Key(testMesh, node), cred); err != nil {
 		return err
 	}
-	lab, _ := json.Marshal(LabelRecord{Node: node, Labels: labels.Set{"role": "web", "dc": "fra"}, At: now})
+	lab, _ := json.Marshal(store.LabelRecord{Node: node, Labels: labels.Set{"role": "web", "dc": "fra"}, At: now})
 	if _, err := ls.Put(ctx, store.Key(testMesh, node), lab); err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,31 +11,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
-	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/profile"
 )
 
-// ProfileRecord is a profile as the profiles bucket keeps it: the bucket's
-// history is every change, with who made it and when.
-type ProfileRecord struct {
-	profile.Profile
-	Operator string    `json:"operator,omitempty"`
-	At       time.Time `json:"at"`
-	// Removed says the profile was removed (profile rm) by Operator at At.
-	Removed bool `json:"removed,omitempty"`
-	// Revision is the bucket's revision of this record (not stored).
-	Revision uint64 `json:"-"`
-}
-
 // Profiles returns the mesh's profiles, sorted by name, removed ones left
 // out.
-func (c *Client) Profiles(ctx context.Context) ([]ProfileRecord, error) {
-	kv, err := c.store.KV(ctx, linkproto.ProfilesBucket)
+func (c *Client) Profiles(ctx context.Context) ([]store.ProfileRecord, error) {
+	ps, err := c.store.Profiles(ctx, c.Mesh)
 	if err != nil {
 		return nil, err
 	}
-	var out []ProfileRecord
-	err = decodeEntries(ctx, kv, store.Key(c.Mesh, "*"), decodeProfile, func(rec ProfileRecord) {
+	var out []store.ProfileRecord
+	err = decodeEach(func(put func(jetstream.KeyValueEntry)) error { return ps.Each(ctx, put) }, ps.Decode, func(rec store.ProfileRecord) {
 		if !rec.Removed {
 			out = append(out, rec)
 		}
@@ -44,21 +30,12 @@ func (c *Client) Profiles(ctx context.Context) ([]ProfileRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the profiles: %w", err)
 	}
-	slices.SortFunc(out, func(a, b ProfileRecord) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b store.ProfileRecord) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
-func decodeProfile(e jetstream.KeyValueEntry) (ProfileRecord, error) {
-	var rec ProfileRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return rec, fmt.Errorf("the profile %s: %w", e.Key(), err)
-	}
-	rec.Revision = e.Revision()
-	return rec, nil
-}
-
 // Profile returns the profile called name.
-func (c *Client) Profile(ctx context.Context, name string) (*ProfileRecord, error) {
+func (c *Client) Profile(ctx context.Context, name string) (*store.ProfileRecord, error) {
 	hist, err := c.ProfileHistory(ctx, name)
 	if err != nil {
 		return nil, err
@@ -72,31 +49,20 @@ func (c *Client) Profile(ctx context.Context, name string) (*ProfileRecord, erro
 
 // ProfileHistory returns every change of the profile called name the
 // bucket keeps, oldest first.
-func (c *Client) ProfileHistory(ctx context.Context, name string) ([]ProfileRecord, error) {
+func (c *Client) ProfileHistory(ctx context.Context, name string) ([]store.ProfileRecord, error) {
 	if err := profile.CheckName(name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	kv, err := c.store.KV(ctx, linkproto.ProfilesBucket)
+	ps, err := c.store.Profiles(ctx, c.Mesh)
 	if err != nil {
 		return nil, err
 	}
-	hist, err := kv.History(ctx, store.Key(c.Mesh, name))
+	out, err := ps.History(ctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("%w: there is no profile %s (see `meshctl profile list`)", ErrRefused, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the history of profile %s: %w", name, err)
-	}
-	var out []ProfileRecord
-	for _, e := range hist {
-		if e.Operation() != jetstream.KeyValuePut {
-			continue
-		}
-		rec, err := decodeProfile(e)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rec)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: there is no profile %s", ErrRefused, name)
@@ -114,7 +80,7 @@ func (c *Client) SetProfile(ctx context.Context, p profile.Profile, operator str
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	rec := ProfileRecord{Profile: p, Operator: operator, At: c.Now().UTC()}
+	rec := store.ProfileRecord{Profile: p, Operator: operator, At: c.Now().UTC()}
 	value := mustJSON(rec)
 	if len(value) > store.MaxProfileRecord {
 		return nil, fmt.Errorf("%w: profile %s is %d bytes stored; at most %d", ErrRefused, p.Name, len(value), store.MaxProfileRecord)
@@ -148,23 +114,18 @@ func (c *Client) SetProfile(ctx context.Context, p profile.Profile, operator str
 		return selected, fmt.Errorf("%w: profile %s does not render:\n%s%s", ErrRefused, p.Name, strings.Join(problems, "\n"), more)
 	}
 
-	kv, err := c.store.KV(ctx, linkproto.ProfilesBucket)
+	ps, err := c.store.Profiles(ctx, c.Mesh)
 	if err != nil {
 		return nil, err
 	}
-	key := store.Key(c.Mesh, p.Name)
-	e, err := kv.Get(ctx, key)
+	rev, err := ps.Revision(ctx, p.Name)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		_, err = kv.Create(ctx, key, value)
 	case err != nil:
 		return nil, fmt.Errorf("read profile %s: %w", p.Name, err)
+	case rev != 0 && fleet.revisions[p.Name] != 0 && fleet.revisions[p.Name] != rev:
+		err = jetstream.ErrKeyRevisionMismatch
 	default:
-		if prev, ok := fleet.revisions[p.Name]; ok && prev != e.Revision() {
-			err = jetstream.ErrKeyRevisionMismatch
-			break
-		}
-		_, err = kv.Update(ctx, key, value, e.Revision())
+		err = ps.Put(ctx, rec, rev)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return nil, fmt.Errorf("%w: profile %s was changed by someone else meanwhile; look, then set it again", ErrRefused, p.Name)
@@ -183,12 +144,12 @@ func (c *Client) RemoveProfile(ctx context.Context, name, operator string) error
 	if err != nil {
 		return err
 	}
-	kv, err := c.store.KV(ctx, linkproto.ProfilesBucket)
+	ps, err := c.store.Profiles(ctx, c.Mesh)
 	if err != nil {
 		return err
 	}
-	rec := ProfileRecord{Profile: profile.Profile{Name: name}, Operator: operator, At: c.Now().UTC(), Removed: true}
-	if _, err := kv.Update(ctx, store.Key(c.Mesh, name), mustJSON(rec), cur.Revision); err != nil {
+	rec := store.ProfileRecord{Profile: profile.Profile{Name: name}, Operator: operator, At: c.Now().UTC(), Removed: true}
+	if err := ps.Put(ctx, rec, cur.Revision); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return fmt.Errorf("%w: profile %s was changed by someone else meanwhile; look, then remove it again", ErrRefused, name)
 		}

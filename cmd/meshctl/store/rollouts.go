@@ -48,19 +48,7 @@ func (rs *Rollouts) Get(ctx context.Context, id string) (*rollout.Rollout, error
 // listing decodes them where it likes (many at once; a record holds
 // every node's step).
 func (rs *Rollouts) Each(ctx context.Context, put func(jetstream.KeyValueEntry)) error {
-	w, err := rs.Watch(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for e := range w.Updates() {
-		if e == nil {
-			// The watcher's marker: every stored value has been seen.
-			return nil
-		}
-		put(e)
-	}
-	return ctx.Err()
+	return eachEntry(ctx, rs.kv, Key(rs.mesh, "*"), put)
 }
 
 // Watch watches the rollouts' records (not the slot) with opts.
