@@ -3,7 +3,6 @@ package client
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -234,18 +233,6 @@ func decodeEach[T any](read func(put func(jetstream.KeyValueEntry)) error, decod
 		use(d.v)
 	})
 	return cmp.Or(err, failed)
-}
-
-// jsonEntry decodes an entry's value as JSON into a T; an entry that does
-// not decode is named as what and its key.
-func jsonEntry[T any](what string) func(jetstream.KeyValueEntry) (T, error) {
-	return func(e jetstream.KeyValueEntry) (T, error) {
-		var v T
-		if err := json.Unmarshal(e.Value(), &v); err != nil {
-			return v, fmt.Errorf("%s %s: %w", what, e.Key(), err)
-		}
-		return v, nil
-	}
 }
 
 // eachEntry hands put every entry of kv whose key filter matches, as it

@@ -19,7 +19,7 @@ func (c *Client) refuseTokens(ctx context.Context, node, why string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := kv.Put(ctx, store.RefusedKey(c.Mesh, node), mustJSON(store.TokensRefused{Node: node, Before: c.Now().UTC(), Why: why})); err != nil {
+	if err := store.RefuseTokens(ctx, kv, c.Mesh, store.TokensRefused{Node: node, Before: c.Now().UTC(), Why: why}); err != nil {
 		return fmt.Errorf("refuse the tokens made for %s: %w", node, err)
 	}
 	return nil
@@ -61,7 +61,7 @@ func (c *Client) revoke(ctx context.Context, node string, r keyRevoker, why stri
 	}
 	if rec.Revoked.IsZero() {
 		rec.Revoked = c.Now().UTC()
-		if _, err := kv.Update(ctx, store.Key(c.Mesh, node), mustJSON(rec), rev); err != nil {
+		if err := store.UpdateCredential(ctx, kv, c.Mesh, node, *rec, rev); err != nil {
 			return nil, fmt.Errorf("mark %s revoked: %w", node, err)
 		}
 	}
@@ -82,7 +82,7 @@ func (c *Client) credentials(ctx context.Context) (map[string]store.NodeCredenti
 	if err != nil {
 		return nil, fmt.Errorf("the nodes bucket: %w", err)
 	}
-	err = decodeEntries(ctx, kv, store.Key(c.Mesh, "*"), jsonEntry[store.NodeCredential]("the credential"), func(rec store.NodeCredential) { out[rec.Node] = rec })
+	err = decodeEntries(ctx, kv, store.Key(c.Mesh, "*"), store.DecodeCredential, func(rec store.NodeCredential) { out[rec.Node] = rec })
 	if err != nil {
 		return nil, fmt.Errorf("list the credentials: %w", err)
 	}

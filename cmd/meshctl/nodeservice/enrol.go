@@ -125,7 +125,7 @@ func (s *Service) redeem(ctx context.Context, b *store.Handles, id string, req l
 		return node, linkproto.Credential{}, err
 	}
 	rec := store.NodeCredential{Node: t.Node, Key: req.Key, Token: t.ID, Enrolled: now.UTC(), Issued: now.UTC(), Expires: expires.UTC()}
-	if _, err := b.Nodes.Put(ctx, store.Key(s.Mesh, t.Node), mustJSON(rec)); err != nil {
+	if err := store.PutCredential(ctx, b.Nodes, s.Mesh, rec); err != nil {
 		giveBack()
 		return node, linkproto.Credential{}, fmt.Errorf("record the node's credential: %w", err)
 	}
@@ -204,7 +204,7 @@ func (s *Service) renewed(ctx context.Context, b *store.Handles, node, key strin
 	}
 	rec.Issued, rec.Expires = s.now().UTC(), expires.UTC()
 	// Only over the record read: a revocation in between wins.
-	if _, err := b.Nodes.Update(ctx, store.Key(s.Mesh, node), mustJSON(rec), rev); err != nil {
+	if err := store.UpdateCredential(ctx, b.Nodes, s.Mesh, node, *rec, rev); err != nil {
 		return linkproto.Credential{}, fmt.Errorf("record the renewal: %w", err)
 	}
 	return linkproto.Credential{Node: node, JWT: token, Expires: expires.UTC()}, nil

@@ -53,6 +53,36 @@ func Credential(ctx context.Context, kv jetstream.KeyValue, mesh, node string) (
 	return &rec, e.Revision(), nil
 }
 
+// DecodeCredential reads an entry of the nodes bucket, for a listing.
+func DecodeCredential(e jetstream.KeyValueEntry) (NodeCredential, error) {
+	var rec NodeCredential
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return rec, fmt.Errorf("the credential %s: %w", e.Key(), err)
+	}
+	return rec, nil
+}
+
+// PutCredential stores rec as its node's record, whatever was there: an
+// enrolment, which the token it redeemed proves.
+func PutCredential(ctx context.Context, kv jetstream.KeyValue, mesh string, rec NodeCredential) error {
+	_, err := kv.Put(ctx, Key(mesh, rec.Node), mustJSON(rec))
+	return err
+}
+
+// UpdateCredential stores rec over node's record read at revision;
+// jetstream.ErrKeyExists when it changed since.
+func UpdateCredential(ctx context.Context, kv jetstream.KeyValue, mesh, node string, rec NodeCredential, revision uint64) error {
+	_, err := kv.Update(ctx, Key(mesh, node), mustJSON(rec), revision)
+	return err
+}
+
+// RefuseTokens stores r, refusing the tokens made for its node until
+// r.Before, in the tokens bucket kv.
+func RefuseTokens(ctx context.Context, kv jetstream.KeyValue, mesh string, r TokensRefused) error {
+	_, err := kv.Put(ctx, RefusedKey(mesh, r.Node), mustJSON(r))
+	return err
+}
+
 // PutSealKey records key, the public sealing key node told as it
 // enrolled, in the sealing-key bucket kv (key linkproto.DesiredKey). The
 // control service writes it; the client reads it to seal secrets to
