@@ -86,6 +86,22 @@ func TestDependencyDirection(t *testing.T) {
 			return []string{"declaration", "drivers", "labels", "journal/event"}, true
 		case path == "linkproto":
 			return []string{"journal/event", "projector"}, true
+		case path == "cmd/meshctl/authority":
+			// Files and keys: below every other meshctl package.
+			return []string{"cmd/internal/atomicfile", "linkproto", "journal/event", "projector", "drivers", "sealing"}, true
+		case path == "cmd/meshctl/broker":
+			// The embedded server is told the authority, and nothing else
+			// of the control plane.
+			return []string{"cmd/meshctl/authority", "cmd/internal/atomicfile", "linkproto", "journal/event", "projector", "drivers", "sealing"}, true
+		case path == "cmd/meshctl/rollout":
+			// What a rollout is; no I/O, nothing of the control plane.
+			return []string{"linkproto", "journal/event", "projector", "drivers", "labels"}, true
+		case path == "cmd/internal/fanout":
+			return nil, true
+		case path == "cmd/meshctl/store":
+			// The buckets and streams and their records: below the service
+			// and the client, above nothing of the control plane.
+			return []string{"cmd/meshctl/rollout", "linkproto", "journal/event", "projector", "declaration", "drivers", "profile", "labels"}, true
 		case path == "drivers/rootfs":
 			// The confined filesystem wraps drivers' errors and takes
 			// its modes; drivers never imports it.
@@ -110,7 +126,7 @@ func TestDependencyDirection(t *testing.T) {
 	}
 	forbidden := func(path string) []string {
 		switch path {
-		case "cmd/meshctl/control", hostSvc:
+		case "cmd/meshctl/client", "cmd/meshctl/nodeservice", "cmd/meshctl/authority", "cmd/meshctl/broker", "cmd/meshctl/store", "cmd/meshctl/rollout", "cmd/internal/fanout", "cmd/internal/fleetview", hostSvc:
 			return []string{kong, completion}
 		case "cmd/mesh-host/agent", "cmd/mesh-host/link", "cmd/mesh-host/localsock",
 			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment", "cmd/mesh-host/facts":
@@ -208,6 +224,41 @@ func TestSpecsLinkNoFilesystem(t *testing.T) {
 			if slices.Contains(deps, f) {
 				t.Errorf("%s depends on %s: a spec is named without the filesystem", p, rel(f))
 			}
+		}
+	}
+}
+
+// TestNothingBelowImportsTheClient: the operator's client is used by
+// package main (and the views it prints with); the service, the store,
+// the rollout records, the broker and the authority are below it.
+func TestNothingBelowImportsTheClient(t *testing.T) {
+	below := []string{"cmd/meshctl/nodeservice", "cmd/meshctl/store", "cmd/meshctl/rollout", "cmd/meshctl/broker", "cmd/meshctl/authority", "cmd/internal/fanout"}
+	for _, p := range listPackages(t) {
+		path := rel(p.ImportPath)
+		if !slices.Contains(below, path) {
+			continue
+		}
+		for _, d := range internalDeps(p) {
+			if d == "cmd/meshctl/client" || d == "cmd/meshctl" {
+				t.Errorf("%s imports %s", path, d)
+			}
+		}
+	}
+}
+
+// TestAuthorityLinksNoNATS: the authority is files and keys; what talks to
+// a broker is told an authority, never the other way round.
+func TestAuthorityLinksNoNATS(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./cmd/meshctl/authority").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if strings.HasPrefix(d, "github.com/nats-io/nats.go") || strings.HasPrefix(d, "github.com/nats-io/nats-server") {
+			t.Errorf("cmd/meshctl/authority links %s", d)
+		}
+		if strings.HasPrefix(d, module+"/cmd/") && d != module+"/cmd/meshctl/authority" && d != module+"/cmd/internal/atomicfile" {
+			t.Errorf("cmd/meshctl/authority imports %s: it is below every other meshctl package", rel(d))
 		}
 	}
 }

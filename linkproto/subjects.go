@@ -133,27 +133,29 @@ const (
 	// revoked or removed: its tokens made until then are refused.
 	TokensBucket = "MESH_TOKENS"
 	// NodesBucket holds each node's credential: key MESH.NODE, value a
-	// NodeCredential record (package control) with its public key, expiry
+	// NodeCredential record (package store) with its public key, expiry
 	// and whether it is revoked.
 	NodesBucket = "MESH_NODES"
 	// LabelsBucket holds each node's labels: key MESH.NODE, value a
-	// LabelRecord (package control), its history the changes, who and when.
+	// LabelRecord (package store), its history the changes, who and when.
 	LabelsBucket = "MESH_LABELS"
 	// ProfilesBucket holds the fleet's profiles: key MESH.NAME, value a
-	// ProfileRecord (package control), its history every change, who and
+	// ProfileRecord (package store), its history every change, who and
 	// when; a removed profile is a record saying so, so the history keeps
 	// who removed it.
 	ProfilesBucket = "MESH_PROFILES"
 	// RolloutsBucket holds each rollout's state: key MESH.ID, value a
-	// Rollout (package control). Whichever control service holds a
-	// rollout's lease drives it; the state survives every one of them.
+	// Rollout (package rollout); and MESH.active.rollout, created
+	// atomically, naming the one rollout that may be active. Whichever
+	// control service holds a rollout's lease drives it; the state
+	// survives every one of them.
 	RolloutsBucket = "MESH_ROLLOUTS"
 	// RolloutEventsStream keeps every step of every rollout, on
 	// mesh.MESH.rollout.ID (control plane only).
 	RolloutEventsStream = "MESH_ROLLOUT_EVENTS"
 	// BadReleasesBucket holds each host release a node rolled back in a
 	// rollout: key MESH.HEX (the release's digest), value a BadRelease
-	// (package control). No rollout delivers a release listed here.
+	// (package rollout). No rollout delivers a release listed here.
 	BadReleasesBucket = "MESH_BAD_RELEASES"
 	// ControlQueue is the queue group control services answer hellos in,
 	// so several may serve one mesh and each hello is answered once.

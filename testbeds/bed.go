@@ -24,7 +24,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
@@ -237,7 +237,7 @@ func (b *Bed) CredsFile() string { return filepath.Join(b.Control.DataDir, "cont
 // as meshctl reads it: a test that pushes by hand signs with it, as the
 // control plane does.
 func (b *Bed) DeclarationKey() (nkeys.KeyPair, error) {
-	a, err := control.Open(b.Control.DataDir)
+	a, err := authority.Open(b.Control.DataDir)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/testbeds"
@@ -314,9 +315,9 @@ func fleetFigures(b *testing.B, bed *testbeds.Bed, n int) {
 // later). It returns when every push is stored and sent.
 type pushFunc func(ctx context.Context, nodes []string, rev uint64, doc func(node string) *declaration.Declaration) error
 
-// declareEach is meshctl declare for every node, through control.Client
+// declareEach is meshctl declare for every node, through client.Client
 // as the command runs it, MESH_PUSH_PARALLEL (default 32) at a time.
-func declareEach(cl *control.Client) pushFunc {
+func declareEach(cl *client.Client) pushFunc {
 	return func(ctx context.Context, nodes []string, rev uint64, doc func(node string) *declaration.Declaration) error {
 		errs := make(chan error, len(nodes))
 		next := make(chan string)
@@ -324,7 +325,7 @@ func declareEach(cl *control.Client) pushFunc {
 		for range envInt("MESH_PUSH_PARALLEL", 32) {
 			wg.Go(func() {
 				for node := range next {
-					if err := cl.Declare(ctx, io.Discard, node, doc(node), control.DeclareOptions{}); err != nil {
+					if err := cl.Declare(ctx, io.Discard, node, doc(node), client.DeclareOptions{}); err != nil {
 						errs <- fmt.Errorf("declare %s: %w", node, err)
 					}
 				}
@@ -349,16 +350,16 @@ func BenchmarkDeclareToNodes(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			bed := testbeds.New(b, bins)
 			f, _ := startFleet(b, bed, n)
-			a, err := control.Open(bed.Control.DataDir)
+			a, err := authority.Open(bed.Control.DataDir)
 			if err != nil {
 				b.Fatal(err)
 			}
-			nc, err := control.Dial(a, nil)
+			nc, err := client.Dial(a, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer nc.Close()
-			cl, err := control.NewClient(nc, a.Mesh)
+			cl, err := client.NewClient(nc, a.Mesh)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -420,11 +421,11 @@ func BenchmarkRolloutToNodes(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			bed := testbeds.New(b, bins)
 			startFleet(b, bed, n)
-			a, err := control.Open(bed.Control.DataDir)
+			a, err := authority.Open(bed.Control.DataDir)
 			if err != nil {
 				b.Fatal(err)
 			}
-			nc, err := control.Dial(a, nil)
+			nc, err := client.Dial(a, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

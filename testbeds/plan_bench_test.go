@@ -16,7 +16,8 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/directory"
@@ -107,7 +108,7 @@ func BenchmarkPlan1000Nodes(b *testing.B) {
 			return err
 		}
 		var out strings.Builder
-		if err := cl.Declare(context.Background(), &out, name, d, control.DeclareOptions{PushTimeout: 30 * time.Second}); err != nil {
+		if err := cl.Declare(context.Background(), &out, name, d, client.DeclareOptions{PushTimeout: 30 * time.Second}); err != nil {
 			return err
 		}
 		if !strings.Contains(out.String(), "accepted") {
@@ -135,10 +136,10 @@ func BenchmarkPlan1000Nodes(b *testing.B) {
 	}
 	b.ReportMetric(time.Since(start).Seconds(), "nodes-cmd-s")
 	start = time.Now()
-	results := cl.Plan(context.Background(), names, cl.NextStored, control.PlanOptions{Deadline: time.Minute})
+	results := cl.Plan(context.Background(), names, cl.NextStored, client.PlanOptions{Deadline: time.Minute})
 	b.ReportMetric(time.Since(start).Seconds(), "fan-out-s")
 	for _, r := range results {
-		if r.Status != control.PlanPlanned {
+		if r.Status != client.PlanPlanned {
 			b.Fatalf("%s: %s: %s", r.Node, r.Status, r.Reason)
 		}
 	}
@@ -196,18 +197,18 @@ func simService(bed *testbeds.Bed, node string) service.Config {
 }
 
 // benchClient is a control client as meshctl makes one.
-func benchClient(b *testing.B, bed *testbeds.Bed) *control.Client {
+func benchClient(b *testing.B, bed *testbeds.Bed) *client.Client {
 	b.Helper()
-	a, err := control.Open(bed.Control.DataDir)
+	a, err := authority.Open(bed.Control.DataDir)
 	if err != nil {
 		b.Fatal(err)
 	}
-	nc, err := control.Dial(a, []string{bed.URL()})
+	nc, err := client.Dial(a, []string{bed.URL()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(nc.Close)
-	cl, err := control.NewClient(nc, a.Mesh)
+	cl, err := client.NewClient(nc, a.Mesh)
 	if err != nil {
 		b.Fatal(err)
 	}

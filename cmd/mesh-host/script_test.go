@@ -21,7 +21,10 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/projector"
@@ -210,9 +213,9 @@ func cmdWaitSock(ts *testscript.TestScript, neg bool, args []string) {
 var meshes sync.Map // string → *scriptMesh
 
 type scriptMesh struct {
-	a      *control.Authority
+	a      *authority.Authority
 	url    string
-	broker *control.Broker
+	broker *broker.Broker
 	stop   func()
 }
 
@@ -233,18 +236,18 @@ func cmdMesh(ts *testscript.TestScript, neg bool, args []string) {
 		m.(*scriptMesh).stop()
 		return
 	}
-	a, _, err := control.Init(filepath.Join(work, "control"), args[0])
+	a, _, err := authority.Init(filepath.Join(work, "control"), args[0])
 	ts.Check(err)
-	b, err := control.NewBroker(a, control.BrokerConfig{Listen: "127.0.0.1:0"})
+	b, err := broker.New(a, broker.Config{Listen: "127.0.0.1:0"})
 	ts.Check(err)
 	ts.Check(b.Start())
-	nc, err := control.Dial(a, []string{b.URL()})
+	nc, err := client.Dial(a, []string{b.URL()})
 	ts.Check(err)
-	sys, err := control.DialSystem(a, []string{b.URL()}, false, nil)
+	sys, err := nodeservice.DialSystem(a, []string{b.URL()}, false, nil)
 	ts.Check(err)
 	ctx, cancel := context.WithCancel(context.Background())
-	svc := &control.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: slog.New(slog.DiscardHandler),
-		Issuer: &control.Accounts{A: a, Sys: sys, Now: time.Now}}
+	svc := &nodeservice.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: slog.New(slog.DiscardHandler),
+		Issuer: &nodeservice.Accounts{A: a, Sys: sys, Now: time.Now}}
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
 	var once sync.Once

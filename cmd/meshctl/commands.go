@@ -8,7 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -25,9 +28,9 @@ func (c *initCmd) Run(e *env) error {
 	if c.CAKey != "" && c.CA == "" {
 		return refused("--ca-key needs --ca")
 	}
-	var adopt *control.AdoptedCA
+	var adopt *authority.AdoptedCA
 	if c.CA != "" {
-		adopt = &control.AdoptedCA{}
+		adopt = &authority.AdoptedCA{}
 		var err error
 		if adopt.Cert, err = os.ReadFile(c.CA); err != nil {
 			return refused("%v", err)
@@ -38,7 +41,7 @@ func (c *initCmd) Run(e *env) error {
 			}
 		}
 	}
-	a, created, err := control.InitWith(e.cli.Data, c.Mesh, adopt)
+	a, created, err := authority.InitWith(e.cli.Data, c.Mesh, adopt)
 	if err != nil {
 		return err
 	}
@@ -116,9 +119,9 @@ func (c *revokeCmd) Run(e *env) error {
 	if err := linkproto.ValidName(c.Node); err != nil {
 		return refused("%v", err)
 	}
-	return e.withAccounts(func(cl *control.Client, acc *control.Accounts) error {
+	return e.withAccounts(func(cl *client.Client, acc *nodeservice.Accounts) error {
 		rec, err := cl.Revoke(e.ctx, c.Node, acc)
-		if errors.Is(err, control.ErrNoRecord) {
+		if errors.Is(err, client.ErrNoRecord) {
 			return refused("%v", err)
 		}
 		if err != nil {
@@ -131,7 +134,7 @@ func (c *revokeCmd) Run(e *env) error {
 
 // withAccounts runs fn with a client and the accounts, which push account
 // changes (a revocation) as the system user.
-func (e *env) withAccounts(fn func(cl *control.Client, acc *control.Accounts) error) error {
+func (e *env) withAccounts(fn func(cl *client.Client, acc *nodeservice.Accounts) error) error {
 	a, err := e.authority()
 	if err != nil {
 		return err
@@ -141,12 +144,12 @@ func (e *env) withAccounts(fn func(cl *control.Client, acc *control.Accounts) er
 		return err
 	}
 	defer nc.Close()
-	sys, err := control.DialSystem(a, e.cli.NATS, false, nil)
+	sys, err := nodeservice.DialSystem(a, e.cli.NATS, false, nil)
 	if err != nil {
 		return err
 	}
 	defer sys.Close()
-	return fn(cl, &control.Accounts{A: a, Sys: sys, Now: e.now})
+	return fn(cl, &nodeservice.Accounts{A: a, Sys: sys, Now: e.now})
 }
 
 type natsConfigCmd struct {
@@ -160,14 +163,14 @@ func (c *natsConfigCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	var t control.NATSTLS
+	var t authority.NATSTLS
 	switch {
 	case c.TLSDir == "" && len(c.ServerName) > 0:
 		return refused("--server-name needs --tls-dir, where the certificate is written")
 	case c.TLSDir != "" && len(c.ServerName) == 0:
 		return refused("--tls-dir needs --server-name: the names nodes reach the server by")
 	case c.TLSDir != "" && !a.HoldsCAKey():
-		return refused("%v: the mesh's CA was adopted without its key; have your CA issue the server's certificate", control.ErrNoCAKey)
+		return refused("%v: the mesh's CA was adopted without its key; have your CA issue the server's certificate", authority.ErrNoCAKey)
 	case c.TLSDir != "":
 		if t.CertFile, t.KeyFile, err = a.WriteServerCert(c.TLSDir, c.ServerName, e.now()); err != nil {
 			return failed("%v", err)
@@ -216,7 +219,7 @@ func (c *declareCmd) Run(e *env) error {
 	}
 	// What can be refused without the broker is refused before reaching
 	// for it.
-	if _, err := control.Push(d, a.Mesh, c.Node); err != nil {
+	if _, err := client.Push(d, a.Mesh, c.Node); err != nil {
 		return err
 	}
 	cl, nc, err := e.client()
@@ -229,7 +232,7 @@ func (c *declareCmd) Run(e *env) error {
 			return refused("%v (or --force to declare for it before it enrols)", err)
 		}
 	}
-	return cl.Declare(e.ctx, e.stdout, c.Node, d, control.DeclareOptions{Wait: c.Wait})
+	return cl.Declare(e.ctx, e.stdout, c.Node, d, client.DeclareOptions{Wait: c.Wait})
 }
 
 type nodesCmd struct {
@@ -255,12 +258,12 @@ func (c *nodesCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	nodes = control.Select(nodes, sel)
+	nodes = client.Select(nodes, sel)
 	if c.Summary {
-		fmt.Fprintln(e.stdout, control.Summary(nodes))
+		fmt.Fprintln(e.stdout, fleetview.Summary(nodes))
 		return nil
 	}
-	return control.PrintNodes(e.stdout, nodes, e.now(), c.JSON)
+	return fleetview.PrintNodes(e.stdout, nodes, e.now(), c.JSON)
 }
 
 type labelCmd struct {
@@ -292,7 +295,7 @@ func (c *labelCmd) Run(e *env) error {
 		}
 		set = all[c.Node]
 	} else if set, err = cl.Label(e.ctx, c.Node, cl.Operator, c.Edits); err != nil {
-		if errors.Is(err, control.ErrUnknownNode) {
+		if errors.Is(err, client.ErrUnknownNode) {
 			return refused("%v", err)
 		}
 		return err
@@ -322,7 +325,7 @@ func (c *journalCmd) Run(e *env) error {
 	defer nc.Close()
 	// A node removed from the mesh keeps its history here, so a node is
 	// unknown only when the stream holds nothing of it either.
-	if err := cl.MustKnow(e.ctx, c.Node); errors.Is(err, control.ErrUnknownNode) {
+	if err := cl.MustKnow(e.ctx, c.Node); errors.Is(err, client.ErrUnknownNode) {
 		if has, herr := cl.HasRecords(e.ctx, c.Node); herr != nil || !has {
 			return failed("%v", err)
 		}
@@ -330,9 +333,9 @@ func (c *journalCmd) Run(e *env) error {
 		return err
 	}
 	if c.Why != "" {
-		return cl.PrintWhy(e.ctx, e.stdout, c.Node, c.Why, c.JSON)
+		return fleetview.PrintWhy(e.ctx, e.stdout, cl, c.Node, c.Why, c.JSON)
 	}
-	return cl.PrintJournal(e.ctx, e.stdout, c.Node, control.JournalOptions{From: c.Since, JSON: c.JSON})
+	return fleetview.PrintJournal(e.ctx, e.stdout, cl, c.Node, c.Since, c.JSON)
 }
 
 // nodeCmd groups what is done to a node as a whole.
@@ -348,9 +351,9 @@ func (c *nodeRmCmd) Run(e *env) error {
 	if err := linkproto.ValidName(c.Node); err != nil {
 		return refused("%v", err)
 	}
-	return e.withAccounts(func(cl *control.Client, acc *control.Accounts) error {
+	return e.withAccounts(func(cl *client.Client, acc *nodeservice.Accounts) error {
 		rm, err := cl.Remove(e.ctx, c.Node, acc)
-		if errors.Is(err, control.ErrUnknownNode) {
+		if errors.Is(err, client.ErrUnknownNode) {
 			return refused("%v", err)
 		}
 		if err != nil {

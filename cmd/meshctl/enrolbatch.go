@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -65,7 +65,7 @@ func (c *enrolCmd) runBatch(e *env) error {
 	}
 	now := e.now()
 	out := make([]batchToken, len(lines))
-	var labelled []control.NodeEdits
+	var labelled []client.NodeEdits
 	for i, l := range lines {
 		enc, t, err := a.IssueToken(l.node, urls, now, c.TTL)
 		if err != nil {
@@ -73,7 +73,7 @@ func (c *enrolCmd) runBatch(e *env) error {
 		}
 		out[i] = batchToken{Node: l.node, Token: enc, Expires: t.Expires}
 		if len(l.edits) > 0 {
-			labelled = append(labelled, control.NodeEdits{Node: l.node, Edits: l.edits})
+			labelled = append(labelled, client.NodeEdits{Node: l.node, Edits: l.edits})
 		}
 	}
 	if len(labelled) > 0 {

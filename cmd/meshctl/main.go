@@ -2,7 +2,7 @@
 // (with an embedded NATS broker when no cluster is given) and the
 // operator's commands: create the authority, enrol nodes, declare what a
 // node should be, and see what nodes report. This package is the kong
-// grammar and the wiring; the work is in package control.
+// grammar and the wiring; the work is in package client.
 package main
 
 import (
@@ -22,7 +22,8 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/internal/completion"
 	"github.com/mesh-host/mesh-host/cmd/internal/termsafe"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -111,7 +112,7 @@ func classify(err error) error {
 	case errors.As(err, &ee):
 		// kong may wrap what a command returned.
 		return ee
-	case errors.Is(err, control.ErrRefused), errors.Is(err, control.ErrMeshMismatch), errors.Is(err, control.ErrCAMismatch),
+	case errors.Is(err, client.ErrRefused), errors.Is(err, authority.ErrMeshMismatch), errors.Is(err, authority.ErrCAMismatch),
 		errors.Is(err, linkproto.ErrInvalidName), errors.Is(err, declaration.ErrInvalid):
 		return &exitError{code: exitRefused, err: err}
 	}
@@ -185,8 +186,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr, term io.Writer) 
 }
 
 // authority opens the data directory's authority.
-func (e *env) authority() (*control.Authority, error) {
-	a, err := control.Open(e.cli.Data)
+func (e *env) authority() (*authority.Authority, error) {
+	a, err := authority.Open(e.cli.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -195,16 +196,16 @@ func (e *env) authority() (*control.Authority, error) {
 
 // client connects to the broker as the control user. The caller closes the
 // connection.
-func (e *env) client() (*control.Client, *nats.Conn, error) {
+func (e *env) client() (*client.Client, *nats.Conn, error) {
 	a, err := e.authority()
 	if err != nil {
 		return nil, nil, err
 	}
-	nc, err := control.Dial(a, e.cli.NATS)
+	nc, err := client.Dial(a, e.cli.NATS)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := control.NewClient(nc, a.Mesh)
+	c, err := client.NewClient(nc, a.Mesh)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

@@ -19,7 +19,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/sealing"
 )
@@ -354,7 +355,7 @@ func TestServeOnAnExistingServer(t *testing.T) {
 func TestServeEmbedded(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	serve(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--mesh", "lab", "--releases-listen", "off")
-	cfg, err := control.ReadConfig(data)
+	cfg, err := authority.ReadConfig(data)
 	if err != nil || cfg.Mesh != "lab" || len(cfg.URLs) != 1 || !strings.HasPrefix(cfg.URLs[0], "tls://127.0.0.1:") || strings.HasSuffix(cfg.URLs[0], ":0") {
 		t.Fatalf("control.json %+v, %v", cfg, err)
 	}
@@ -388,10 +389,10 @@ func TestClassify(t *testing.T) {
 		err  error
 		code int
 	}{
-		{control.ErrRefused, exitRefused},
+		{client.ErrRefused, exitRefused},
 		{fmt.Errorf("x: %w", linkproto.ErrInvalidName), exitRefused},
-		{control.ErrNotApplied, exitFailed},
-		{control.ErrApplyFailed, exitFailed},
+		{client.ErrNotApplied, exitFailed},
+		{client.ErrApplyFailed, exitFailed},
 		{errors.New("broker gone"), exitFailed},
 	} {
 		var ee *exitError

@@ -6,7 +6,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/packaging"
@@ -56,13 +57,13 @@ func (c *planCmd) Run(e *env) error {
 		return err
 	}
 	var nodes []string
-	for _, n := range control.Select(all, sel) {
+	for _, n := range client.Select(all, sel) {
 		nodes = append(nodes, n.Node)
 	}
 	if len(nodes) == 0 {
 		return refused("no node matches --select %q", c.Select)
 	}
-	doc := control.Document(cl.NextStored)
+	doc := client.Document(cl.NextStored)
 	if file != nil {
 		doc = cl.FileDocument(file)
 	} else if profiles, err := cl.Profiles(e.ctx); err != nil {
@@ -72,8 +73,8 @@ func (c *planCmd) Run(e *env) error {
 			return err
 		}
 	}
-	results := cl.Plan(e.ctx, nodes, doc, control.PlanOptions{Deadline: c.Deadline})
-	return control.PrintPlans(e.stdout, results, c.JSON)
+	results := cl.Plan(e.ctx, nodes, doc, client.PlanOptions{Deadline: c.Deadline})
+	return fleetview.PrintPlans(e.stdout, results, c.JSON)
 }
 
 // readPlanFile reads a declaration to plan for many nodes, refusing what

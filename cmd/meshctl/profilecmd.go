@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
 	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/profile"
@@ -48,7 +48,7 @@ func (c *profileSetCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "stored profile %s (priority %d); it selects %s%s\n", c.Name, c.Priority, control.Plural(len(nodes), "node"), listSome(nodes))
+	fmt.Fprintf(e.stdout, "stored profile %s (priority %d); it selects %s%s\n", c.Name, c.Priority, fleetview.Plural(len(nodes), "node"), listSome(nodes))
 	fmt.Fprintf(e.stdout, "see the change with `meshctl diff --select '%s'`, push it with `meshctl rollout --select '%s'`\n", c.Select, c.Select)
 	return nil
 }
@@ -218,5 +218,5 @@ func (c *diffCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	return control.PrintDiff(e.stdout, diffs)
+	return fleetview.PrintDiff(e.stdout, diffs)
 }

@@ -17,7 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -58,7 +59,7 @@ func TestReleaseCommand(t *testing.T) {
 	}
 
 	serve(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--releases-listen", "127.0.0.1:0")
-	cfg, err := control.ReadConfig(data)
+	cfg, err := authority.ReadConfig(data)
 	if err != nil || !regexp.MustCompile(`^http://127\.0\.0\.1:[1-9][0-9]*$`).MatchString(cfg.ReleasesURL) {
 		t.Fatalf("control.json %+v, %v: want the releases URL", cfg, err)
 	}
@@ -74,8 +75,8 @@ func TestReleaseCommand(t *testing.T) {
 	}
 
 	// What is stored for web-1 names a source serving the archive.
-	urls, _ := control.ReadConfig(data)
-	nc, err := control.Dial(mustOpen(t, data), urls.URLs)
+	urls, _ := authority.ReadConfig(data)
+	nc, err := client.Dial(mustOpen(t, data), urls.URLs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,14 +127,14 @@ func TestReleaseCommand(t *testing.T) {
 func TestServeReleasesOff(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	serve(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--releases-listen", "off")
-	if cfg, err := control.ReadConfig(data); err != nil || cfg.ReleasesURL != "" || len(cfg.URLs) != 1 {
+	if cfg, err := authority.ReadConfig(data); err != nil || cfg.ReleasesURL != "" || len(cfg.URLs) != 1 {
 		t.Errorf("control.json %+v, %v", cfg, err)
 	}
 }
 
-func mustOpen(t *testing.T, data string) *control.Authority {
+func mustOpen(t *testing.T, data string) *authority.Authority {
 	t.Helper()
-	a, err := control.Open(data)
+	a, err := authority.Open(data)
 	if err != nil {
 		t.Fatal(err)
 	}

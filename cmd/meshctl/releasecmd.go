@@ -8,7 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -49,16 +50,16 @@ func (c *releaseCmd) Run(e *env) error {
 		return refused("--url %q: want http://HOST[:PORT][/PATH] or https://…", base)
 	}
 
-	r, err := control.StoreRelease(a.ReleasesDir(), c.Archive)
+	r, err := authority.StoreRelease(a.ReleasesDir(), c.Archive)
 	if err != nil {
 		return err
 	}
 	res := r.Resource(base)
 	label := ""
-	if l := control.ReleaseLabel(c.Archive); l != "" {
+	if l := authority.ReleaseLabel(c.Archive); l != "" {
 		label = l + ", "
 	}
-	fmt.Fprintf(e.stdout, "release %s (%s%s): nodes fetch %s into %s/%s\n", r.Digest, label, r.Format, res.Source, control.VersionsDir, r.Version())
+	fmt.Fprintf(e.stdout, "release %s (%s%s): nodes fetch %s into %s/%s\n", r.Digest, label, r.Format, res.Source, authority.VersionsDir, r.Version())
 
 	cl, nc, err := e.client()
 	if err != nil {
@@ -94,9 +95,9 @@ func (c *releaseCmd) Run(e *env) error {
 				continue
 			}
 		}
-		if err := cl.Release(e.ctx, e.stdout, n, res, control.DeclareOptions{Wait: c.Wait}); err != nil {
+		if err := cl.Release(e.ctx, e.stdout, n, res, client.DeclareOptions{Wait: c.Wait}); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
-			if errors.Is(err, control.ErrRolledBack) {
+			if errors.Is(err, client.ErrRolledBack) {
 				rolledBack = append(rolledBack, n)
 			}
 		}

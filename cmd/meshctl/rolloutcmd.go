@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/rollout"
 	"github.com/mesh-host/mesh-host/labels"
 )
 
@@ -29,17 +31,17 @@ type waveFlags struct {
 	Detach        bool          `name:"detach" help:"Start it and return; meshctl serve drives it (see rollout status)."`
 }
 
-func (f *waveFlags) options(selector string) (control.RolloutOptions, error) {
+func (f *waveFlags) options(selector string) (rollout.Options, error) {
 	if _, err := labels.Parse(selector); err != nil {
-		return control.RolloutOptions{}, refused("--select: %v", err)
+		return rollout.Options{}, refused("--select: %v", err)
 	}
-	if _, err := control.ParseMaxInFlight(f.MaxInFlight, 100); err != nil {
-		return control.RolloutOptions{}, refused("%v", err)
+	if _, err := rollout.ParseMaxInFlight(f.MaxInFlight, 100); err != nil {
+		return rollout.Options{}, refused("%v", err)
 	}
 	if f.WaitHealthy <= 0 {
-		return control.RolloutOptions{}, refused("--wait-healthy %v: more than 0", f.WaitHealthy)
+		return rollout.Options{}, refused("--wait-healthy %v: more than 0", f.WaitHealthy)
 	}
-	return control.RolloutOptions{Selector: selector, Canary: f.Canary, MaxInFlight: f.MaxInFlight,
+	return rollout.Options{Selector: selector, Canary: f.Canary, MaxInFlight: f.MaxInFlight,
 		HaltOnFailure: f.HaltOnFailure, WaitHealthy: f.WaitHealthy}, nil
 }
 
@@ -67,16 +69,16 @@ func (c *rolloutStartCmd) Run(e *env) error {
 
 // follow prints r's start and, unless detached, its progress until it
 // ends; a rollout that halts or is aborted is a failure.
-func follow(e *env, cl *control.Client, r *control.Rollout, detach bool) error {
-	fmt.Fprintf(e.stdout, "rollout %s: %s to %s in %s (canary %d, then %d at a time)\n", r.ID, r.Kind, control.Plural(len(r.Nodes), "node"), control.Plural(r.Waves(), "wave"), r.Canary, r.MaxInFlight)
+func follow(e *env, cl *client.Client, r *rollout.Rollout, detach bool) error {
+	fmt.Fprintf(e.stdout, "rollout %s: %s to %s in %s (canary %d, then %d at a time)\n", r.ID, r.Kind, fleetview.Plural(len(r.Nodes), "node"), fleetview.Plural(r.Waves(), "wave"), r.Canary, r.MaxInFlight)
 	if len(r.Skipped) > 0 {
-		fmt.Fprintf(e.stdout, "skipped %s no profile selects%s\n", control.Plural(len(r.Skipped), "node"), listSome(r.Skipped))
+		fmt.Fprintf(e.stdout, "skipped %s no profile selects%s\n", fleetview.Plural(len(r.Skipped), "node"), listSome(r.Skipped))
 	}
 	if detach {
 		fmt.Fprintf(e.stdout, "meshctl serve drives it; follow it with `meshctl rollout status %s`\n", r.ID)
 		return nil
 	}
-	seen := map[string]control.NodeStep{}
+	seen := map[string]rollout.Step{}
 	for _, n := range r.Nodes {
 		seen[n.Node] = n.Step
 	}
@@ -127,10 +129,10 @@ func follow(e *env, cl *control.Client, r *control.Rollout, detach bool) error {
 }
 
 // ended reports how r ended: done is success, anything else a failure.
-func ended(e *env, r *control.Rollout) error {
+func ended(e *env, r *rollout.Rollout) error {
 	counts := r.Counts()
-	summary := fmt.Sprintf("%d converged, %d unchanged, %d failed, %d not pushed", counts[control.StepConverged], counts[control.StepUnchanged], counts[control.StepFailed], counts[control.StepPending])
-	if r.State == control.RolloutDone {
+	summary := fmt.Sprintf("%d converged, %d unchanged, %d failed, %d not pushed", counts[rollout.StepConverged], counts[rollout.StepUnchanged], counts[rollout.StepFailed], counts[rollout.StepPending])
+	if r.State == rollout.Done {
 		fmt.Fprintf(e.stdout, "rollout %s done: %s\n", r.ID, summary)
 		return nil
 	}
@@ -138,22 +140,22 @@ func ended(e *env, r *control.Rollout) error {
 }
 
 // progressBar is one line: a bar of the nodes done, and the counts.
-func progressBar(r *control.Rollout) string {
+func progressBar(r *rollout.Rollout) string {
 	const width = 30
 	counts := r.Counts()
-	done := len(r.Nodes) - counts[control.StepPending] - counts[control.StepPushed]
+	done := len(r.Nodes) - counts[rollout.StepPending] - counts[rollout.StepPushed]
 	fill := 0
 	if len(r.Nodes) > 0 {
 		fill = done * width / len(r.Nodes)
 	}
 	reverted := ""
-	if n := counts[control.StepReverted]; n > 0 {
+	if n := counts[rollout.StepReverted]; n > 0 {
 		// A reverted node failed or converged first: counted as neither.
 		reverted = fmt.Sprintf("  reverted %d", n)
 	}
 	return fmt.Sprintf("[%s%s] %d/%d  converged %d  unchanged %d  failed %d%s  %s ",
 		strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, len(r.Nodes),
-		counts[control.StepConverged], counts[control.StepUnchanged], counts[control.StepFailed], reverted, r.State)
+		counts[rollout.StepConverged], counts[rollout.StepUnchanged], counts[rollout.StepFailed], reverted, r.State)
 }
 
 type rolloutStatusCmd struct {
@@ -208,7 +210,7 @@ func (c *rolloutStatusCmd) Run(e *env) error {
 		fmt.Fprintln(e.stdout, progressBar(r))
 	}
 	for w := range r.Waves() {
-		counts := map[control.NodeStep]int{}
+		counts := map[rollout.Step]int{}
 		total := 0
 		for _, n := range r.Nodes {
 			if n.Wave == w {
@@ -221,15 +223,15 @@ func (c *rolloutStatusCmd) Run(e *env) error {
 			name += " (canary)"
 		}
 		var parts []string
-		for _, s := range []control.NodeStep{control.StepConverged, control.StepUnchanged, control.StepPushed, control.StepPending, control.StepFailed, control.StepReverted} {
+		for _, s := range []rollout.Step{rollout.StepConverged, rollout.StepUnchanged, rollout.StepPushed, rollout.StepPending, rollout.StepFailed, rollout.StepReverted} {
 			if counts[s] > 0 {
 				parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 			}
 		}
-		fmt.Fprintf(e.stdout, "%s: %s: %s\n", name, control.Plural(total, "node"), strings.Join(parts, ", "))
+		fmt.Fprintf(e.stdout, "%s: %s: %s\n", name, fleetview.Plural(total, "node"), strings.Join(parts, ", "))
 	}
 	for _, n := range r.Nodes {
-		if n.Step == control.StepFailed {
+		if n.Step == rollout.StepFailed {
 			fmt.Fprintf(e.stdout, "failed %s (wave %d, revision %d): %s\n", n.Node, n.Wave, n.Revision, n.Reason)
 		}
 	}
@@ -250,7 +252,7 @@ func (c *rolloutListCmd) Run(e *env) error {
 	}
 	for _, r := range all {
 		counts := r.Counts()
-		fmt.Fprintf(e.stdout, "%s\t%s\t%s\t%s\t%d nodes\t%d converged\t%d failed\t%s\n", r.ID, r.Kind, r.State, r.Operator, len(r.Nodes), counts[control.StepConverged], counts[control.StepFailed], r.Selector)
+		fmt.Fprintf(e.stdout, "%s\t%s\t%s\t%s\t%d nodes\t%d converged\t%d failed\t%s\n", r.ID, r.Kind, r.State, r.Operator, len(r.Nodes), counts[rollout.StepConverged], counts[rollout.StepFailed], r.Selector)
 	}
 	return nil
 }
@@ -260,7 +262,7 @@ type rolloutPauseCmd struct {
 }
 
 func (c *rolloutPauseCmd) Run(e *env) error {
-	return setRolloutState(e, c.ID, control.RolloutPaused)
+	return setRolloutState(e, c.ID, rollout.Paused)
 }
 
 type rolloutResumeCmd struct {
@@ -269,7 +271,7 @@ type rolloutResumeCmd struct {
 }
 
 func (c *rolloutResumeCmd) Run(e *env) error {
-	if err := setRolloutState(e, c.ID, control.RolloutRunning); err != nil || c.Detach {
+	if err := setRolloutState(e, c.ID, rollout.Running); err != nil || c.Detach {
 		return err
 	}
 	cl, nc, err := e.client()
@@ -284,7 +286,7 @@ func (c *rolloutResumeCmd) Run(e *env) error {
 	return follow(e, cl, r, false)
 }
 
-func setRolloutState(e *env, id string, to control.RolloutState) error {
+func setRolloutState(e *env, id string, to rollout.State) error {
 	cl, nc, err := e.client()
 	if err != nil {
 		return err
@@ -310,7 +312,7 @@ func (c *rolloutAbortCmd) Run(e *env) error {
 	}
 	defer nc.Close()
 	r, err := cl.AbortRollout(e.ctx, e.stdout, c.ID, c.Revert)
-	if r != nil && (err == nil || !errors.Is(err, control.ErrRefused)) {
+	if r != nil && (err == nil || !errors.Is(err, client.ErrRefused)) {
 		fmt.Fprintf(e.stdout, "rollout %s aborted\n", r.ID)
 	}
 	return err

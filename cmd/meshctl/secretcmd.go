@@ -5,7 +5,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/sealing"
 )
 
@@ -48,7 +48,7 @@ func (c *secretSetCmd) Run(e *env) error {
 }
 
 // secrets is the authority's secret store.
-func (e *env) secrets() (*control.Secrets, error) {
+func (e *env) secrets() (*authority.Secrets, error) {
 	a, err := e.authority()
 	if err != nil {
 		return nil, err

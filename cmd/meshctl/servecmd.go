@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 )
 
 // serveCmd is the control service: with --nats it serves a mesh on an
@@ -29,14 +29,14 @@ type serveCmd struct {
 func (c *serveCmd) Run(e *env) error {
 	tuning.ControlService()
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: c.LogLevel}))
-	a, created, err := control.Init(e.cli.Data, c.Mesh)
+	a, created, err := authority.Init(e.cli.Data, c.Mesh)
 	if err != nil {
 		return err
 	}
 	if created {
 		log.Info("created the authority", "mesh", a.Mesh, "dir", a.Dir)
 	}
-	cfg := control.ServeConfig{
+	cfg := serveConfig{
 		URLs:           e.cli.NATS,
 		Listen:         c.Listen,
 		ServerNames:    c.ServerName,
@@ -63,7 +63,7 @@ func (c *serveCmd) Run(e *env) error {
 	ctx, stop := context.WithCancel(e.ctx)
 	defer stop()
 	go tuning.SettleStacks(ctx, log)
-	if err := control.Serve(ctx, a, cfg); err != nil {
+	if err := serveMesh(ctx, a, cfg); err != nil {
 		return failed("%v", err)
 	}
 	log.Info("meshctl stopped")

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/statusview"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/projector"
 )
 
@@ -94,7 +94,7 @@ func (c *replayCmd) Run(e *env) error {
 	// Nothing to replay of a name the mesh never knew: a typo, most
 	// likely. (A node removed keeps its records, and replays.)
 	if replayed.Records == 0 {
-		if err := cl.MustKnow(e.ctx, c.Node); errors.Is(err, control.ErrUnknownNode) {
+		if err := cl.MustKnow(e.ctx, c.Node); errors.Is(err, client.ErrUnknownNode) {
 			return failed("%v", err)
 		}
 	}

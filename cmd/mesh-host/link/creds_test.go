@@ -15,7 +15,10 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/control"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -23,19 +26,19 @@ import (
 // meshBed is a real control plane: authority, embedded broker, control
 // service signing credentials of ttl.
 type meshBed struct {
-	a   *control.Authority
+	a   *authority.Authority
 	url string
-	acc *control.Accounts
+	acc *nodeservice.Accounts
 }
 
 func newMeshBed(t *testing.T, ttl time.Duration) *meshBed {
 	t.Helper()
-	a, _, err := control.Init(filepath.Join(t.TempDir(), "control"), testMesh)
+	a, _, err := authority.Init(filepath.Join(t.TempDir(), "control"), testMesh)
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})).With("side", "control")
-	b, err := control.NewBroker(a, control.BrokerConfig{Listen: "127.0.0.1:0"})
+	b, err := broker.New(a, broker.Config{Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,18 +46,18 @@ func newMeshBed(t *testing.T, ttl time.Duration) *meshBed {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	nc, err := control.Dial(a, []string{b.URL()})
+	nc, err := client.Dial(a, []string{b.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	sys, err := control.DialSystem(a, []string{b.URL()}, false, nil)
+	sys, err := nodeservice.DialSystem(a, []string{b.URL()}, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sys.Close)
-	m := &meshBed{a: a, url: b.URL(), acc: &control.Accounts{A: a, Sys: sys, Now: time.Now}}
-	svc := &control.Service{Conn: nc, Mesh: testMesh, Key: a.DeclarationKey(), Log: log, Issuer: m.acc, CredentialTTL: ttl}
+	m := &meshBed{a: a, url: b.URL(), acc: &nodeservice.Accounts{A: a, Sys: sys, Now: time.Now}}
+	svc := &nodeservice.Service{Conn: nc, Mesh: testMesh, Key: a.DeclarationKey(), Log: log, Issuer: m.acc, CredentialTTL: ttl}
 	if err := svc.Ensure(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -217,12 +220,12 @@ func TestRevokedLinkIsJournaledAndStaysDown(t *testing.T) {
 		cfg.Trust = m.a.SigningKey()
 	})
 	b.waitUp()
-	nc, err := control.Dial(m.a, []string{m.url})
+	nc, err := client.Dial(m.a, []string{m.url})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	cl, err := control.NewClient(nc, testMesh)
+	cl, err := client.NewClient(nc, testMesh)
 	if err != nil {
 		t.Fatal(err)
 	}

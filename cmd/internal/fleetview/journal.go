@@ -1,0 +1,42 @@
+package fleetview
+
+import (
+	"context"
+	"io"
+
+	"github.com/mesh-host/mesh-host/cmd/internal/journalview"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
+	"github.com/mesh-host/mesh-host/journal/event"
+)
+
+// Journal is what the journal printers read a node's records from.
+type Journal interface {
+	// Records hands fn node's records from sequence from on, in order.
+	Records(ctx context.Context, node string, from uint64, fn func(event.Record) error) error
+	// Why is the cause chain behind node's latest record about resource,
+	// newest first, and the declaration that holds a repaired resource.
+	Why(ctx context.Context, node, resource string) (chain []event.Record, heldBy *event.Record, err error)
+}
+
+var _ Journal = (*client.Client)(nil)
+
+// PrintJournal prints node's records from sequence from on with the same
+// printer as `mesh-host journal`: a table, or JSON lines when asJSON.
+func PrintJournal(ctx context.Context, w io.Writer, j Journal, node string, from uint64, asJSON bool) error {
+	out := journalview.NewPrinter(w, asJSON)
+	err := j.Records(ctx, node, from, out.Print)
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// PrintWhy prints the chain behind node's resource as `mesh-host journal
+// --why` does.
+func PrintWhy(ctx context.Context, w io.Writer, j Journal, node, resource string, asJSON bool) error {
+	chain, heldBy, err := j.Why(ctx, node, resource)
+	if err != nil {
+		return err
+	}
+	return journalview.PrintWhy(w, resource, chain, heldBy, asJSON, "the events stream does not hold")
+}
