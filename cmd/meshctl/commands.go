@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
@@ -26,18 +27,18 @@ type initCmd struct {
 
 func (c *initCmd) Run(e *env) error {
 	if c.CAKey != "" && c.CA == "" {
-		return refused("--ca-key needs --ca")
+		return command.Refused("--ca-key needs --ca")
 	}
 	var adopt *authority.AdoptedCA
 	if c.CA != "" {
 		adopt = &authority.AdoptedCA{}
 		var err error
 		if adopt.Cert, err = os.ReadFile(c.CA); err != nil {
-			return refused("%v", err)
+			return command.Refused("%v", err)
 		}
 		if c.CAKey != "" {
 			if adopt.Key, err = os.ReadFile(c.CAKey); err != nil {
-				return refused("%v", err)
+				return command.Refused("%v", err)
 			}
 		}
 	}
@@ -74,20 +75,20 @@ type enrolCmd struct {
 func (c *enrolCmd) Run(e *env) error {
 	switch {
 	case c.Batch != "" && c.Node != "":
-		return refused("give NODE or --batch, not both")
+		return command.Refused("give NODE or --batch, not both")
 	case c.Batch != "":
 		return c.runBatch(e)
 	case c.Node == "":
-		return refused("give the node to enrol: meshctl enrol NODE (or --batch FILE)")
+		return command.Refused("give the node to enrol: meshctl enrol NODE (or --batch FILE)")
 	case c.JSON:
-		return refused("--json goes with --batch")
+		return command.Refused("--json goes with --batch")
 	}
 	a, err := e.authority()
 	if err != nil {
 		return err
 	}
 	if _, err := (labels.Set{}).Apply(c.Label); err != nil {
-		return refused("--label: %v", err)
+		return command.Refused("--label: %v", err)
 	}
 	enc, t, err := a.IssueToken(c.Node, c.URL, e.now(), c.TTL)
 	if err != nil {
@@ -117,12 +118,12 @@ type revokeCmd struct {
 
 func (c *revokeCmd) Run(e *env) error {
 	if err := linkproto.ValidName(c.Node); err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	return e.withAccounts(func(cl *client.Client, acc *nodeservice.Accounts) error {
 		rec, err := cl.Revoke(e.ctx, c.Node, acc)
 		if errors.Is(err, client.ErrNoRecord) {
-			return refused("%v", err)
+			return command.Refused("%v", err)
 		}
 		if err != nil {
 			return err
@@ -166,11 +167,11 @@ func (c *natsConfigCmd) Run(e *env) error {
 	var t authority.NATSTLS
 	switch {
 	case c.TLSDir == "" && len(c.ServerName) > 0:
-		return refused("--server-name needs --tls-dir, where the certificate is written")
+		return command.Refused("--server-name needs --tls-dir, where the certificate is written")
 	case c.TLSDir != "" && len(c.ServerName) == 0:
-		return refused("--tls-dir needs --server-name: the names nodes reach the server by")
+		return command.Refused("--tls-dir needs --server-name: the names nodes reach the server by")
 	case c.TLSDir != "" && !a.HoldsCAKey():
-		return refused("%v: the mesh's CA was adopted without its key; have your CA issue the server's certificate", authority.ErrNoCAKey)
+		return command.Refused("%v: the mesh's CA was adopted without its key; have your CA issue the server's certificate", authority.ErrNoCAKey)
 	case c.TLSDir != "":
 		if t.CertFile, t.KeyFile, err = a.WriteServerCert(c.TLSDir, c.ServerName, e.now()); err != nil {
 			return failed("%v", err)
@@ -192,7 +193,7 @@ type declareCmd struct {
 func (c *declareCmd) Run(e *env) error {
 	f, err := os.Open(c.File)
 	if errors.Is(err, fs.ErrNotExist) {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	if err != nil {
 		return failed("%v", err)
@@ -211,7 +212,7 @@ func (c *declareCmd) Run(e *env) error {
 		})
 	}
 	if err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	a, err := e.authority()
 	if err != nil {
@@ -229,7 +230,7 @@ func (c *declareCmd) Run(e *env) error {
 	defer nc.Close()
 	if !c.Force {
 		if err := cl.MustKnow(e.ctx, c.Node); err != nil {
-			return refused("%v (or --force to declare for it before it enrols)", err)
+			return command.Refused("%v (or --force to declare for it before it enrols)", err)
 		}
 	}
 	return cl.Declare(e.ctx, e.stdout, c.Node, d, client.DeclareOptions{Wait: c.Wait})
@@ -243,11 +244,11 @@ type nodesCmd struct {
 
 func (c *nodesCmd) Run(e *env) error {
 	if c.JSON && c.Summary {
-		return refused("--json or --summary, not both")
+		return command.Refused("--json or --summary, not both")
 	}
 	sel, err := labels.Parse(c.Select)
 	if err != nil {
-		return refused("--select: %v", err)
+		return command.Refused("--select: %v", err)
 	}
 	cl, nc, err := e.client()
 	if err != nil {
@@ -273,11 +274,11 @@ type labelCmd struct {
 
 func (c *labelCmd) Run(e *env) error {
 	if err := linkproto.ValidName(c.Node); err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	// Checked before the broker is reached for: a typo is refused at once.
 	if err := labels.CheckEdits(c.Edits); err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	cl, nc, err := e.client()
 	if err != nil {
@@ -287,7 +288,7 @@ func (c *labelCmd) Run(e *env) error {
 	var set labels.Set
 	if len(c.Edits) == 0 {
 		if err := cl.MustKnow(e.ctx, c.Node); err != nil {
-			return refused("%v", err)
+			return command.Refused("%v", err)
 		}
 		all, err := cl.Labels(e.ctx)
 		if err != nil {
@@ -296,7 +297,7 @@ func (c *labelCmd) Run(e *env) error {
 		set = all[c.Node]
 	} else if set, err = cl.Label(e.ctx, c.Node, cl.Operator, c.Edits); err != nil {
 		if errors.Is(err, client.ErrUnknownNode) {
-			return refused("%v", err)
+			return command.Refused("%v", err)
 		}
 		return err
 	}
@@ -313,10 +314,10 @@ type journalCmd struct {
 
 func (c *journalCmd) Run(e *env) error {
 	if c.Why != "" && c.Since != 0 {
-		return refused("--why takes no other filter")
+		return command.Refused("--why takes no other filter")
 	}
 	if err := linkproto.ValidName(c.Node); err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	cl, nc, err := e.client()
 	if err != nil {
@@ -349,12 +350,12 @@ type nodeRmCmd struct {
 
 func (c *nodeRmCmd) Run(e *env) error {
 	if err := linkproto.ValidName(c.Node); err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	return e.withAccounts(func(cl *client.Client, acc *nodeservice.Accounts) error {
 		rm, err := cl.Remove(e.ctx, c.Node, acc)
 		if errors.Is(err, client.ErrUnknownNode) {
-			return refused("%v", err)
+			return command.Refused("%v", err)
 		}
 		if err != nil {
 			return err

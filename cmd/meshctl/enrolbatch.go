@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -43,14 +44,14 @@ func (c *enrolCmd) runBatch(e *env) error {
 	} else {
 		f, err := os.Open(c.Batch)
 		if err != nil {
-			return refused("--batch: %v", err)
+			return command.Refused("--batch: %v", err)
 		}
 		defer f.Close()
 		r = f
 	}
 	lines, err := readBatch(name, r, c.Label)
 	if err != nil {
-		return refused("--batch %v", err)
+		return command.Refused("--batch %v", err)
 	}
 	a, err := e.authority()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/declaration/declarationtest"
 )
@@ -17,7 +18,7 @@ import (
 func TestDeclareRefusesOverTheLimits(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
-	if code, _, stderr := meshctl(t, "--data", data, "init"); code != exitOK {
+	if code, _, stderr := meshctl(t, "--data", data, "init"); code != command.ExitOK {
 		t.Fatalf("init: exit %d: %s", code, stderr)
 	}
 	huge := filepath.Join(dir, "huge.yaml")
@@ -43,7 +44,7 @@ func TestDeclareRefusesOverTheLimits(t *testing.T) {
 		// Without --nats: a declaration that passed would fail for want
 		// of a broker (exit 1), not be refused.
 		code, stdout, stderr := meshctl(t, "--data", data, "declare", "web-1", name)
-		if code != exitRefused || stdout != "" || !strings.Contains(stderr, limit) {
+		if code != command.ExitRefused || stdout != "" || !strings.Contains(stderr, limit) {
 			t.Errorf("%s: exit %d: %.300s", filepath.Base(name), code, stderr)
 		}
 	}

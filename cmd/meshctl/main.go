@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sys/unix"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/completion"
 	"github.com/mesh-host/mesh-host/cmd/internal/termsafe"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
@@ -34,13 +35,6 @@ var version = "dev"
 
 func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// Exit codes shared by the commands.
-const (
-	exitOK      = 0
-	exitFailed  = 1 // the command ran and failed, or found a failure
-	exitRefused = 2 // bad usage, or input refused
-)
-
 // cli is the grammar. Global flags say where the authority lives and which
 // broker to talk to.
 type cli struct {
@@ -50,27 +44,27 @@ type cli struct {
 	NATS     []string `group:"global" name:"nats" env:"MESHCTL_NATS" placeholder:"URL" help:"Broker address(es) (default: those control.json records). serve: use this broker instead of embedding one."`
 	Operator string   `group:"global" name:"operator" env:"MESHCTL_OPERATOR" placeholder:"NAME" help:"Who is declaring: signed into every declaration and shown by the nodes' journals (default: USER@HOSTNAME)."`
 
-	Init       initCmd       `cmd:"" help:"Create the authority of a mesh in the data directory (once; later runs reuse it)."`
-	Enrol      enrolCmd      `cmd:"" help:"Print an enrolment token for a node: signed, short-lived, redeemed once by mesh-host enrol for credentials signed for a key the node makes."`
-	Revoke     revokeCmd     `cmd:"" help:"End a node's access at once: the broker closes its connection and refuses its credentials."`
-	Node       nodeCmd       `cmd:"" help:"Act on a node as a whole: node rm NODE."`
-	Label      labelCmd      `cmd:"" help:"Show or change a node's labels (key=value, key- to remove), which --select chooses nodes by."`
-	Serve      serveCmd      `cmd:"" help:"Run the control service (and, without --nats, an embedded broker)."`
-	NATSConfig natsConfigCmd `cmd:"" name:"nats-config" help:"Print the configuration an existing NATS server includes to trust this authority."`
-	Declare    declareCmd    `cmd:"" help:"Store a node's declaration and push it to the node."`
-	Profile    profileCmd    `cmd:"" help:"Keep the fleet's profiles: declarations without a node, composed into each node's by label."`
-	Render     renderCmd     `cmd:"" help:"Print the declaration the profiles make for a node."`
-	Diff       diffCmd       `cmd:"" help:"Print, for each node selected, how what the profiles make differs from what it has."`
-	Rollout    rolloutCmd    `cmd:"" help:"Push what the profiles render to the nodes a selector chooses, in waves that halt on failure; status, pause, resume, abort."`
-	Plan       planCmd       `cmd:"" help:"Ask the selected nodes what their next declaration would change on their machines; change nothing."`
-	Nodes      nodesCmd      `cmd:"" help:"Show every node: what it reports and what is declared for it."`
-	Status     statusCmd     `cmd:"" help:"Show a node's state as it last reported it: what mesh-host status shows on the node."`
-	Replay     replayCmd     `cmd:"" help:"Rebuild a node's state from its records in the events stream; --verify compares it with what the node reported."`
-	JournalCmd journalCmd    `cmd:"" name:"journal" help:"Show a node's journal as the events stream holds it."`
-	Release    releaseCmd    `cmd:"" help:"Deliver a host build to nodes: store it, serve it, and declare it as each node's next host version."`
-	Secret     secretCmd     `cmd:"" help:"Keep the values of secrets that declarations name (content: {secret: NAME}); each is sealed to its node when declared."`
-	Version    versionCmd    `cmd:"" help:"Print this binary's version."`
-	Completion completionCmd `cmd:"" help:"Print the script that completes this command in a shell: eval \"$(meshctl completion bash)\"."`
+	Init       initCmd            `cmd:"" help:"Create the authority of a mesh in the data directory (once; later runs reuse it)."`
+	Enrol      enrolCmd           `cmd:"" help:"Print an enrolment token for a node: signed, short-lived, redeemed once by mesh-host enrol for credentials signed for a key the node makes."`
+	Revoke     revokeCmd          `cmd:"" help:"End a node's access at once: the broker closes its connection and refuses its credentials."`
+	Node       nodeCmd            `cmd:"" help:"Act on a node as a whole: node rm NODE."`
+	Label      labelCmd           `cmd:"" help:"Show or change a node's labels (key=value, key- to remove), which --select chooses nodes by."`
+	Serve      serveCmd           `cmd:"" help:"Run the control service (and, without --nats, an embedded broker)."`
+	NATSConfig natsConfigCmd      `cmd:"" name:"nats-config" help:"Print the configuration an existing NATS server includes to trust this authority."`
+	Declare    declareCmd         `cmd:"" help:"Store a node's declaration and push it to the node."`
+	Profile    profileCmd         `cmd:"" help:"Keep the fleet's profiles: declarations without a node, composed into each node's by label."`
+	Render     renderCmd          `cmd:"" help:"Print the declaration the profiles make for a node."`
+	Diff       diffCmd            `cmd:"" help:"Print, for each node selected, how what the profiles make differs from what it has."`
+	Rollout    rolloutCmd         `cmd:"" help:"Push what the profiles render to the nodes a selector chooses, in waves that halt on failure; status, pause, resume, abort."`
+	Plan       planCmd            `cmd:"" help:"Ask the selected nodes what their next declaration would change on their machines; change nothing."`
+	Nodes      nodesCmd           `cmd:"" help:"Show every node: what it reports and what is declared for it."`
+	Status     statusCmd          `cmd:"" help:"Show a node's state as it last reported it: what mesh-host status shows on the node."`
+	Replay     replayCmd          `cmd:"" help:"Rebuild a node's state from its records in the events stream; --verify compares it with what the node reported."`
+	JournalCmd journalCmd         `cmd:"" name:"journal" help:"Show a node's journal as the events stream holds it."`
+	Release    releaseCmd         `cmd:"" help:"Deliver a host build to nodes: store it, serve it, and declare it as each node's next host version."`
+	Secret     secretCmd          `cmd:"" help:"Keep the values of secrets that declarations name (content: {secret: NAME}); each is sealed to its node when declared."`
+	Version    command.Version    `cmd:"" help:"Print this binary's version."`
+	Completion command.Completion `cmd:"" help:"Print the script that completes this command in a shell: eval \"$(meshctl completion bash)\"."`
 }
 
 // env is what every command is handed.
@@ -85,27 +79,14 @@ type env struct {
 	cli      *cli
 }
 
-// exitError carries a command's exit code through kong.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
 func failed(format string, a ...any) error {
-	return &exitError{code: exitFailed, err: fmt.Errorf(format, a...)}
-}
-
-func refused(format string, a ...any) error {
-	return &exitError{code: exitRefused, err: fmt.Errorf(format, a...)}
+	return &command.ExitError{Code: command.ExitFailed, Err: fmt.Errorf(format, a...)}
 }
 
 // classify gives err the exit code its kind calls for: input the mesh
 // refuses is 2, anything else that went wrong is 1.
 func classify(err error) error {
-	var ee *exitError
+	var ee *command.ExitError
 	switch {
 	case err == nil:
 		return nil
@@ -114,13 +95,10 @@ func classify(err error) error {
 		return ee
 	case errors.Is(err, client.ErrRefused), errors.Is(err, authority.ErrMeshMismatch), errors.Is(err, authority.ErrCAMismatch),
 		errors.Is(err, linkproto.ErrInvalidName), errors.Is(err, declaration.ErrInvalid):
-		return &exitError{code: exitRefused, err: err}
+		return &command.ExitError{Code: command.ExitRefused, Err: err}
 	}
-	return &exitError{code: exitFailed, err: err}
+	return &command.ExitError{Code: command.ExitFailed, Err: err}
 }
-
-// kongExit is panicked by kong's exit hook (after --help) and recovered.
-type kongExit int
 
 // Main runs the meshctl command line and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -146,43 +124,20 @@ func terminal(w io.Writer) io.Writer {
 // term, when not nil, is the terminal stdout writes to, unfiltered.
 func runCLI(ctx context.Context, args []string, stdout, stderr, term io.Writer) (code int) {
 	var c cli
-	defer func() {
-		if p := recover(); p != nil {
-			k, ok := p.(kongExit)
-			if !ok {
-				panic(p)
-			}
-			code = int(k)
-		}
-	}()
-	parser, err := kong.New(&c,
-		kong.Name("meshctl"),
-		kong.Description("The control plane of a mesh: stores what each node should be, pushes it, shows what each node reports, and enrols nodes."),
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(code int) { panic(kongExit(code)) }),
-		// A command's own flags first, then those every command takes.
-		kong.ExplicitGroups([]kong.Group{{Key: "global", Title: "Global flags:"}}),
-		kong.Vars{"version": version},
-	)
+	defer command.RecoverExit(&code)
+	parser, err := command.NewParser(&c, "meshctl",
+		"The control plane of a mesh: stores what each node should be, pushes it, shows what each node reports, and enrols nodes.",
+		stdout, stderr, kong.Vars{"version": version})
 	if err != nil {
-		fmt.Fprintf(stderr, "meshctl: %v\n", err)
-		return exitRefused
+		return command.Finish(stderr, "meshctl", err, command.ExitRefused)
 	}
 	completion.Answer(parser) // a shell asking for completions
 	kctx, err := parser.Parse(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "meshctl: %v\n", err)
-		return exitRefused
+		return command.Finish(stderr, "meshctl", err, command.ExitRefused)
 	}
 	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, terminal: term, now: time.Now, cli: &c}
-	if err := classify(kctx.Run(e)); err != nil {
-		ee := err.(*exitError)
-		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintf(stderr, "meshctl: %v\n", ee.err)
-		}
-		return ee.code
-	}
-	return exitOK
+	return command.Finish(stderr, "meshctl", classify(kctx.Run(e)), command.ExitFailed)
 }
 
 // authority opens the data directory's authority.
@@ -234,24 +189,4 @@ func (e *env) operator() string {
 		name += "@" + host
 	}
 	return name
-}
-
-type completionCmd struct {
-	Shell string `arg:"" enum:"bash,zsh,fish" help:"The shell: bash, zsh or fish."`
-}
-
-func (c completionCmd) Run(e *env) error {
-	script, err := completion.ScriptForThis(c.Shell, "meshctl")
-	if err != nil {
-		return failed("%v", err) // the grammar allows only shells Script knows
-	}
-	fmt.Fprint(e.stdout, script)
-	return nil
-}
-
-type versionCmd struct{}
-
-func (versionCmd) Run(e *env) error {
-	fmt.Fprintln(e.stdout, version)
-	return nil
 }

@@ -18,9 +18,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/sealing"
 )
@@ -62,32 +64,17 @@ func serve(t *testing.T, args ...string) *syncBuffer {
 	go func() { done <- runCLI(ctx, args, &bytes.Buffer{}, log, nil) }()
 	t.Cleanup(func() {
 		cancel()
-		if code := <-done; code != exitOK {
+		if code := <-done; code != command.ExitOK {
 			t.Errorf("serve exited %d:\n%s", code, log)
 		}
 	})
-	waitFor(t, 10*time.Second, func() error {
+	basetest.Eventually(t, 10*time.Second, func() error {
 		if !strings.Contains(log.String(), "answering hellos") {
 			return fmt.Errorf("serve is not answering hellos:\n%s", log)
 		}
 		return nil
 	})
 	return log
-}
-
-func waitFor(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // enrolled enrols node as mesh-host does, with the token `meshctl enrol`
@@ -102,7 +89,7 @@ func enrolled(t *testing.T, data, node string) *nats.Conn {
 func enrolledWith(t *testing.T, data, node string, opts ...nats.Option) (*nats.Conn, string) {
 	t.Helper()
 	code, stdout, stderr := meshctl(t, "--data", data, "enrol", node)
-	if code != exitOK {
+	if code != command.ExitOK {
 		t.Fatalf("enrol exited %d: %s", code, stderr)
 	}
 	if !strings.Contains(stderr, "can be redeemed once, until") {
@@ -151,7 +138,7 @@ func configuredServer(t *testing.T, data string) (url string, restart func()) {
 	dir := t.TempDir()
 	code, snippet, stderr := meshctl(t, "--data", data, "nats-config", "--jwt-dir", filepath.Join(dir, "jwt"),
 		"--tls-dir", filepath.Join(dir, "tls"), "--server-name", "127.0.0.1")
-	if code != exitOK {
+	if code != command.ExitOK {
 		t.Fatalf("nats-config: %s", stderr)
 	}
 	conf := filepath.Join(dir, "nats.conf")
@@ -200,7 +187,7 @@ func TestRevokeOnTheEmbeddedBroker(t *testing.T) {
 
 func TestRevokeOnAnExistingServer(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
-	if code, _, stderr := meshctl(t, "--data", data, "init", "--mesh", "lab"); code != exitOK {
+	if code, _, stderr := meshctl(t, "--data", data, "init", "--mesh", "lab"); code != command.ExitOK {
 		t.Fatalf("init: %s", stderr)
 	}
 	url, restart := configuredServer(t, data)
@@ -237,7 +224,7 @@ func revoke(t *testing.T, data string) (creds string) {
 	}
 	start := time.Now()
 	code, stdout, stderr := meshctl(t, "--data", data, "revoke", "web-1")
-	if code != exitOK || !strings.HasPrefix(stdout, "revoked web-1 (key U") {
+	if code != command.ExitOK || !strings.HasPrefix(stdout, "revoked web-1 (key U") {
 		t.Fatalf("revoke: exit %d: %s%s", code, stdout, stderr)
 	}
 	select {
@@ -263,7 +250,7 @@ func revoke(t *testing.T, data string) (creds string) {
 		t.Fatalf("a new connection with the revoked credentials: %v", err)
 	}
 	code, stdout, _ = meshctl(t, "--data", data, "nodes")
-	if code != exitOK || !regexp.MustCompile(`(?m)^web-1 .* revoked [0-9.]+m?s ago +revoked$`).MatchString(stdout) {
+	if code != command.ExitOK || !regexp.MustCompile(`(?m)^web-1 .* revoked [0-9.]+m?s ago +revoked$`).MatchString(stdout) {
 		t.Errorf("nodes after revoke:\n%s", stdout)
 	}
 	return creds
@@ -278,7 +265,7 @@ func hello(node string) []byte {
 // answer each hello once between them.
 func TestServeOnAnExistingServer(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
-	if code, _, stderr := meshctl(t, "--data", data, "init", "--mesh", "lab"); code != exitOK {
+	if code, _, stderr := meshctl(t, "--data", data, "init", "--mesh", "lab"); code != command.ExitOK {
 		t.Fatalf("init: %s", stderr)
 	}
 	url, _ := configuredServer(t, data)
@@ -323,7 +310,7 @@ func TestServeOnAnExistingServer(t *testing.T) {
 		}
 		return each, sum
 	}
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		if each, sum := answered(); sum < hellos {
 			return fmt.Errorf("the services logged %v answers, want %d in all", each, hellos)
 		}
@@ -342,10 +329,10 @@ func TestServeOnAnExistingServer(t *testing.T) {
 	if err := os.WriteFile(decl, []byte("mesh: lab\nnode: web-1\nrevision: 1\nresources:\n  - file: {path: /etc/motd, content: \"hi\\n\"}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, stdout, stderr := meshctl(t, "--data", data, "--nats", url, "declare", "--force", "web-1", decl); code != exitOK || stdout != "web-1 is offline: it will get revision 1 when it reconnects\n" {
+	if code, stdout, stderr := meshctl(t, "--data", data, "--nats", url, "declare", "--force", "web-1", decl); code != command.ExitOK || stdout != "web-1 is offline: it will get revision 1 when it reconnects\n" {
 		t.Errorf("declare: %d %q %q", code, stdout, stderr)
 	}
-	if code, stdout, stderr := meshctl(t, "--data", data, "nodes"); code != exitOK || !strings.Contains(stdout, "web-1  -        1        -") || !strings.Contains(stdout, "never heard") {
+	if code, stdout, stderr := meshctl(t, "--data", data, "nodes"); code != command.ExitOK || !strings.Contains(stdout, "web-1  -        1        -") || !strings.Contains(stdout, "never heard") {
 		t.Errorf("nodes: %d\n%s%s", code, stdout, stderr)
 	}
 }
@@ -369,17 +356,17 @@ func TestServeEmbedded(t *testing.T) {
 		t.Fatalf("welcome %+v, %v", w, err)
 	}
 	for _, args := range [][]string{{"nodes"}, {"nodes", "--json"}, {"journal", "web-1"}} {
-		if code, _, stderr := meshctl(t, append([]string{"--data", data}, args...)...); code != exitOK {
+		if code, _, stderr := meshctl(t, append([]string{"--data", data}, args...)...); code != command.ExitOK {
 			t.Errorf("%v: exit %d: %s", args, code, stderr)
 		}
 	}
-	if code, _, stderr := meshctl(t, "--data", data, "journal", "web-1", "--why", "file:/etc/motd"); code != exitFailed || !strings.Contains(stderr, `no record of web-1 names resource "file:/etc/motd"`) {
+	if code, _, stderr := meshctl(t, "--data", data, "journal", "web-1", "--why", "file:/etc/motd"); code != command.ExitFailed || !strings.Contains(stderr, `no record of web-1 names resource "file:/etc/motd"`) {
 		t.Errorf("journal --why of nothing: exit %d: %s", code, stderr)
 	}
 }
 
 func TestVersion(t *testing.T) {
-	if code, stdout, _ := meshctl(t, "version"); code != exitOK || stdout != version+"\n" {
+	if code, stdout, _ := meshctl(t, "version"); code != command.ExitOK || stdout != version+"\n" {
 		t.Errorf("version: %d %q", code, stdout)
 	}
 }
@@ -389,14 +376,14 @@ func TestClassify(t *testing.T) {
 		err  error
 		code int
 	}{
-		{client.ErrRefused, exitRefused},
-		{fmt.Errorf("x: %w", linkproto.ErrInvalidName), exitRefused},
-		{client.ErrNotApplied, exitFailed},
-		{client.ErrApplyFailed, exitFailed},
-		{errors.New("broker gone"), exitFailed},
+		{client.ErrRefused, command.ExitRefused},
+		{fmt.Errorf("x: %w", linkproto.ErrInvalidName), command.ExitRefused},
+		{client.ErrNotApplied, command.ExitFailed},
+		{client.ErrApplyFailed, command.ExitFailed},
+		{errors.New("broker gone"), command.ExitFailed},
 	} {
-		var ee *exitError
-		if !errors.As(classify(tc.err), &ee) || ee.code != tc.code {
+		var ee *command.ExitError
+		if !errors.As(classify(tc.err), &ee) || ee.Code != tc.code {
 			t.Errorf("%v: exit %v, want %d", tc.err, ee, tc.code)
 		}
 	}

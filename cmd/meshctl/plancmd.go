@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/declaration"
@@ -39,7 +40,7 @@ refused, busy, failed); 2 for a bad selector or file, or no node selected.`
 func (c *planCmd) Run(e *env) error {
 	sel, err := labels.Parse(c.Select)
 	if err != nil {
-		return refused("--select: %v", err)
+		return command.Refused("--select: %v", err)
 	}
 	var file *declaration.Declaration
 	if c.File != "" {
@@ -61,7 +62,7 @@ func (c *planCmd) Run(e *env) error {
 		nodes = append(nodes, n.Node)
 	}
 	if len(nodes) == 0 {
-		return refused("no node matches --select %q", c.Select)
+		return command.Refused("no node matches --select %q", c.Select)
 	}
 	doc := client.Document(cl.NextStored)
 	if file != nil {
@@ -82,7 +83,7 @@ func (c *planCmd) Run(e *env) error {
 func readPlanFile(path, ownUnit string) (*declaration.Declaration, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, refused("%v", err)
+		return nil, command.Refused("%v", err)
 	}
 	if err != nil {
 		return nil, failed("%v", err)
@@ -98,7 +99,7 @@ func readPlanFile(path, ownUnit string) (*declaration.Declaration, error) {
 		})
 	}
 	if err != nil {
-		return nil, refused("%v", err)
+		return nil, command.Refused("%v", err)
 	}
 	return d, nil
 }

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
 	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -32,12 +33,12 @@ type profileSetCmd struct {
 func (c *profileSetCmd) Run(e *env) error {
 	src, err := os.ReadFile(c.File)
 	if err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	p := profile.Profile{Name: c.Name, Selector: c.Select, Priority: c.Priority, File: c.File, Source: string(src)}
 	// Checked before the broker is reached for: a typo is refused at once.
 	if _, err := profile.Parse(p); err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	cl, nc, err := e.client()
 	if err != nil {
@@ -172,7 +173,7 @@ type renderCmd struct {
 
 func (c *renderCmd) Run(e *env) error {
 	if err := linkproto.ValidName(c.Node); err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	cl, nc, err := e.client()
 	if err != nil {
@@ -207,7 +208,7 @@ type diffCmd struct {
 func (c *diffCmd) Run(e *env) error {
 	sel, err := labels.Parse(c.Select)
 	if err != nil {
-		return refused("--select: %v", err)
+		return command.Refused("--select: %v", err)
 	}
 	cl, nc, err := e.client()
 	if err != nil {

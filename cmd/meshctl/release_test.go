@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/declaration"
@@ -51,10 +52,10 @@ func TestReleaseCommand(t *testing.T) {
 	hostArchive(t, archive)
 
 	// Before serve ever ran, there is no URL to name.
-	if code, _, _ := meshctl(t, "--data", data, "init"); code != exitOK {
+	if code, _, _ := meshctl(t, "--data", data, "init"); code != command.ExitOK {
 		t.Fatal("init failed")
 	}
-	if code, _, stderr := meshctl(t, "--data", data, "release", archive, "--nodes", "web-1"); code != exitRefused || !strings.Contains(stderr, "no releases URL: start `meshctl serve`") {
+	if code, _, stderr := meshctl(t, "--data", data, "release", archive, "--nodes", "web-1"); code != command.ExitRefused || !strings.Contains(stderr, "no releases URL: start `meshctl serve`") {
 		t.Errorf("release before serve: %d %q", code, stderr)
 	}
 
@@ -65,7 +66,7 @@ func TestReleaseCommand(t *testing.T) {
 	}
 
 	code, stdout, stderr := meshctl(t, "--data", data, "release", archive, "--nodes", "web-1,web-2", "--force")
-	if code != exitOK {
+	if code != command.ExitOK {
 		t.Fatalf("release: %d\n%s%s", code, stdout, stderr)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
@@ -104,10 +105,10 @@ func TestReleaseCommand(t *testing.T) {
 	// --url overrides; refusals are exit 2.
 	code, stdout, _ = meshctl(t, "--data", data, "release", archive, "--nodes", "web-1", "--url", "https://releases.example/mesh/")
 	// web-2 was declared for (with --force): the mesh knows it now.
-	if code, _, stderr := meshctl(t, "--data", data, "release", archive, "--nodes", "web-3"); code == exitOK || !strings.Contains(stderr, "mesh home has no node web-3") {
+	if code, _, stderr := meshctl(t, "--data", data, "release", archive, "--nodes", "web-3"); code == command.ExitOK || !strings.Contains(stderr, "mesh home has no node web-3") {
 		t.Errorf("release to an unknown node: %d\n%s", code, stderr)
 	}
-	if code != exitOK || !strings.Contains(stdout, "nodes fetch https://releases.example/mesh/") || !strings.Contains(stdout, "web-1 is offline: it will get revision 2") {
+	if code != command.ExitOK || !strings.Contains(stdout, "nodes fetch https://releases.example/mesh/") || !strings.Contains(stdout, "web-1 is offline: it will get revision 2") {
 		t.Errorf("release --url: %d\n%s", code, stdout)
 	}
 	for _, args := range [][]string{
@@ -116,8 +117,8 @@ func TestReleaseCommand(t *testing.T) {
 		{"release", filepath.Join(dir, "missing.tar.gz"), "--nodes", "web-1"},
 		{"release", filepath.Join(data, "control.json"), "--nodes", "web-1"},
 	} {
-		if code, _, stderr := meshctl(t, append([]string{"--data", data}, args...)...); code != exitRefused {
-			t.Errorf("%v: exit %d, want %d: %s", args, code, exitRefused, stderr)
+		if code, _, stderr := meshctl(t, append([]string{"--data", data}, args...)...); code != command.ExitRefused {
+			t.Errorf("%v: exit %d, want %d: %s", args, code, command.ExitRefused, stderr)
 		}
 	}
 }
@@ -182,7 +183,7 @@ func TestServeReleasesClash(t *testing.T) {
 	defer ln.Close()
 	data := filepath.Join(t.TempDir(), "data")
 	code, _, stderr := meshctl(t, "--data", data, "serve", "--listen", "127.0.0.1:0", "--mesh", "home", "--releases-listen", ln.Addr().String())
-	if code == exitOK || !strings.Contains(stderr, "--releases-listen") || !strings.Contains(stderr, "address already in use") {
+	if code == command.ExitOK || !strings.Contains(stderr, "--releases-listen") || !strings.Contains(stderr, "address already in use") {
 		t.Errorf("serve with its releases address taken: exit %d\n%s", code, stderr)
 	}
 }

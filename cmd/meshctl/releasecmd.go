@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -30,7 +31,7 @@ type releaseCmd struct {
 func (c *releaseCmd) Run(e *env) error {
 	for _, n := range c.Nodes {
 		if err := linkproto.ValidName(n); err != nil {
-			return refused("--nodes: %v", err)
+			return command.Refused("--nodes: %v", err)
 		}
 	}
 	a, err := e.authority()
@@ -43,11 +44,11 @@ func (c *releaseCmd) Run(e *env) error {
 			return failed("%v", err)
 		}
 		if base == "" {
-			return refused("no releases URL: start `meshctl serve` (it records where it serves releases) or give --url")
+			return command.Refused("no releases URL: start `meshctl serve` (it records where it serves releases) or give --url")
 		}
 	}
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return refused("--url %q: want http://HOST[:PORT][/PATH] or https://…", base)
+		return command.Refused("--url %q: want http://HOST[:PORT][/PATH] or https://…", base)
 	}
 
 	r, err := authority.StoreRelease(a.ReleasesDir(), c.Archive)
@@ -81,7 +82,7 @@ func (c *releaseCmd) Run(e *env) error {
 	if bad, err := cl.BadRelease(e.ctx, r.Digest); err != nil {
 		return err
 	} else if bad != nil {
-		return refused("release %s is bad for this mesh: %s rolled it back (%s) in rollout %s", r.Version()[:12], bad.Node, bad.Reason, bad.Rollout)
+		return command.Refused("release %s is bad for this mesh: %s rolled it back (%s) in rollout %s", r.Version()[:12], bad.Node, bad.Reason, bad.Rollout)
 	}
 	// Every node is tried: one node's refusal says nothing about the
 	// next. The command fails when any node refused, failed, or rolled

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/rollout"
@@ -33,13 +34,13 @@ type waveFlags struct {
 
 func (f *waveFlags) options(selector string) (rollout.Options, error) {
 	if _, err := labels.Parse(selector); err != nil {
-		return rollout.Options{}, refused("--select: %v", err)
+		return rollout.Options{}, command.Refused("--select: %v", err)
 	}
 	if _, err := rollout.ParseMaxInFlight(f.MaxInFlight, 100); err != nil {
-		return rollout.Options{}, refused("%v", err)
+		return rollout.Options{}, command.Refused("%v", err)
 	}
 	if f.WaitHealthy <= 0 {
-		return rollout.Options{}, refused("--wait-healthy %v: more than 0", f.WaitHealthy)
+		return rollout.Options{}, command.Refused("--wait-healthy %v: more than 0", f.WaitHealthy)
 	}
 	return rollout.Options{Selector: selector, Canary: f.Canary, MaxInFlight: f.MaxInFlight,
 		HaltOnFailure: f.HaltOnFailure, WaitHealthy: f.WaitHealthy}, nil

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/script")
@@ -44,7 +46,7 @@ func cmdWaitServe(ts *testscript.TestScript, neg bool, args []string) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var out bytes.Buffer
-		if runCLI(context.Background(), []string{"--data", ts.Getenv("MESHCTL_DATA"), "nodes"}, &out, &out, nil) == exitOK {
+		if runCLI(context.Background(), []string{"--data", ts.Getenv("MESHCTL_DATA"), "nodes"}, &out, &out, nil) == command.ExitOK {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/sealing"
 )
@@ -40,7 +41,7 @@ func (c *secretSetCmd) Run(e *env) error {
 		return failed("read the value from %s: %v", what, err)
 	}
 	if err := store.Set(c.Name, value); err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	// Neither the value nor a digest of it: the name and the size only.
 	fmt.Fprintf(e.stdout, "secret %s stored (%d bytes, sealed); declarations naming it get it when next declared\n", c.Name, len(value))
@@ -83,7 +84,7 @@ func (c *secretRmCmd) Run(e *env) error {
 		return err
 	}
 	if err := store.Remove(c.Name); err != nil {
-		return refused("%v", err)
+		return command.Refused("%v", err)
 	}
 	fmt.Fprintf(e.stdout, "secret %s removed\n", c.Name)
 	return nil

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/tuning"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 )
@@ -48,12 +49,12 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	if len(cfg.URLs) == 0 {
 		if (c.TLSCert == "") != (c.TLSKey == "") {
-			return refused("--tls-cert and --tls-key go together")
+			return command.Refused("--tls-cert and --tls-key go together")
 		}
 		if c.TLSCert != "" {
 			cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
 			if err != nil {
-				return refused("--tls-cert: %v", err)
+				return command.Refused("--tls-cert: %v", err)
 			}
 			cfg.Certificate = &cert
 		}

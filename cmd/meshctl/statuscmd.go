@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/internal/statusview"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/projector"
@@ -73,7 +74,7 @@ func (c *replayCmd) Run(e *env) error {
 	defer nc.Close()
 	if c.Verify {
 		if c.Until != 0 || c.JSON {
-			return refused("--verify takes neither --until nor --json: it replays through the head of the node's report")
+			return command.Refused("--verify takes neither --until nor --json: it replays through the head of the node's report")
 		}
 		rep, replayed, diff, err := cl.Verify(e.ctx, c.Node)
 		if err != nil {
@@ -85,7 +86,7 @@ func (c *replayCmd) Run(e *env) error {
 		}
 		fmt.Fprintf(e.stdout, "replay of %d records from the events stream disagrees with what %s reported at head #%d (replayed != reported):\n  %s\n",
 			replayed.Records, c.Node, rep.State.Head, strings.Join(diff, "\n  "))
-		return &exitError{code: exitFailed, err: fmt.Errorf("%s is not what its records say", c.Node)}
+		return &command.ExitError{Code: command.ExitFailed, Err: fmt.Errorf("%s is not what its records say", c.Node)}
 	}
 	replayed, err := cl.Replay(e.ctx, c.Node, c.Until)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 )
 
 const testMesh = "home"
@@ -29,7 +30,7 @@ func TestBrokerKeepsFewClosedConnections(t *testing.T) {
 		}
 		nc.Close()
 	}
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		connz, err := b.Connz(&server.ConnzOptions{State: server.ConnClosed})
 		switch {
 		case err != nil:
@@ -74,22 +75,6 @@ func dial(a *authority.Authority, url string) (*nats.Conn, error) {
 		return nil, err
 	}
 	return nats.Connect(url, nats.UserCredentials(a.ControlCreds()), nats.Secure(tc), nats.Timeout(5*time.Second))
-}
-
-// waitFor polls check until it passes or timeout ends.
-func waitFor(t testing.TB, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestServerNames(t *testing.T) {

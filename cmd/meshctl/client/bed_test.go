@@ -23,6 +23,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -84,7 +85,7 @@ func (b *bed) serve(opts ...func(*nodeservice.Service)) {
 		nc.Close()
 	})
 	// Its subscriptions are in place once it answers a sync.
-	waitFor(b.t, 5*time.Second, func() error {
+	basetest.Eventually(b.t, 5*time.Second, func() error {
 		q := linkproto.Sync{Protocol: linkproto.ProtocolVersion, Node: "probe"}
 		inbox := linkproto.InboxPrefix(testMesh, "probe") + "." + nats.NewInbox()
 		sub, err := b.nc.SubscribeSync(inbox)
@@ -196,7 +197,7 @@ func (b *bed) nodeCreds(name string, ttl time.Duration) string {
 // names subject to n.
 func (n *node) violation(t *testing.T, subject string) {
 	t.Helper()
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		for _, err := range n.errs {
@@ -237,7 +238,7 @@ func (n *node) publishEvent(t *testing.T, r event.Record) {
 	if err := n.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		if n.stored(t, r.Seq) == 0 {
 			return fmt.Errorf("the events stream does not hold %s's record %d", n.name, r.Seq)
 		}
@@ -338,22 +339,6 @@ func testSealKey(t testing.TB) string {
 	}
 	pub, _ := k.PublicKey()
 	return pub
-}
-
-// waitFor calls check until it returns nil or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // decl parses a declaration written for the tests.

@@ -15,6 +15,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 )
 
 // The service's connection to the broker embedded in its process goes
@@ -69,7 +70,7 @@ func TestServiceConnectsInProcessAndStillAuthenticates(t *testing.T) {
 		t.Fatalf("an in-process connection of a foreign account's user was let in")
 	}
 	// Refused for who it is, not for the pipe.
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		closed, err := b.Connz(&server.ConnzOptions{State: server.ConnClosed})
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/declaration/declarationtest"
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -238,7 +239,7 @@ func TestDeclareAlreadyApplied(t *testing.T) {
 	if err := c.Declare(context.Background(), &bytes.Buffer{}, "a", d, DeclareOptions{Wait: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		hb, err := c.lastHeartbeat(context.Background(), "a")
 		if err != nil || hb == nil {
 			return errors.New("no stored heartbeat yet")

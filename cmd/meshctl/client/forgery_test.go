@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -103,7 +104,7 @@ func forgeAgainstB(t *testing.T, pub publishFunc, cli bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		_, err := events.GetLastMsgForSubject(context.Background(), last)
 		return err
 	})
@@ -118,7 +119,7 @@ func forgeAgainstB(t *testing.T, pub publishFunc, cli bool) {
 		publishAsNode(t, victim, seq, "b's own")
 		want = append(want, seq)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		if got := victim.history(t); !slices.Equal(got, want) {
 			return fmt.Errorf("b's history in the stream is %v, want %v", got, want)
 		}
@@ -135,7 +136,7 @@ func forgeAgainstB(t *testing.T, pub publishFunc, cli bool) {
 	}
 	publishAsNode(t, victim, forgedRecords+1, "b's own")
 	want = append(want, forgedRecords+1)
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		if got := victim.history(t); !slices.Equal(got, want) {
 			return fmt.Errorf("b's history in the stream is %v, want %v", got, want)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -49,7 +50,7 @@ func TestEnsureMovesLegacyRecordsToTheirOwnSubjects(t *testing.T) {
 	if err := b.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		st, err := b.js.Stream(ctx, linkproto.EventsStream)
 		if err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -58,7 +59,7 @@ func BenchmarkNodes10000(b *testing.B) {
 		b.Fatal(err)
 	}
 	// Every heartbeat stored before the first listing.
-	waitFor(b, time.Minute, func() error {
+	basetest.Eventually(b, time.Minute, func() error {
 		s, err := bed.js.Stream(ctx, linkproto.HeartbeatsStream)
 		if err != nil {
 			return err

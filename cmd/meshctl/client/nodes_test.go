@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -56,7 +57,7 @@ func TestNodes(t *testing.T) {
 	}
 
 	var nodes []NodeStatus
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		var err error
 		nodes, err = c.Nodes(ctx)
 		if err != nil {
@@ -156,7 +157,7 @@ func TestNodesNamesWhatDoesNotRead(t *testing.T) {
 	if err := b.nc.Publish(linkproto.HeartbeatSubject(testMesh, "n-007"), []byte(`{"protocol":`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		nodes, err := c.Nodes(ctx)
 		if err != nil {
 			return err

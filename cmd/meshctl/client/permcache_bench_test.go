@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -57,15 +57,7 @@ func publishCacheGrowth(b *testing.B, nodes, subjects int, listen bool) float64 
 		}}
 	}
 	users = append(users, &server.User{Username: "service", Password: "x"})
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, Users: users, NoLog: true, NoSigs: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	go s.Start()
-	defer s.Shutdown()
-	if !s.ReadyForConnections(10 * time.Second) {
-		b.Fatal("the server is not ready")
-	}
+	s := basetest.NATS(b, &server.Options{Users: users})
 	// What the events stream is to the broker: interest in every node's
 	// records. With it, each publisher also keeps the subject's match
 	// (client.in.results, up to 512 subjects, reset when the account's

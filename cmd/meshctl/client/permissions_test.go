@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -283,7 +284,7 @@ func TestNodeOwnSubjects(t *testing.T) {
 	if m, err := reports.NextMsg(5 * time.Second); err != nil || m.Subject != linkproto.HeartbeatSubject(testMesh, "a") {
 		t.Fatalf("a's heartbeat: %v, %v", m, err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		got, err := b.client(time.Now()).lastHeartbeat(ctx, "a")
 		if err != nil || got == nil {
 			return errors.New("a's heartbeat is not in the heartbeats stream")
@@ -391,7 +392,7 @@ func TestNodeCannotAimTheStreamsAcksAtTheAPI(t *testing.T) {
 	// nothing else happened: both streams are there, the events stream
 	// still holds the first record, and b has no desired state.
 	ctx := context.Background()
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		s, err := b.js.Stream(ctx, linkproto.EventsStream)
 		if err != nil {
 			return err

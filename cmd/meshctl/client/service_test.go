@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
@@ -20,7 +21,7 @@ import (
 func helloAnswered(t *testing.T, n *node, revision uint64) *linkproto.Welcome {
 	t.Helper()
 	var w *linkproto.Welcome
-	waitFor(t, 10*time.Second, func() error {
+	basetest.Eventually(t, 10*time.Second, func() error {
 		var err error
 		w, err = n.hello(revision, time.Second)
 		return err
@@ -211,7 +212,7 @@ func TestSyncSaysHowMuchTheStreamHolds(t *testing.T) {
 		}
 		return s.EventsThrough, nil
 	}
-	waitFor(t, 10*time.Second, func() error {
+	basetest.Eventually(t, 10*time.Second, func() error {
 		n, err := sync()
 		if err == nil && n != 0 {
 			return fmt.Errorf("events through %d before any record", n)
@@ -257,7 +258,7 @@ func TestEventsThroughReadsPastRecordsStoredOutOfOrder(t *testing.T) {
 	for _, seq := range []uint64{2, 3, 1} {
 		publishAsNode(t, a, seq, "a's own")
 	}
-	waitFor(t, 5*time.Second, func() error {
+	basetest.Eventually(t, 5*time.Second, func() error {
 		if got := a.history(t); len(got) != 3 {
 			return fmt.Errorf("a's history %v", got)
 		}
