@@ -24,7 +24,7 @@ func Shown(s string, redact func(string) string) string {
 	if redact != nil {
 		s = redact(s)
 	}
-	return RedactCredentials(s)
+	return redactCredentials(s)
 }
 
 // escapeSequence is an ANSI escape sequence: CSI (ESC [ … final byte),
@@ -89,9 +89,9 @@ var credentials = []struct {
 	{regexp.MustCompile(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+`), "${1}[redacted]"},
 }
 
-// RedactCredentials replaces with [redacted] the values of the obvious
+// redactCredentials replaces with [redacted] the values of the obvious
 // forms of a credential in s (see credentials), whatever the host knows.
-func RedactCredentials(s string) string {
+func redactCredentials(s string) string {
 	for _, c := range credentials {
 		s = c.re.ReplaceAllString(s, c.with)
 	}

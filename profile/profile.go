@@ -232,8 +232,8 @@ func (p *Parsed) refProblem(name string) string {
 			}
 			return ""
 		case "fact":
-			if !slices.Contains(FactNames, key) {
-				return fmt.Sprintf("${%s}: unknown fact (known: %s)", name, strings.Join(FactNames, ", "))
+			if !slices.Contains(factNames, key) {
+				return fmt.Sprintf("${%s}: unknown fact (known: %s)", name, strings.Join(factNames, ", "))
 			}
 			return ""
 		}

@@ -32,8 +32,8 @@ type Node struct {
 	Facts map[string]string
 }
 
-// FactNames are the facts ${fact.KEY} can name.
-var FactNames = []string{"hostname", "os_id", "os_version", "arch", "kernel", "cores", "memory_mb", "address", "addresses", "boot_id", "version"}
+// factNames are the facts ${fact.KEY} can name.
+var factNames = []string{"hostname", "os_id", "os_version", "arch", "kernel", "cores", "memory_mb", "address", "addresses", "boot_id", "version"}
 
 // Facts is the ${fact.KEY} view of a node's reported facts: address is its
 // first address, addresses all of them joined by commas. A fact the node

@@ -21,14 +21,14 @@ func isRelease(s drivers.Spec) bool {
 	return ok && strings.HasPrefix(a.Path, authority.VersionsDir+"/")
 }
 
-// WithRelease returns a copy of d (nil: a first declaration of mesh and
+// withRelease returns a copy of d (nil: a first declaration of mesh and
 // node) that delivers the release resource res, one revision later: res
 // takes the place of the host release d delivers, if any (a node keeps the
 // version it runs and its predecessor on disk by itself: the host releases
 // a version directory rather than remove it when no declaration names it),
 // or is added after d's resources. changed is false when d already
 // delivers exactly res; then d is returned as it is.
-func WithRelease(d *declaration.Declaration, mesh, node string, res *drivers.ArchiveSpec) (out *declaration.Declaration, changed bool, err error) {
+func withRelease(d *declaration.Declaration, mesh, node string, res *drivers.ArchiveSpec) (out *declaration.Declaration, changed bool, err error) {
 	if d == nil {
 		d = &declaration.Declaration{Mesh: mesh, Node: node}
 	}
@@ -78,7 +78,7 @@ func (c *Client) Release(ctx context.Context, out io.Writer, node string, res *d
 	if err != nil {
 		return err
 	}
-	d, changed, err := WithRelease(entry.Declaration(), c.Mesh, node, res)
+	d, changed, err := withRelease(entry.Declaration(), c.Mesh, node, res)
 	if err != nil {
 		return err
 	}

@@ -117,9 +117,9 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, changed, err := WithRelease(d, testMesh, "a", r2.Resource(base))
+	got, changed, err := withRelease(d, testMesh, "a", r2.Resource(base))
 	if err != nil || !changed {
-		t.Fatalf("WithRelease: %v, changed %v", err, changed)
+		t.Fatalf("withRelease: %v, changed %v", err, changed)
 	}
 	if got.Revision != 8 {
 		t.Errorf("revision %d, want 8", got.Revision)
@@ -136,28 +136,28 @@ resources:
 		t.Errorf("release resource %+v", a)
 	}
 	if d.Revision != 7 || d.Resources[1].(*drivers.ArchiveSpec).Digest != r1.Digest {
-		t.Error("WithRelease changed the declaration it was given")
+		t.Error("withRelease changed the declaration it was given")
 	}
 
 	// The same release again changes nothing.
-	same, changed, err := WithRelease(got, testMesh, "a", r2.Resource(base))
+	same, changed, err := withRelease(got, testMesh, "a", r2.Resource(base))
 	if err != nil || changed || same.Revision != 8 {
 		t.Errorf("the same release again: revision %d, changed %v, %v", same.Revision, changed, err)
 	}
 	// A node with no declaration gets one with the release alone.
-	first, changed, err := WithRelease(nil, testMesh, "b", r1.Resource(base))
+	first, changed, err := withRelease(nil, testMesh, "b", r1.Resource(base))
 	if err != nil || !changed || first.Revision != 1 || first.Mesh != testMesh || first.Node != "b" || len(first.Resources) != 1 {
 		t.Errorf("first declaration: %+v, changed %v, %v", first, changed, err)
 	}
 	// What the node would refuse is refused here.
 	bad := r1.Resource("ftp://x")
-	if _, _, err := WithRelease(nil, testMesh, "b", bad); !errors.Is(err, ErrRefused) {
+	if _, _, err := withRelease(nil, testMesh, "b", bad); !errors.Is(err, ErrRefused) {
 		t.Errorf("a release from ftp://: %v, want ErrRefused", err)
 	}
 	// A declaration at the limit of resources has no room for a release.
 	full := declarationtest.Maximal(testMesh, "a", 1)
 	full.Resources[len(full.Resources)-1].(*drivers.FileSpec).Content = "" // room in bytes
-	if _, _, err := WithRelease(full, testMesh, "a", r1.Resource(base)); !errors.Is(err, ErrRefused) || !errors.Is(err, declaration.ErrLimit) ||
+	if _, _, err := withRelease(full, testMesh, "a", r1.Resource(base)); !errors.Is(err, ErrRefused) || !errors.Is(err, declaration.ErrLimit) ||
 		!strings.Contains(err.Error(), fmt.Sprintf("one resource more than the limit of resources in a declaration: %d", declaration.MaxResources)) {
 		t.Errorf("a release added to a full declaration: %.300v", err)
 	}
@@ -255,7 +255,7 @@ func TestDocSnippet(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := testRelease(3)
-	next, changed, err := WithRelease(d, d.Mesh, d.Node, r.Resource("http://127.0.0.1:4280"))
+	next, changed, err := withRelease(d, d.Mesh, d.Node, r.Resource("http://127.0.0.1:4280"))
 	if err != nil || !changed || len(next.Resources) != len(d.Resources) {
 		t.Fatalf("a release over the documented one: %+v, changed %v, %v", next, changed, err)
 	}

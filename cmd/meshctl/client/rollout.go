@@ -307,7 +307,7 @@ func (c *Client) rolloutDeclaration(ctx context.Context, f *fleet, r *rollout.Ro
 		if err != nil {
 			return nil, nil, err
 		}
-		d, changed, err := WithRelease(read.Declaration(), c.Mesh, node, r.Release)
+		d, changed, err := withRelease(read.Declaration(), c.Mesh, node, r.Release)
 		if err != nil || !changed {
 			return nil, read, err
 		}
