@@ -1,6 +1,6 @@
 // Package basetest holds the helpers the module's tests share: polling with
-// a deadline, skipping for a missing tool, and an embedded NATS server on a
-// random port with a readiness wait.
+// a deadline, skipping for a missing tool, an embedded NATS server on a
+// random port with a readiness wait, and archives written for a test.
 //
 // It is a leaf: it imports nothing of the module, so that any package's
 // tests may use it without an import cycle. What a test needs of the

@@ -1,11 +1,8 @@
 package authority
 
 import (
-	"archive/tar"
-	"archive/zip"
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -20,81 +17,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/klauspost/compress/zstd"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 )
 
-// entry is one file of a test archive.
-type entry struct {
-	name string
-	mode int64
-	body string
-}
-
-var hostBuild = []entry{{"mesh-host", 0o755, "#!/bin/sh\necho host\n"}}
-
-// pack writes entries as an archive of format into dir and returns its
-// path.
-func pack(t *testing.T, dir, format string, entries []entry) string {
-	t.Helper()
-	var buf bytes.Buffer
-	if format == "zip" {
-		zw := zip.NewWriter(&buf)
-		for _, e := range entries {
-			h := &zip.FileHeader{Name: e.name, Method: zip.Deflate}
-			h.SetMode(os.FileMode(e.mode))
-			w, err := zw.CreateHeader(h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.WriteString(w, e.body)
-		}
-		if err := zw.Close(); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		var w io.WriteCloser = nopCloser{&buf}
-		switch format {
-		case "tar.gz":
-			w = gzip.NewWriter(&buf)
-		case "tar.zst":
-			zw, err := zstd.NewWriter(&buf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			w = zw
-		}
-		tw := tar.NewWriter(w)
-		for _, e := range entries {
-			h := &tar.Header{Name: e.name, Mode: e.mode, Size: int64(len(e.body)), Typeflag: tar.TypeReg}
-			if strings.HasSuffix(e.name, "/") {
-				h.Typeflag, h.Size = tar.TypeDir, 0
-			}
-			if err := tw.WriteHeader(h); err != nil {
-				t.Fatal(err)
-			}
-			io.WriteString(tw, e.body)
-		}
-		if err := tw.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f, err := os.CreateTemp(dir, "build-*."+format)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.Write(buf.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	return f.Name()
-}
-
-type nopCloser struct{ io.Writer }
-
-func (nopCloser) Close() error { return nil }
+var hostBuild = []basetest.Entry{{Name: "mesh-host", Mode: 0o755, Body: "#!/bin/sh\necho host\n"}}
 
 func digestOf(t *testing.T, path string) string {
 	t.Helper()
@@ -112,7 +38,7 @@ func TestStoreRelease(t *testing.T) {
 	src, releases := t.TempDir(), filepath.Join(t.TempDir(), "releases")
 	for _, format := range releaseFormats {
 		t.Run(format, func(t *testing.T) {
-			path := pack(t, src, format, hostBuild)
+			path := basetest.Pack(t, src, format, hostBuild)
 			// A misleading name: the content decides.
 			misnamed := path + ".bin"
 			if err := os.Rename(path, misnamed); err != nil {
@@ -168,11 +94,11 @@ func TestStoreReleaseRefuses(t *testing.T) {
 	}{
 		{"empty", empty, "the file is empty"},
 		{"not an archive", text, "not an archive a node can unpack (tar, tar.gz, tar.zst, zip)"},
-		{"no mesh-host", pack(t, src, "tar.gz", []entry{{"README", 0o644, "hi"}}), "it holds no mesh-host at its top"},
-		{"mesh-host below the top", pack(t, src, "tar.gz", []entry{{"bin/", 0o755, ""}, {"bin/mesh-host", 0o755, "x"}}), "it holds no mesh-host at its top"},
-		{"not executable", pack(t, src, "tar.zst", []entry{{"mesh-host", 0o644, "x"}}), "its mesh-host is not executable (mode -rw-r--r--)"},
-		{"zip, not executable", pack(t, src, "zip", []entry{{"mesh-host", 0o600, "x"}}), "its mesh-host is not executable"},
-		{"a directory", pack(t, src, "tar", []entry{{"mesh-host/", 0o755, ""}}), "its mesh-host is not a regular file"},
+		{"no mesh-host", basetest.Pack(t, src, "tar.gz", []basetest.Entry{{Name: "README", Mode: 0o644, Body: "hi"}}), "it holds no mesh-host at its top"},
+		{"mesh-host below the top", basetest.Pack(t, src, "tar.gz", []basetest.Entry{{Name: "bin/", Mode: 0o755, Body: ""}, {Name: "bin/mesh-host", Mode: 0o755, Body: "x"}}), "it holds no mesh-host at its top"},
+		{"not executable", basetest.Pack(t, src, "tar.zst", []basetest.Entry{{Name: "mesh-host", Mode: 0o644, Body: "x"}}), "its mesh-host is not executable (mode -rw-r--r--)"},
+		{"zip, not executable", basetest.Pack(t, src, "zip", []basetest.Entry{{Name: "mesh-host", Mode: 0o600, Body: "x"}}), "its mesh-host is not executable"},
+		{"a directory", basetest.Pack(t, src, "tar", []basetest.Entry{{Name: "mesh-host/", Mode: 0o755, Body: ""}}), "its mesh-host is not a regular file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := StoreRelease(releases, tc.path)
@@ -207,7 +133,7 @@ func rawGet(t *testing.T, addr, method, path string) int {
 func TestReleaseServer(t *testing.T) {
 	dir := t.TempDir()
 	releases := filepath.Join(dir, "releases")
-	r, err := StoreRelease(releases, pack(t, dir, "tar.gz", hostBuild))
+	r, err := StoreRelease(releases, basetest.Pack(t, dir, "tar.gz", hostBuild))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,7 @@
 package client
 
 import (
-	"archive/tar"
-	"archive/zip"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -16,87 +13,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
-
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/declaration/declarationtest"
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
-// entry is one file of a test archive.
-type entry struct {
-	name string
-	mode int64
-	body string
-}
+var hostBuild = []basetest.Entry{{Name: "mesh-host", Mode: 0o755, Body: "#!/bin/sh\necho host\n"}}
 
-var hostBuild = []entry{{"mesh-host", 0o755, "#!/bin/sh\necho host\n"}}
-
-// pack writes entries as an archive of format into dir and returns its
-// path.
-func pack(t *testing.T, dir, format string, entries []entry) string {
-	t.Helper()
-	var buf bytes.Buffer
-	if format == "zip" {
-		zw := zip.NewWriter(&buf)
-		for _, e := range entries {
-			h := &zip.FileHeader{Name: e.name, Method: zip.Deflate}
-			h.SetMode(os.FileMode(e.mode))
-			w, err := zw.CreateHeader(h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.WriteString(w, e.body)
-		}
-		if err := zw.Close(); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		var w io.WriteCloser = nopCloser{&buf}
-		switch format {
-		case "tar.gz":
-			w = gzip.NewWriter(&buf)
-		case "tar.zst":
-			zw, err := zstd.NewWriter(&buf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			w = zw
-		}
-		tw := tar.NewWriter(w)
-		for _, e := range entries {
-			h := &tar.Header{Name: e.name, Mode: e.mode, Size: int64(len(e.body)), Typeflag: tar.TypeReg}
-			if strings.HasSuffix(e.name, "/") {
-				h.Typeflag, h.Size = tar.TypeDir, 0
-			}
-			if err := tw.WriteHeader(h); err != nil {
-				t.Fatal(err)
-			}
-			io.WriteString(tw, e.body)
-		}
-		if err := tw.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f, err := os.CreateTemp(dir, "build-*."+format)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.Write(buf.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	return f.Name()
-}
-
-type nopCloser struct{ io.Writer }
-
-func (nopCloser) Close() error { return nil }
 func testRelease(n byte) authority.Release {
 	return authority.Release{Digest: "sha256:" + strings.Repeat(string("0123456789abcdef"[n%16]), 64), Format: "tar.gz"}
 }
@@ -189,7 +115,7 @@ func TestRelease(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	r, err := authority.StoreRelease(filepath.Join(dir, "releases"), pack(t, dir, "tar.gz", hostBuild))
+	r, err := authority.StoreRelease(filepath.Join(dir, "releases"), basetest.Pack(t, dir, "tar.gz", hostBuild))
 	if err != nil {
 		t.Fatal(err)
 	}
