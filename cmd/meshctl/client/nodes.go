@@ -211,7 +211,7 @@ func (c *Client) eachDesired(ctx context.Context, fn func(node string, revision 
 // an entry does not decode.
 func decodeEntries[T any](ctx context.Context, kv jetstream.KeyValue, filter string, decode func(jetstream.KeyValueEntry) (T, error), use func(T)) error {
 	return decodeEach(func(put func(jetstream.KeyValueEntry)) error {
-		return eachEntry(ctx, kv, filter, put)
+		return store.EachEntry(ctx, kv, filter, put)
 	}, decode, use)
 }
 
@@ -233,24 +233,6 @@ func decodeEach[T any](read func(put func(jetstream.KeyValueEntry)) error, decod
 		use(d.v)
 	})
 	return cmp.Or(err, failed)
-}
-
-// eachEntry hands put every entry of kv whose key filter matches, as it
-// is now, without its deleted keys.
-func eachEntry(ctx context.Context, kv jetstream.KeyValue, filter string, put func(jetstream.KeyValueEntry)) error {
-	w, err := kv.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for e := range w.Updates() {
-		if e == nil {
-			// The watcher's marker: every stored value has been seen.
-			return nil
-		}
-		put(e)
-	}
-	return ctx.Err()
 }
 
 // readBatch is how many messages readLast asks for at once.

@@ -136,19 +136,7 @@ func (d *Desired) Purge(ctx context.Context, node string) error {
 // ones, for Listed to read: a listing decodes them where it likes (many
 // at once).
 func (d *Desired) Each(ctx context.Context, put func(jetstream.KeyValueEntry)) error {
-	w, err := d.kv.WatchFiltered(ctx, []string{linkproto.DesiredKey(d.mesh, "*")}, jetstream.IgnoreDeletes())
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for e := range w.Updates() {
-		if e == nil {
-			// The watcher's marker: every stored value has been seen.
-			return nil
-		}
-		put(e)
-	}
-	return ctx.Err()
+	return EachEntry(ctx, d.kv, linkproto.DesiredKey(d.mesh, "*"), put)
 }
 
 // Listed reads an entry Each handed out: the node its key names ("" for a key

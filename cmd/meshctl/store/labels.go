@@ -40,7 +40,7 @@ func (s *Store) Labels(ctx context.Context, mesh string) (*Labels, error) {
 
 // Each hands put every node's entry as it is now, for Decode.
 func (ls *Labels) Each(ctx context.Context, put func(jetstream.KeyValueEntry)) error {
-	return eachEntry(ctx, ls.kv, Key(ls.mesh, "*"), put)
+	return EachEntry(ctx, ls.kv, Key(ls.mesh, "*"), put)
 }
 
 // Decode reads a node's entry.
@@ -116,7 +116,7 @@ func (s *Store) Profiles(ctx context.Context, mesh string) (*Profiles, error) {
 
 // Each hands put every profile's entry as it is now, for Decode.
 func (ps *Profiles) Each(ctx context.Context, put func(jetstream.KeyValueEntry)) error {
-	return eachEntry(ctx, ps.kv, Key(ps.mesh, "*"), put)
+	return EachEntry(ctx, ps.kv, Key(ps.mesh, "*"), put)
 }
 
 // Decode reads a profile's entry.
@@ -181,9 +181,9 @@ func put(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, r
 	return err
 }
 
-// eachEntry hands put every entry of kv whose key filter matches, as it
+// EachEntry hands put every entry of kv whose key filter matches, as it
 // is now, without its deleted keys.
-func eachEntry(ctx context.Context, kv jetstream.KeyValue, filter string, put func(jetstream.KeyValueEntry)) error {
+func EachEntry(ctx context.Context, kv jetstream.KeyValue, filter string, put func(jetstream.KeyValueEntry)) error {
 	w, err := kv.WatchFiltered(ctx, []string{filter}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return err

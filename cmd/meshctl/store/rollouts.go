@@ -48,7 +48,7 @@ func (rs *Rollouts) Get(ctx context.Context, id string) (*rollout.Rollout, error
 // listing decodes them where it likes (many at once; a record holds
 // every node's step).
 func (rs *Rollouts) Each(ctx context.Context, put func(jetstream.KeyValueEntry)) error {
-	return eachEntry(ctx, rs.kv, Key(rs.mesh, "*"), put)
+	return EachEntry(ctx, rs.kv, Key(rs.mesh, "*"), put)
 }
 
 // Watch watches the rollouts' records (not the slot) with opts.
