@@ -29,6 +29,8 @@ const moveBatch = 512
 // the stream takes its limit of one message per subject, which would
 // otherwise keep only the last record of each node. Every step can be run
 // again: a service stopped half way finishes the move when it next starts.
+// It can go, with linkproto.LegacyAnyMeshEvents, once no events stream
+// holds records of nodes before ProtocolVersion 2.
 func (s *Service) migrateEvents(ctx context.Context, js jetstream.JetStream) error {
 	st, err := js.Stream(ctx, linkproto.EventsStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
