@@ -141,16 +141,14 @@ func (s *Service) redeem(ctx context.Context, b *store.Handles, id string, req l
 // tokenRefused is why t may not be redeemed: it was made before its node
 // was last revoked or removed. A record that cannot be read refuses too.
 func tokenRefused(ctx context.Context, tokens jetstream.KeyValue, mesh string, t linkproto.Token) error {
-	e, err := tokens.Get(ctx, store.RefusedKey(mesh, t.Node))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
-	}
-	if err != nil {
+	r, err := store.RefusedTokens(ctx, tokens, mesh, t.Node)
+	switch {
+	case errors.Is(err, store.ErrUndecodable):
+		return fmt.Errorf("%w: %v", ErrTokenRefused, err)
+	case err != nil:
 		return fmt.Errorf("read whether the tokens of %s are refused: %w", t.Node, err)
-	}
-	var r store.TokensRefused
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return fmt.Errorf("%w: the record refusing the tokens of %s does not read: %v", ErrTokenRefused, t.Node, err)
+	case r == nil:
+		return nil
 	}
 	issued := t.IssuedAt()
 	if issued.After(r.Before) {

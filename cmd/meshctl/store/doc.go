@@ -14,3 +14,12 @@
 // The tokens bucket's use records are the control service's alone, and
 // only their key and the refusal record are here.
 package store
+
+import "errors"
+
+// Errors returned by this package.
+var (
+	// ErrUndecodable is returned for a stored record that does not
+	// decode: damage, or a writer that does not follow its owner here.
+	ErrUndecodable = errors.New("record does not decode")
+)

@@ -83,6 +83,24 @@ func RefuseTokens(ctx context.Context, kv jetstream.KeyValue, mesh string, r Tok
 	return err
 }
 
+// RefusedTokens reads node's TokensRefused from the tokens bucket kv;
+// nil when none is stored. A record that does not decode is an error
+// wrapping ErrUndecodable.
+func RefusedTokens(ctx context.Context, kv jetstream.KeyValue, mesh, node string) (*TokensRefused, error) {
+	e, err := kv.Get(ctx, RefusedKey(mesh, node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r TokensRefused
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, fmt.Errorf("%w: the record refusing the tokens of %s: %v", ErrUndecodable, node, err)
+	}
+	return &r, nil
+}
+
 // PutSealKey records key, the public sealing key node told as it
 // enrolled, in the sealing-key bucket kv (key linkproto.DesiredKey). The
 // control service writes it; the client reads it to seal secrets to
