@@ -30,6 +30,23 @@ type memDriver struct {
 	calls *[]string
 }
 
+// PathOf and IsDirectory make memDriver a drivers.Nested for the kinds
+// that lie at a path, as the real ones are: what it holds is ordered after
+// a declared directory.
+func (d *memDriver) PathOf(s drivers.Spec) string {
+	switch d.kind {
+	case drivers.KindFile, drivers.KindDirectory, drivers.KindArchive:
+		return s.Key()
+	}
+	return ""
+}
+
+func (d *memDriver) IsDirectory(drivers.Spec) bool {
+	return d.kind == drivers.KindDirectory || d.kind == drivers.KindArchive
+}
+
+var _ drivers.Nested = (*memDriver)(nil)
+
 func (d *memDriver) Observe(_ context.Context, s drivers.Spec) (drivers.Observation, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

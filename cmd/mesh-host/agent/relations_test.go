@@ -148,6 +148,27 @@ func TestRequiresOrdersAndSkips(t *testing.T) {
 	}
 }
 
+// TestMovedDirectoryTakesItsContents: a directory a relation moves later
+// than its kind's place (it requires a unit, which comes after files and
+// directories otherwise) takes what is declared in it along: the file in
+// it is applied after it; a file nothing moves keeps its kind's place.
+func TestMovedDirectoryTakesItsContents(t *testing.T) {
+	b := newBed(t)
+	b.rc.Parallel = 1
+	b.reconcile(event.TriggerManual,
+		unit("app.service"),
+		&drivers.DirectorySpec{Path: "/srv/app", Relations: drivers.Relations{Requires: []string{"unit:app.service"}}},
+		file("/srv/app/site.conf", "x"), file("/etc/motd", "hi"))
+	at := func(call string) int { return slices.Index(b.calls, call) }
+	unitAt, dirAt, fileAt := at("apply unit:app.service"), at("apply directory:/srv/app"), at("apply file:/srv/app/site.conf")
+	if unitAt < 0 || dirAt < unitAt || fileAt < dirAt {
+		t.Errorf("got calls %q: want the unit, then the directory that requires it, then the file in that directory", b.calls)
+	}
+	if motd := at("apply file:/etc/motd"); motd < 0 || motd > unitAt {
+		t.Errorf("got calls %q: a file that nothing moves is applied in its kind's place, before units", b.calls)
+	}
+}
+
 // TestRefreshOnceForManySources: three changed files that notify one unit
 // owe it three refreshes, each journaled with the change that owes it,
 // and it is refreshed once, after all of them; a reconcile that changes
