@@ -255,8 +255,8 @@ func loadDesired(r Reader, sealed bool) (*Desired, error) {
 // small, when it was written with the desired value stored now; else
 // (written by an older version, or by none) from the desired value, which
 // holds a line for every resource declared. That second path can go once
-// no host can roll back to a version before desired-ref (793a86c,
-// 2026-12-03) and every journal has stored a declaration since.
+// no host can roll back to a version before desired-ref (793a86c) and
+// every journal has stored a declaration since.
 func loadDesiredRef(r Reader, sealed bool) (*Desired, error) {
 	if sealed {
 		d, err := storedDesiredRef(r)

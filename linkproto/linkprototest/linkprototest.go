@@ -3,8 +3,12 @@
 package linkprototest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"strings"
+	"testing"
 
 	"github.com/nats-io/nkeys"
 
@@ -34,4 +38,29 @@ func Push(rev uint64, document string) *linkproto.Declaration {
 // Doc is a declaration document of revision rev holding /etc/motd.
 func Doc(rev uint64, motd string) string {
 	return fmt.Sprintf(`{"mesh":"lab","node":"web-1","revision":%d,"resources":[{"file":{"path":"/etc/motd","content":%q}}]}`, rev, motd)
+}
+
+// seedPattern matches an nkey seed: S, its kind, and base32. An nkey seed
+// is a whole run of 58 base32 characters; a public key (56) holds runs
+// that look like the start of one, so the run is matched whole.
+var seedPattern = regexp.MustCompile(`(?:^|[^A-Z2-7])(S[UAONCXP][A-Z2-7]{56})(?:[^A-Z2-7]|$)`)
+
+// NoSeed fails t when text, named what, holds an nkey seed: a token, a
+// credential or an output that must carry none.
+func NoSeed(t testing.TB, what, text string) {
+	t.Helper()
+	if m := seedPattern.FindStringSubmatch(text); m != nil {
+		t.Errorf("%s holds an nkey seed: %.8s…", what, m[1])
+	}
+}
+
+// TokenJSON is the JSON an encoded enrolment token carries.
+func TokenJSON(t testing.TB, enc string) string {
+	t.Helper()
+	body, _, _ := strings.Cut(strings.TrimPrefix(enc, "meshtoken2."), ".")
+	b, err := base64.RawURLEncoding.DecodeString(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -36,7 +36,7 @@ type Appender interface {
 // is stored apart, by digest, in the journal's documents (PlanSHA256), so
 // the record stays small whatever the declaration's size: the journal's
 // record limit bounds no declaration. A small plan stays inline, as a
-// binary before d287606 (2026-12-02) reads it: a host may roll back to
+// binary before d287606 reads it: a host may roll back to
 // one. All plans can go apart once no host can roll back that far.
 const MaxInlinePlan = 64 << 10
 

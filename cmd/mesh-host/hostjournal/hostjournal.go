@@ -103,7 +103,7 @@ func expandPlan(r event.Record, document func(journal.Sum) ([]byte, error)) (eve
 		// the record names it (planDocuments): the plan is history, not
 		// state, and the record is read without it. Such journals last
 		// as long as their records: this can go when no journal kept
-		// records compacted by a version before ec8a33b (2026-12-02).
+		// records compacted by a version before ec8a33b.
 		return r, nil
 	}
 	if err != nil {

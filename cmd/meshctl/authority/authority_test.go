@@ -1,12 +1,10 @@
 package authority
 
 import (
-	"encoding/base64"
 	"errors"
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 
 	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/linkproto/linkprototest"
 )
 
 func TestAuthorityCreatedOnceAndReused(t *testing.T) {
@@ -132,7 +131,7 @@ func TestEnrolToken(t *testing.T) {
 		t.Errorf("expires %v, want an hour after %v", parsed.Expires, now)
 	}
 	// The token carries no private key, not even the bootstrap user's.
-	noSeed(t, "the token", tokenJSON(t, enc))
+	linkprototest.NoSeed(t, "the token", linkprototest.TokenJSON(t, enc))
 	boot, err := jwt.DecodeUserClaims(parsed.Bootstrap)
 	if err != nil {
 		t.Fatal(err)
@@ -200,28 +199,4 @@ func readAll(t *testing.T, dir string) map[string]string {
 		out[e.Name()] = string(b)
 	}
 	return out
-}
-
-// seedPattern matches an nkey seed: S, its kind, and base32.
-// An nkey seed is a whole run of 58 base32 characters; a public key (56)
-// holds runs that look like the start of one, so the run is matched whole.
-var seedPattern = regexp.MustCompile(`(?:^|[^A-Z2-7])(S[UAONCXP][A-Z2-7]{56})(?:[^A-Z2-7]|$)`)
-
-// noSeed fails when text holds an nkey seed.
-func noSeed(t *testing.T, what, text string) {
-	t.Helper()
-	if m := seedPattern.FindStringSubmatch(text); m != nil {
-		t.Errorf("%s holds an nkey seed: %.8s…", what, m[1])
-	}
-}
-
-// tokenJSON is the JSON an encoded token carries.
-func tokenJSON(t *testing.T, enc string) string {
-	t.Helper()
-	body, _, _ := strings.Cut(strings.TrimPrefix(enc, "meshtoken2."), ".")
-	b, err := base64.RawURLEncoding.DecodeString(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

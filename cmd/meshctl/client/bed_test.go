@@ -2,13 +2,11 @@ package client
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/broker/brokertest"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/declaration"
@@ -45,7 +44,7 @@ type bed struct {
 // the bucket in place, but no control service.
 func newBed(t testing.TB) *bed {
 	t.Helper()
-	a, b, log := startBroker(t)
+	a, b, log := brokertest.Start(t, testMesh)
 	nc, err := Dial(a, []string{b.URL()})
 	if err != nil {
 		t.Fatal(err)
@@ -396,29 +395,6 @@ func userClaims(t *testing.T, creds []byte) *jwt.UserClaims {
 	}
 	return claims
 }
-
-func noSeed(t *testing.T, what, text string) {
-	t.Helper()
-	if m := seedPattern.FindStringSubmatch(text); m != nil {
-		t.Errorf("%s holds an nkey seed: %.8s…", what, m[1])
-	}
-}
-
-// tokenJSON is the JSON an encoded token carries.
-
-func tokenJSON(t *testing.T, enc string) string {
-	t.Helper()
-	body, _, _ := strings.Cut(strings.TrimPrefix(enc, "meshtoken2."), ".")
-	b, err := base64.RawURLEncoding.DecodeString(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-// An nkey seed is a whole run of 58 base32 characters; a public key (56)
-// holds runs that look like the start of one, so the run is matched whole.
-var seedPattern = regexp.MustCompile(`(?:^|[^A-Z2-7])(S[UAONCXP][A-Z2-7]{56})(?:[^A-Z2-7]|$)`)
 
 // storedPush is the push stored for node, nil for none, read as the
 // control service reads it for a hello.

@@ -2,8 +2,6 @@ package client
 
 import (
 	"fmt"
-	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,8 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/broker/brokertest"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
 	"github.com/mesh-host/mesh-host/internal/basetest"
 )
@@ -23,7 +20,7 @@ import (
 // the pipe is no way around the broker's authentication.
 func TestServiceConnectsInProcessAndStillAuthenticates(t *testing.T) {
 	t.Parallel() // the refusal takes the broker's write deadline (10 s): over a pipe, both ends write at once
-	a, b, log := startBroker(t)
+	a, b, log := brokertest.Start(t, testMesh)
 	nc, err := nodeservice.Dial(a, []string{b.URL()}, log, b)
 	if err != nil {
 		t.Fatal(err)
@@ -82,23 +79,4 @@ func TestServiceConnectsInProcessAndStillAuthenticates(t *testing.T) {
 		}
 		return fmt.Errorf("no closed connection refused for its credentials among %d", len(closed.Conns))
 	})
-}
-
-// startBroker starts a mesh's broker on a random port until the test ends.
-func startBroker(t testing.TB) (*authority.Authority, *broker.Broker, *slog.Logger) {
-	t.Helper()
-	a, _, err := authority.Init(filepath.Join(t.TempDir(), "data"), testMesh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	b, err := broker.New(a, broker.Config{Listen: "127.0.0.1:0", Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	return a, b, log
 }

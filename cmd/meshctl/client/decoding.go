@@ -11,11 +11,9 @@ import (
 // receives the results one at a time, in no particular order, on one
 // goroutine. It returns once use has had every result, with read's error.
 //
-// Why: at 10,000 nodes encoding/json is most of the listing's own CPU.
-// Decoded in turn by each source's reader, the whole command used about
-// 1.2 of this machine's two cores and took 0.70 s against an idle broker;
-// decoded aside, with encodeLines, 0.55 s (10,000 nodes seeded as
-// BenchmarkNodes10000 seeds them, `meshctl nodes --json` run whole).
+// Why: with thousands of nodes encoding/json is most of the listing's own
+// CPU, and decoding on each source's reader in turn leaves the other cores
+// idle (docs/performance.md, "Figures behind choices in the code").
 func decodeAside[R, D any](read func(put func(R)) error, decode func(R) D, use func(D)) error {
 	raw := make(chan R, 256)
 	decoded := make(chan D, 256)

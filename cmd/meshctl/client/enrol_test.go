@@ -24,6 +24,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/linkproto"
+	"github.com/mesh-host/mesh-host/linkproto/linkprototest"
 )
 
 // host is the host's side of an enrolment, as mesh-host does it: a key
@@ -297,13 +298,13 @@ func TestEnrolKeepsTheSeedOnTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	enc := b.token("web-1", time.Hour)
-	noSeed(t, "the token", tokenJSON(t, enc))
+	linkprototest.NoSeed(t, "the token", linkprototest.TokenJSON(t, enc))
 	h := newHost(t)
 	c, err := b.enrol(h, enc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	noSeed(t, "the answer", string(linkproto.Marshal(c)))
+	linkprototest.NoSeed(t, "the answer", string(linkproto.Marshal(c)))
 	var seen []string
 	for {
 		m, err := spy.NextMsg(200 * time.Millisecond)
@@ -311,7 +312,7 @@ func TestEnrolKeepsTheSeedOnTheHost(t *testing.T) {
 			break
 		}
 		seen = append(seen, m.Subject)
-		noSeed(t, m.Subject, string(m.Data))
+		linkprototest.NoSeed(t, m.Subject, string(m.Data))
 		if strings.Contains(string(m.Data), string(h.seed)) {
 			t.Errorf("%s carries the host's seed", m.Subject)
 		}
@@ -330,7 +331,7 @@ func TestEnrolKeepsTheSeedOnTheHost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			noSeed(t, bucket+" "+k, string(e.Value()))
+			linkprototest.NoSeed(t, bucket+" "+k, string(e.Value()))
 		}
 	}
 	// Nor does any file of the data directory, the broker's included.

@@ -3,15 +3,13 @@ package nodeservice
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/broker/brokertest"
 )
 
 const testMesh = "home"
@@ -28,19 +26,7 @@ type bed struct {
 
 func newBed(t testing.TB) *bed {
 	t.Helper()
-	a, _, err := authority.Init(filepath.Join(t.TempDir(), "data"), testMesh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	b, err := broker.New(a, broker.Config{Listen: "127.0.0.1:0", Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	a, b, log := brokertest.Start(t, testMesh)
 	tc, err := a.ClientTLS()
 	if err != nil {
 		t.Fatal(err)
