@@ -13,9 +13,10 @@ import (
 type Journal interface {
 	// Records hands fn node's records from sequence from on, in order.
 	Records(ctx context.Context, node string, from uint64, fn func(event.Record) error) error
-	// Why is the cause chain behind node's latest record about resource,
-	// newest first, and the declaration that holds a repaired resource.
-	Why(ctx context.Context, node, resource string) (chain []event.Record, heldBy *event.Record, err error)
+	// Why is what `journal --why` shows of node's resource: the cause
+	// chain behind its latest record, the declaration that holds a
+	// repaired resource, the one that dropped it.
+	Why(ctx context.Context, node, resource string) (journalview.Why, error)
 }
 
 var _ Journal = (*client.Client)(nil)
@@ -34,9 +35,9 @@ func PrintJournal(ctx context.Context, w io.Writer, j Journal, node string, from
 // PrintWhy prints the chain behind node's resource as `mesh-host journal
 // --why` does.
 func PrintWhy(ctx context.Context, w io.Writer, j Journal, node, resource string, asJSON bool) error {
-	chain, heldBy, err := j.Why(ctx, node, resource)
+	why, err := j.Why(ctx, node, resource)
 	if err != nil {
 		return err
 	}
-	return journalview.PrintWhy(w, resource, chain, heldBy, asJSON, "the events stream does not hold")
+	return journalview.PrintWhy(w, resource, why, asJSON, "the events stream does not hold")
 }
