@@ -262,3 +262,40 @@ func TestPlanGate(t *testing.T) {
 		t.Errorf("web-1: /srv/app.conf holds %q after plans; want it absent", got)
 	}
 }
+
+// TestMeshctlJournalFilters: meshctl journal narrows a real node's records
+// in the events stream as mesh-host journal narrows its own, by --resource
+// and --kind, in the table and as JSON lines, from --since on.
+func TestMeshctlJournalFilters(t *testing.T) {
+	b := beds(t)
+	h := b.AddHost("web-1")
+	h.Start()
+	b.MustMeshctl("declare", h.Name, b.Declare(h.Name, 1, testbeds.Files{"/etc/motd": "one\n", "/etc/app/app.conf": "a=1\n"}))
+	testbeds.Eventually(t, 30*time.Second, "the node's applies in the events stream", func() error {
+		if out := b.MustMeshctl("journal", h.Name, "--kind", "resource.applied"); strings.Count(out, "resource.applied") < 3 {
+			return fmt.Errorf("not yet:\n%s", out)
+		}
+		return nil
+	})
+	out := b.MustMeshctl("journal", h.Name, "--resource", "file:/etc/motd", "--kind", "resource.applied", "--kind", "drift.observed")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], "resource.applied") || !strings.Contains(lines[1], "file:/etc/motd") {
+		t.Errorf("journal --resource --kind: got\n%s\nwant the header and file:/etc/motd's one apply", out)
+	}
+	out = b.MustMeshctl("journal", h.Name, "--resource", "file:/etc/motd", "--json")
+	records, err := testbeds.JSONLines[event.Record](out)
+	if err != nil || len(records) == 0 {
+		t.Fatalf("journal --resource --json: %v:\n%s", err, out)
+	}
+	for _, r := range records {
+		if r.Resource != "file:/etc/motd" {
+			t.Errorf("journal --resource file:/etc/motd --json printed a record of %q", r.Resource)
+		}
+	}
+	if out := b.MustMeshctl("journal", h.Name, "--kind", "resource.applied", "--since", fmt.Sprint(records[len(records)-1].Seq+1)); strings.Contains(out, "file:/etc/motd") {
+		t.Errorf("journal --kind --since past motd's apply still shows it:\n%s", out)
+	}
+	if r := b.Meshctl("journal", h.Name, "--why", "file:/etc/motd", "--kind", "resource.applied"); r.Code != 2 || !strings.Contains(r.Stderr, "--why takes no other filter") {
+		t.Errorf("journal --why with --kind: got %s, want refused", r)
+	}
+}
