@@ -241,11 +241,22 @@ type nodesCmd struct {
 	JSON    bool   `name:"json" help:"Print JSON lines, one node each."`
 	Summary bool   `name:"summary" help:"Print only the summary line: how many nodes in each state and on each version."`
 	Select  string `name:"select" placeholder:"SELECTOR" help:"Only the nodes whose labels match, as in role=web,dc in (fra,ams),!canary (=, !=, in, notin, a key alone: has it, !key: has it not)."`
+	Columns string `name:"columns" placeholder:"COL,COL" help:"The table's columns, in this order, from node, version, desired, applied, drifted, failed, last-heard, credential, labels, state (default: all of them, in that order)."`
 }
 
 func (c *nodesCmd) Run(e *env) error {
 	if c.JSON && c.Summary {
 		return command.Refused("--json or --summary, not both")
+	}
+	columns := fleetview.NodeColumns()
+	if c.Columns != "" {
+		if c.JSON || c.Summary {
+			return command.Refused("--columns chooses the table's columns: not with --json or --summary")
+		}
+		var err error
+		if columns, err = fleetview.ParseNodeColumns(c.Columns); err != nil {
+			return command.Refused("--columns: %v", err)
+		}
 	}
 	sel, err := labels.Parse(c.Select)
 	if err != nil {
@@ -265,7 +276,10 @@ func (c *nodesCmd) Run(e *env) error {
 		fmt.Fprintln(e.stdout, fleetview.Summary(nodes))
 		return nil
 	}
-	return fleetview.PrintNodes(e.stdout, nodes, e.now(), c.JSON)
+	if c.JSON {
+		return fleetview.PrintNodes(e.stdout, nodes, e.now(), true)
+	}
+	return fleetview.PrintNodeTable(e.stdout, nodes, e.now(), columns)
 }
 
 type labelCmd struct {
