@@ -10,6 +10,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/drivers"
+	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -35,6 +36,11 @@ func GroupPlans(results []client.PlanResult) []PlanGroup {
 		}
 		g := PlanGroup{Steps: r.Answer.Steps, Unchanged: r.Answer.Unchanged, Omitted: r.Answer.Omitted}
 		key, _ := json.Marshal(g)
+		if slices.ContainsFunc(g.Steps, undigested) {
+			// A node older than digests in answers: what its steps
+			// would write is unknown, so its plan is its own.
+			key = append(key, r.Node...)
+		}
 		if have, ok := byKey[string(key)]; ok {
 			have.Nodes = append(have.Nodes, r.Node)
 			continue
@@ -54,6 +60,11 @@ func GroupPlans(results []client.PlanResult) []PlanGroup {
 		return strings.Compare(a.Nodes[0], b.Nodes[0])
 	})
 	return out
+}
+
+// undigested reports a step that applies a spec and does not say which.
+func undigested(s linkproto.PlanStep) bool {
+	return (s.Action == event.ActionCreate || s.Action == event.ActionUpdate) && s.Digest == ""
 }
 
 // maxNamed is how many nodes a group names before it counts the rest.

@@ -22,8 +22,8 @@ func planned(node string, rev uint64, unchanged int, steps ...linkproto.PlanStep
 // first, then by first node; offline, refused and failed nodes are in no
 // group.
 func TestGroupPlans(t *testing.T) {
-	motd := linkproto.PlanStep{ID: "file:/etc/motd", Action: event.ActionUpdate, Differs: []string{"content"}}
-	app := linkproto.PlanStep{ID: "file:/etc/app.conf", Action: event.ActionCreate}
+	motd := linkproto.PlanStep{ID: "file:/etc/motd", Action: event.ActionUpdate, Differs: []string{"content"}, Digest: "sha256:m1"}
+	app := linkproto.PlanStep{ID: "file:/etc/app.conf", Action: event.ActionCreate, Digest: "sha256:a1"}
 	results := []client.PlanResult{
 		planned("web-3", 4, 2, motd),
 		planned("db-1", 2, 5),
@@ -50,7 +50,7 @@ func TestGroupPlans(t *testing.T) {
 // past ten), then the nodes not planned by status, then the counts; any
 // node not planned makes it ErrNotPlanned.
 func TestPrintPlans(t *testing.T) {
-	motd := linkproto.PlanStep{ID: "file:/etc/motd", Action: event.ActionUpdate, Differs: []string{"content"}}
+	motd := linkproto.PlanStep{ID: "file:/etc/motd", Action: event.ActionUpdate, Differs: []string{"content"}, Digest: "sha256:m1"}
 	var results []client.PlanResult
 	for i := range 12 {
 		results = append(results, planned(fmt.Sprintf("web-%02d", i+1), 2, 3, motd))
@@ -121,6 +121,12 @@ func TestPlansGroupByContent(t *testing.T) {
 	results[3].Failures = []string{"file:/etc/app.conf"}
 	if g := GroupPlans(results); len(g) != 3 || strings.Join(g[0].Nodes, ",") != "web-1,web-2" {
 		t.Errorf("got groups %+v, want web-1 and web-2 together, web-3 and web-4 alone", g)
+	}
+	// Nodes that say nothing of what their steps write (older than
+	// digests in answers) are never one plan.
+	old := step("", "", "")
+	if g := GroupPlans([]client.PlanResult{planned("old-1", 2, 1, old), planned("old-2", 2, 1, old)}); len(g) != 2 {
+		t.Errorf("got groups %+v, want two nodes without digests apart", g)
 	}
 	var buf bytes.Buffer
 	err := PrintPlans(&buf, results, false)

@@ -64,7 +64,7 @@ func TestPlanAsksEveryNode(t *testing.T) {
 		if !strings.Contains(string(p.Document), `"content":"hi\n"`) || p.Operator != "tester@bed" {
 			t.Errorf("%s: planned %s by %q, want its stored declaration by the client's operator", p.Node, p.Document, p.Operator)
 		}
-		return linkproto.PlanAnswer{Steps: []linkproto.PlanStep{{ID: "file:/etc/motd", Action: event.ActionUpdate}}, Seq: 9}
+		return linkproto.PlanAnswer{Steps: []linkproto.PlanStep{{ID: "file:/etc/motd", Action: event.ActionUpdate, Digest: "sha256:m1"}}, Seq: 9}
 	}
 	b.planNode("web-1", motd)
 	b.planNode("web-2", motd)
