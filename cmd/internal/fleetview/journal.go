@@ -3,6 +3,7 @@ package fleetview
 import (
 	"context"
 	"io"
+	"slices"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/journalview"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
@@ -24,8 +25,34 @@ var _ Journal = (*client.Client)(nil)
 // PrintJournal prints node's records from sequence from on with the same
 // printer as `mesh-host journal`: a table, or JSON lines when asJSON.
 func PrintJournal(ctx context.Context, w io.Writer, j Journal, node string, from uint64, asJSON bool) error {
+	return PrintJournalOf(ctx, w, j, node, from, JournalFilter{}, asJSON)
+}
+
+// JournalFilter narrows a journal's listing as `mesh-host journal`'s
+// --kind and --resource do; its zero value keeps every record.
+type JournalFilter struct {
+	// Kinds keeps the records of these kinds; any kind when empty.
+	Kinds []string
+	// Resource keeps the records about this resource; any when "".
+	Resource string
+}
+
+// Keep reports whether f keeps r.
+func (f JournalFilter) Keep(r event.Record) bool {
+	return (len(f.Kinds) == 0 || slices.Contains(f.Kinds, string(r.Kind))) &&
+		(f.Resource == "" || r.Resource == f.Resource)
+}
+
+// PrintJournalOf is PrintJournal of the records f keeps, in the table and
+// as JSON lines alike.
+func PrintJournalOf(ctx context.Context, w io.Writer, j Journal, node string, from uint64, f JournalFilter, asJSON bool) error {
 	out := journalview.NewPrinter(w, asJSON)
-	err := j.Records(ctx, node, from, out.Print)
+	err := j.Records(ctx, node, from, func(r event.Record) error {
+		if !f.Keep(r) {
+			return nil
+		}
+		return out.Print(r)
+	})
 	if ferr := out.Flush(); err == nil {
 		err = ferr
 	}

@@ -111,10 +111,19 @@ func describe(payload []byte) string {
 		default:
 			val = string(raw)
 		}
-		parts = append(parts, key+"="+clip(val))
+		if !whole[key] {
+			val = clip(val)
+		}
+		parts = append(parts, key+"="+val)
 	}
 	return strings.Join(parts, " ")
 }
+
+// whole are the payload fields shown uncut in the table: an error or a
+// reason is what the operator reads the journal for, and its end ("declare
+// the directory /srv") is often the part that says what to do. The last
+// column holds them, so a long one wraps rather than shifting the others.
+var whole = map[string]bool{"error": true, "reason": true, "refused": true, "note": true}
 
 func clip(s string) string {
 	if len(s) <= maxValue {
