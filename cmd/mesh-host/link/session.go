@@ -36,7 +36,8 @@ func (s *session) stop() {
 func (l *Link) startSession(ctx context.Context, nc *nats.Conn) *session {
 	// The host is stopping when Run's ctx ends; a session stopped alone
 	// ends with its connection.
-	stopping := func() bool { return ctx.Err() != nil }
+	parent := ctx
+	stopping := func() bool { return parent.Err() != nil }
 	ctx, cancel := context.WithCancel(ctx)
 	s := &session{cancel: cancel, done: make(chan struct{})}
 	go func() {

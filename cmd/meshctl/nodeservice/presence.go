@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -68,7 +69,9 @@ type connEvent struct {
 		ID      uint64     `json:"id"`
 		Account string     `json:"acc"`
 		User    string     `json:"user"`
-		NameTag string     `json:"name_tag"`
+		// JWT is the user JWT the connection presented, which the
+		// broker checked: a node's names the node.
+		JWT string `json:"jwt"`
 	} `json:"client"`
 	Reason string `json:"reason"`
 }
@@ -162,8 +165,9 @@ func (p *Presence) record(ctx context.Context, presences *store.Presences, nodes
 // presenceOf is the record e makes: nil for a connection that is not a
 // node's own (the control services', an enrolment's). Only the
 // credential's key identifies a node: the name a connection gives is the
-// client's to choose, and the JWT's name is checked against the key the
-// credential of that name is for.
+// client's to choose, and the name its user JWT carries (which the mesh
+// signed) is believed only for the key the credential of that name is
+// for, so an enrolment's bearer user or a replaced key is not the node.
 func (p *Presence) presenceOf(ctx context.Context, nodes jetstream.KeyValue, e heard) (*store.Presence, error) {
 	if len(e.data) > maxConnEvent {
 		return nil, fmt.Errorf("an event of %d bytes", len(e.data))
@@ -173,13 +177,18 @@ func (p *Presence) presenceOf(ctx context.Context, nodes jetstream.KeyValue, e h
 		return nil, fmt.Errorf("an event that does not decode: %w", err)
 	}
 	c := ev.Client
-	if c.Account != p.Account || linkproto.ValidName(c.NameTag) != nil || c.User == "" {
+	if c.Account != p.Account || c.User == "" || c.JWT == "" {
 		return nil, nil
 	}
 	if ev.Time.IsZero() {
 		return nil, errors.New("an event without a time")
 	}
-	cred, _, err := store.Credential(ctx, nodes, p.Mesh, c.NameTag)
+	uc, err := jwt.DecodeUserClaims(c.JWT)
+	if err != nil || uc.Subject != c.User || linkproto.ValidName(uc.Name) != nil {
+		return nil, nil // not a node's: the control user's, an enrolment's
+	}
+	node := uc.Name
+	cred, _, err := store.Credential(ctx, nodes, p.Mesh, node)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +196,7 @@ func (p *Presence) presenceOf(ctx context.Context, nodes jetstream.KeyValue, e h
 		return nil, nil
 	}
 	rec := &store.Presence{
-		Node:      c.NameTag,
+		Node:      node,
 		Connected: e.connected,
 		At:        ev.Time.UTC(),
 		Server:    shown(ev.Server.Name, store.MaxPresenceText),
