@@ -114,7 +114,7 @@ func TestKilledHostIsDisconnected(t *testing.T) {
 		t.Errorf("presence %+v, want a disconnect with the broker's reason", n.Presence)
 	}
 
-	if l := linkLine(b.MustMeshctl("status", "web1")); !strings.HasPrefix(l, "last heard ") || !strings.Contains(l, "(disconnected: the broker closed its connection") {
+	if l := linkLine(b.MustMeshctl("status", "web1")); !strings.HasPrefix(l, "last heard ") || !strings.Contains(l, "(disconnected: its connection closed") {
 		t.Errorf("meshctl status link line %q, want last heard … (disconnected: …)", l)
 	}
 	r := h.Run("status")

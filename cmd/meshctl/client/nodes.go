@@ -358,7 +358,7 @@ func reasonOf(s NodeStatus, now time.Time) string {
 		if why == "" {
 			why = "no reason given"
 		}
-		return fmt.Sprintf("the broker closed its connection %s ago, at %s: %s", now.Sub(p.At).Round(time.Second), p.At.UTC().Format(time.RFC3339), why)
+		return fmt.Sprintf("its connection closed %s ago, at %s: %s", now.Sub(p.At).Round(time.Second), p.At.UTC().Format(time.RFC3339), why)
 	case StateRolledBack:
 		return fmt.Sprintf("release %s failed to start; running %s, the known-good version", short(s.Release), VersionLabel(hb.Build, hb.Version))
 	case StateFailed:
