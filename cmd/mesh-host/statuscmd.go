@@ -66,7 +66,9 @@ func printState(e *env, asJSON, allOwned bool, s projector.State, info *journal.
 			// Read from the file, not by the service: the host that
 			// started last may be gone. (The service is that host.)
 			o.Alive = processAlive
-			o.Link = notHeld(e)
+			if s.Link.Up {
+				o.Link = notHeld(e)
+			}
 		}
 	} else {
 		o.Header = [][2]string{{"head", fmt.Sprintf("#%d", s.Head)}}
