@@ -96,7 +96,11 @@ func (p *Presence) Run(ctx context.Context) error {
 			}
 		})
 		if err != nil {
-			return fmt.Errorf("presence: subscribe to the broker's connection events: %w", err)
+			// Not the service's end: presence is a help, and nodes are
+			// answered without it.
+			p.Log.Warn("presence: the broker's connection events cannot be had; nodes' states come from their heartbeats alone", "err", err)
+			<-ctx.Done()
+			return nil
 		}
 		defer sub.Unsubscribe()
 	}
