@@ -321,7 +321,16 @@ type Heartbeat struct {
 	// Report is the digest of the node's latest Report: when it changes,
 	// the node has sent a new one (StateSubject).
 	Report string `json:"report,omitempty"`
+	// Stopping, in the last heartbeat a host sends as it stops on purpose,
+	// says why ("the host is stopping"); Sent is when. The heartbeats
+	// stream keeps each node's last, so it says the node left until it
+	// is back. At most MaxStoppingBytes; the control plane cuts a longer
+	// one.
+	Stopping string `json:"stopping,omitempty"`
 }
+
+// MaxStoppingBytes bounds Heartbeat.Stopping.
+const MaxStoppingBytes = 256
 
 // Report is a node's projection, replayed upward on StateSubject when it
 // changes (and on every link up): what `meshctl status NODE` shows, and what

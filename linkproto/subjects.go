@@ -49,6 +49,9 @@ import (
 //     the plan the node computes against its machine, changing nothing. A
 //     node that does not know the subject does not answer, and counts as
 //     offline to the asker.
+//   - 2026-12-05: a heartbeat's stopping says the host is stopping on
+//     purpose (its last heartbeat before its link closes). A control
+//     plane that does not know it sees the node silent later, as before.
 const ProtocolVersion = 3
 
 // Subjects. MESH and NODE are names (see ValidName); the functions below
@@ -157,6 +160,11 @@ const (
 	// rollout: key MESH.HEX (the release's digest), value a BadRelease
 	// (package rollout). No rollout delivers a release listed here.
 	BadReleasesBucket = "MESH_BAD_RELEASES"
+	// PresenceBucket holds what the broker last said of each node's
+	// connection: key MESH.NODE, value a Presence (package store),
+	// written by the control services from the system account's connect
+	// and disconnect events.
+	PresenceBucket = "MESH_PRESENCE"
 	// ControlQueue is the queue group control services answer hellos in,
 	// so several may serve one mesh and each hello is answered once.
 	ControlQueue = "meshctl"

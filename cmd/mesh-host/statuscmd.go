@@ -33,6 +33,19 @@ func (c *statusCmd) Run(e *env) error {
 	})
 }
 
+// notHeld says why a link the journal records as up is not held now, when
+// status reads the file itself: only the service holds the link, and a
+// service that answered would have been asked.
+func notHeld(e *env) func(recorded string) string {
+	why := "the service is not running"
+	if e.cli.Journal != "" {
+		why = "read from the file, not from a running service"
+	}
+	return func(recorded string) string {
+		return "not held: " + why + " (last journaled: " + recorded + ")"
+	}
+}
+
 // printState prints a State for a person (the drifted and failed resources,
 // or with allOwned every owned one), or as JSON with the journal's info
 // beside it.
@@ -53,6 +66,9 @@ func printState(e *env, asJSON, allOwned bool, s projector.State, info *journal.
 			// Read from the file, not by the service: the host that
 			// started last may be gone. (The service is that host.)
 			o.Alive = processAlive
+			if s.Link.Up {
+				o.Link = notHeld(e)
+			}
 		}
 	} else {
 		o.Header = [][2]string{{"head", fmt.Sprintf("#%d", s.Head)}}

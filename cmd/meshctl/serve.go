@@ -37,6 +37,9 @@ type serveConfig struct {
 	EventsMaxAge time.Duration
 	// CredentialTTL is how long the node credentials it signs are valid.
 	CredentialTTL time.Duration
+	// PingInterval is how often the embedded broker pings a client it
+	// has heard nothing from (broker.Config).
+	PingInterval time.Duration
 	// ReleasesListen is where to serve the releases directory over HTTP;
 	// "off": not at all.
 	ReleasesListen string
@@ -54,7 +57,7 @@ func serveMesh(ctx context.Context, a *authority.Authority, cfg serveConfig) err
 	if len(urls) == 0 {
 		// The broker outlives the group, so that the service's connection
 		// closes before the broker does rather than watching it go.
-		b, err := broker.New(a, broker.Config{Listen: cfg.Listen, Log: log, ServerNames: cfg.ServerNames, Certificate: cfg.Certificate})
+		b, err := broker.New(a, broker.Config{Listen: cfg.Listen, Log: log, ServerNames: cfg.ServerNames, Certificate: cfg.Certificate, PingInterval: cfg.PingInterval})
 		if err != nil {
 			return err
 		}
@@ -114,6 +117,13 @@ func serveMesh(ctx context.Context, a *authority.Authority, cfg serveConfig) err
 			Issuer: &nodeservice.Accounts{A: a, Sys: sys, Now: cfg.Now}, CredentialTTL: cfg.CredentialTTL}
 		g.Add(func() error {
 			return svc.Run(ctx)
+		}, func(error) { cancel() })
+	}
+	{ // The nodes' connections, as the broker tells the system account.
+		ctx, cancel := context.WithCancel(ctx)
+		p := &nodeservice.Presence{Sys: sys, Conn: nc, Mesh: a.Mesh, Account: a.AccountPublicKey(), Log: log}
+		g.Add(func() error {
+			return p.Run(ctx)
 		}, func(error) { cancel() })
 	}
 	{ // The rollouts: this service drives those whose lease it holds.

@@ -21,6 +21,7 @@ type serveCmd struct {
 	TLSKey        string        `name:"tls-key" placeholder:"FILE" type:"existingfile" help:"The key of --tls-cert (PEM)."`
 	EventsMaxAge  time.Duration `name:"events-max-age" default:"0s" help:"How long the events stream keeps a record (0: forever)."`
 	CredentialTTL time.Duration `name:"credential-ttl" default:"720h" help:"How long the node credentials it signs are valid; nodes renew them when a half to a third is left."`
+	PingInterval  time.Duration `name:"ping-interval" default:"20s" help:"How often the embedded broker pings a client it has heard nothing from; when two go unanswered, the next tick closes the connection and the node shows disconnected (60-80 s at the default)."`
 	LogLevel      slog.Level    `name:"log-level" default:"info" placeholder:"LEVEL" help:"Least level logged: debug, info, warn or error."`
 	// Releases are files nodes fetch, beside the broker rather than
 	// through it: an archive is larger than any message the link carries.
@@ -43,6 +44,7 @@ func (c *serveCmd) Run(e *env) error {
 		ServerNames:    c.ServerName,
 		EventsMaxAge:   c.EventsMaxAge,
 		CredentialTTL:  c.CredentialTTL,
+		PingInterval:   c.PingInterval,
 		ReleasesListen: c.ReleasesListen,
 		Log:            log,
 		Now:            time.Now,

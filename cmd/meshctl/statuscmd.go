@@ -54,7 +54,20 @@ func (c *statusCmd) Run(e *env) error {
 	if rep.Omitted != "" {
 		header = append(header, [2]string{"omitted", rep.Omitted})
 	}
-	return statusview.Print(e.stdout, rep.State, statusview.Options{Header: header, AllOwned: c.Owned})
+	o := statusview.Options{Header: header, AllOwned: c.Owned}
+	// The report says what the node knew as it sent it: a link up, which
+	// a node that stopped, was killed or went quiet since cannot take
+	// back. Unknown (an error) leaves the report's word.
+	if away, err := cl.Away(e.ctx, c.Node); err == nil && away != nil {
+		o.Link = func(recorded string) string {
+			state := away.State
+			if away.Reason != "" {
+				state += ": " + away.Reason
+			}
+			return fmt.Sprintf("last heard %s ago (%s); its report said: %s", e.now().Sub(away.Sent).Round(time.Second), state, recorded)
+		}
+	}
+	return statusview.Print(e.stdout, rep.State, o)
 }
 
 type replayCmd struct {

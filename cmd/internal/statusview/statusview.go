@@ -29,6 +29,11 @@ type Options struct {
 	// cannot be known here (the state came from elsewhere, or the host
 	// itself prints it).
 	Alive func(pid int) bool
+	// Link, when set, says what is known of the link beside what the
+	// state records (recorded, as "up to … since …"), which its writer
+	// could not know to be over: the host stopped or was killed, or its
+	// node is not heard from. Its answer is the link line.
+	Link func(recorded string) string
 }
 
 // Print writes s for a person.
@@ -123,13 +128,16 @@ func Print(out io.Writer, s projector.State, o Options) error {
 			line("", "  %s", strings.TrimSuffix(l, "\n"))
 		}
 	}
+	link := "never up"
 	if s.Link.Up {
-		line("link", "up to %s since %s", s.Link.Broker, s.Link.Since.Format(journalview.TimeLayout))
+		link = fmt.Sprintf("up to %s since %s", s.Link.Broker, s.Link.Since.Format(journalview.TimeLayout))
 	} else if !s.Link.Since.IsZero() {
-		line("link", "down since %s: %s", s.Link.Since.Format(journalview.TimeLayout), orNone(s.Link.Reason))
-	} else {
-		line("link", "never up")
+		link = fmt.Sprintf("down since %s: %s", s.Link.Since.Format(journalview.TimeLayout), orNone(s.Link.Reason))
 	}
+	if o.Link != nil {
+		link = o.Link(link)
+	}
+	line("link", "%s", link)
 	if s.Unknown+s.Undecodable > 0 {
 		line("unread", "%d records of kinds this version does not know, %d it could not decode", s.Unknown, s.Undecodable)
 	}

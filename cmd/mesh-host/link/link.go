@@ -51,7 +51,7 @@ const (
 	DefaultReconnectMin      = 250 * time.Millisecond
 	DefaultReconnectMax      = 30 * time.Second
 	// DefaultPingInterval: see maxPingsOut.
-	DefaultPingInterval = 60 * time.Second
+	DefaultPingInterval = 20 * time.Second
 
 	// A path that died without a word (a NAT or firewall that forgot the
 	// connection, a machine that slept, a cable) is noticed by the
@@ -64,12 +64,18 @@ const (
 	keepAliveCount    = 4
 	userTimeout       = 30 * time.Second
 	// A broker whose process stopped answering while its machine still
-	// does is noticed by the host's pings: after maxPingsOut unanswered,
-	// PingInterval apart, about 3 minutes at the default. Pings cost the
-	// broker: each wakes the connection's two goroutines, and the PONG's
-	// write grows the writer's stack to 32 KB (nats-server's flush keeps
-	// 24 KB of vectors on the stack) until collections shrink it again:
-	// frequent pings would be most of an idle broker's CPU and stacks.
+	// does, or a path cut where something in between still answers TCP
+	// (a proxy, a NAT that keeps the socket), is noticed only by the
+	// host's pings: the third tick with maxPingsOut unanswered ends the
+	// connection, so link.down is journaled 40–60 s after the broker last
+	// answered at the default 20 s. Pings cost the broker: each wakes the
+	// connection's two goroutines, and the PONG's write grows the
+	// writer's stack to 32 KB (nats-server's flush keeps 24 KB of vectors
+	// on the stack) until collections shrink it again. At 20 s that is
+	// 500 PONGs a second for 10,000 nodes, which an idle broker bears; a
+	// minute (the default until issue 30) left a dead link unnoticed for
+	// three, and the broker's own pings (broker.DefaultPingInterval) are
+	// skipped while the host's keep the connection busy.
 	maxPingsOut = 2
 	// maxInFlight bounds the events published beyond what the stream is
 	// known to hold.
@@ -87,6 +93,10 @@ const (
 	refusalsPerMinute = 10
 	// maxReason bounds a reason sent in an Ack or journaled as link.refused.
 	maxReason = 4 << 10
+	// farewellTimeout bounds the wait, at shutdown, for the broker to
+	// take the last heartbeat (see farewell): a broker that does not
+	// answer must not hold the host's stop.
+	farewellTimeout = 2 * time.Second
 	// drainTimeout bounds the wait, at shutdown, for a declaration being
 	// handled to be answered.
 	drainTimeout = 5 * time.Second
@@ -95,6 +105,10 @@ const (
 	// without telling any callback.
 	failurePoll = time.Second
 )
+
+// stoppingReason is why the link goes down when the host stops: journaled
+// as link.down and said upward in the last heartbeat.
+const stoppingReason = "the host is stopping"
 
 // defaultMarkEvery is Config.MarkEvery's default.
 const defaultMarkEvery = 10 * time.Second
@@ -366,7 +380,7 @@ func (l *Link) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			if sess != nil {
 				sess.stop()
-				l.journalLink(event.LinkDown, broker, "the host is stopping")
+				l.journalLink(event.LinkDown, broker, stoppingReason)
 			}
 			l.drain(nc, st)
 			return nil

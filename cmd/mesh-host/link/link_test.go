@@ -1020,3 +1020,43 @@ func TestAFewRecordsAreAskedAboutTogether(t *testing.T) {
 		t.Errorf("four records journaled 100 ms apart took %d syncs, want at most 2", n)
 	}
 }
+
+// A host that stops says so in a last heartbeat, which the broker has
+// before the link closes; no heartbeat before it says so.
+func TestLastHeartbeatSaysStopping(t *testing.T) {
+	beats := make(chan linkproto.Heartbeat, 10)
+	b := newBed(t, func(b *bed, _ *Config) {
+		sub, err := b.nc.Subscribe(linkproto.HeartbeatSubject(testMesh, testNode), func(m *nats.Msg) {
+			var h linkproto.Heartbeat
+			if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &h); err != nil {
+				t.Errorf("heartbeat: %v", err)
+			}
+			beats <- h
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Unsubscribe() })
+		b.nc.Flush()
+	})
+	select {
+	case h := <-beats:
+		if h.Stopping != "" {
+			t.Errorf("the heartbeat on link up says stopping: %q", h.Stopping)
+		}
+	case <-time.After(wait):
+		t.Fatal("no heartbeat on link up")
+	}
+	b.stop()
+	select {
+	case h := <-beats:
+		if h.Stopping != "the host is stopping" || h.Node != testNode || h.Sent.IsZero() {
+			t.Errorf("last heartbeat %+v, want one saying the host is stopping", h)
+		}
+	case <-time.After(wait):
+		t.Fatal("no heartbeat as the host stopped")
+	}
+	if downs := b.records(event.LinkDown); len(downs) != 1 {
+		t.Errorf("%d link.down journaled, want 1", len(downs))
+	}
+}

@@ -34,11 +34,15 @@ func (s *session) stop() {
 }
 
 func (l *Link) startSession(ctx context.Context, nc *nats.Conn) *session {
+	// The host is stopping when Run's ctx ends; a session stopped alone
+	// ends with its connection.
+	parent := ctx
+	stopping := func() bool { return parent.Err() != nil }
 	ctx, cancel := context.WithCancel(ctx)
 	s := &session{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		l.runSession(ctx, nc)
+		l.runSession(ctx, nc, stopping)
 	}()
 	return s
 }
@@ -48,7 +52,7 @@ func (l *Link) startSession(ctx context.Context, nc *nats.Conn) *session {
 // start where the stream says it holds them; if nobody answers, they start
 // from the journal's acknowledged mark and hello is retried meanwhile, for
 // the declaration.
-func (l *Link) runSession(ctx context.Context, nc *nats.Conn) {
+func (l *Link) runSession(ctx context.Context, nc *nats.Conn, stopping func() bool) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if w, err := l.hello(ctx, nc); err == nil {
@@ -59,7 +63,7 @@ func (l *Link) runSession(ctx context.Context, nc *nats.Conn) {
 	}
 	wg.Go(func() { l.publishEvents(ctx, nc) })
 	wg.Go(func() { l.renewals(ctx, nc) })
-	l.heartbeats(ctx, nc)
+	l.heartbeats(ctx, nc, stopping)
 }
 
 // hello asks the control plane for this node's declaration, once.
@@ -153,8 +157,9 @@ func (l *Link) welcomed(ctx context.Context, w *linkproto.Welcome, first bool) {
 }
 
 // heartbeats sends one now, one after every completed reconcile, and one
-// every HeartbeatInterval while idle, until ctx ends.
-func (l *Link) heartbeats(ctx context.Context, nc *nats.Conn) {
+// every HeartbeatInterval while idle, until ctx ends; then, when the host
+// is stopping, a last one saying so.
+func (l *Link) heartbeats(ctx context.Context, nc *nats.Conn, stopping func() bool) {
 	// A reconcile that completed while the link was down is reported by
 	// this first heartbeat.
 	select {
@@ -172,6 +177,9 @@ func (l *Link) heartbeats(ctx context.Context, nc *nats.Conn) {
 	for {
 		select {
 		case <-ctx.Done():
+			if stopping() {
+				l.farewell(nc, &reported, &last)
+			}
 			return
 		case <-l.reconciled:
 		case <-t.C:
@@ -193,9 +201,26 @@ type lastState struct {
 	hb     linkproto.Heartbeat // its state part
 }
 
+// farewell sends the heartbeat of a host that stops on purpose, saying so,
+// and waits (up to farewellTimeout) until the broker has it: the
+// heartbeats stream then says the node left, before its connection
+// closes, and `meshctl nodes` shows it offline at once rather than silent
+// three heartbeat intervals later.
+func (l *Link) farewell(nc *nats.Conn, reported *string, last *lastState) {
+	l.beat(nc, reported, last, stoppingReason)
+	if err := nc.FlushTimeout(farewellTimeout); err != nil {
+		l.log.Warn("the last heartbeat, saying the host is stopping", "err", err)
+	}
+}
+
 // heartbeat sends a heartbeat, after the node's Report when the projection
 // changed since the last one sent (*reported is its digest).
 func (l *Link) heartbeat(nc *nats.Conn, reported *string, last *lastState) {
+	l.beat(nc, reported, last, "")
+}
+
+// beat is heartbeat, saying the host is stopping when stopping is given.
+func (l *Link) beat(nc *nats.Conn, reported *string, last *lastState, stopping string) {
 	head, err := l.host.Head()
 	if err != nil {
 		l.log.Error("heartbeat: read the journal's head", "err", err)
@@ -233,6 +258,7 @@ func (l *Link) heartbeat(nc *nats.Conn, reported *string, last *lastState) {
 	h.Interval = linkproto.Duration(l.cfg.HeartbeatInterval)
 	h.Uptime = linkproto.Duration(now.Sub(l.started).Round(time.Second))
 	h.Acked = l.acked.Load()
+	h.Stopping = stopping
 	err = nc.Publish(linkproto.HeartbeatSubject(l.cfg.Mesh, l.cfg.Node), linkproto.Marshal(h))
 	if err != nil && !errors.Is(err, nats.ErrReconnectBufExceeded) {
 		l.log.Warn("heartbeat", "err", err)

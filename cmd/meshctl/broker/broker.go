@@ -9,6 +9,7 @@
 package broker
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -46,7 +47,26 @@ type Config struct {
 	Certificate *tls.Certificate
 	// Now is the clock certificates are issued by; time.Now when nil.
 	Now func() time.Time
+	// PingInterval is how often the broker pings a client it has heard
+	// nothing from; DefaultPingInterval when 0.
+	PingInterval time.Duration
 }
+
+// DefaultPingInterval and maxPingsOut are how the broker finds a client
+// that is gone without a word (a cut network, a machine that froze): it
+// pings one it has heard nothing from for PingInterval, and closes the
+// connection ("Stale Connection") when maxPingsOut are unanswered at the
+// next tick, 60–80 s after it last heard from it at the default. The
+// control plane then records the node disconnected (nodeservice.Presence),
+// well before its heartbeats would make it silent (three 60 s intervals).
+// A host pings the broker as often (link.DefaultPingInterval), so while a
+// link is healthy these pings are never sent: nats-server skips a ping to
+// a client it heard from within the interval. nats-server's defaults (2
+// minutes, 2) would take six.
+const (
+	DefaultPingInterval = 20 * time.Second
+	maxPingsOut         = 2
+)
 
 // Broker is an embedded NATS server with JetStream, in operator mode: it
 // trusts only the authority's operator and knows the system and mesh
@@ -138,6 +158,8 @@ func New(a *authority.Authority, cfg Config) (*Broker, error) {
 		// nothing here serves: a fleet's enrolment connections alone
 		// would fill it, a kilobyte a node.
 		MaxClosedClients: 16,
+		PingInterval:     cmp.Or(cfg.PingInterval, DefaultPingInterval),
+		MaxPingsOut:      maxPingsOut,
 		// TLS only; clients are still authenticated by their credentials,
 		// not by certificates.
 		TLS:        true,

@@ -3,11 +3,14 @@ package client
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -42,7 +45,26 @@ const (
 	// StateRolledBack: the host release declared for it failed to start
 	// there, and its launcher rolled back to the known-good version.
 	StateRolledBack = "rolled back"
+	// StateOffline: it said, in its last heartbeat, that it was stopping
+	// on purpose (Reason says why and when), and has not connected since.
+	// Known as soon as it stops.
+	StateOffline = "offline"
+	// StateDisconnected: the broker saw its connection close (Reason
+	// says when, and the broker's words), and nothing was heard from it
+	// since. Known within a second of a close the broker sees (a killed
+	// process, a machine that rebooted), and after the broker's pings go
+	// unanswered for a cut network; never known where the control plane
+	// has no system account (serve --nats without it): those nodes fall
+	// silent instead.
+	StateDisconnected = "disconnected"
 )
+
+// Unreachable says whether a node in state is known not to be connected
+// now, or not heard from: silent, offline or disconnected. A push or a
+// rollout's wave will not reach it until it is back.
+func Unreachable(state string) bool {
+	return state == StateSilent || state == StateOffline || state == StateDisconnected
+}
 
 // silentAfter is how many of its own heartbeat intervals a node may miss
 // before it counts as silent: one late heartbeat is not silence.
@@ -70,28 +92,40 @@ type NodeStatus struct {
 	Reason string `json:"reason,omitempty"`
 	// Labels are its labels (meshctl label).
 	Labels labels.Set `json:"labels,omitempty"`
+	// Heard is when the broker stored its latest heartbeat (the
+	// broker's clock, which Presence is on too); zero if none.
+	Heard time.Time `json:"heard,omitzero"`
+	// Presence is what the broker last said of its connection; nil when
+	// nothing is recorded (the control plane may not see connections).
+	Presence *store.Presence `json:"presence,omitempty"`
 }
 
 // Nodes returns every node of the mesh that has reported or has desired
-// state, sorted by name. Its four sources (the heartbeats, the desired
-// state, the credentials and the labels) are read at once, each in one
-// pass: a fleet's listing waits for the slowest, not for their sum.
+// state, sorted by name. Its five sources (the heartbeats, the desired
+// state, the credentials, the labels and the presence the broker tells)
+// are read at once, each in one pass: a fleet's listing waits for the
+// slowest, not for their sum.
 func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 	type beat struct {
 		hb      *linkproto.Heartbeat
+		heard   time.Time
 		problem string
 	}
 	var (
-		beats   = map[string]beat{}
-		desired = map[string]uint64{}
-		creds   map[string]store.NodeCredential
-		ls      map[string]labels.Set
-		errs    [4]error
-		wg      sync.WaitGroup
+		beats    = map[string]beat{}
+		desired  = map[string]uint64{}
+		creds    map[string]store.NodeCredential
+		ls       map[string]labels.Set
+		presence map[string]store.Presence
+		errs     [5]error
+		wg       sync.WaitGroup
 	)
 	wg.Go(func() {
-		errs[0] = c.lastHeartbeats(ctx, func(node string, hb *linkproto.Heartbeat, problem string) { beats[node] = beat{hb, problem} })
+		errs[0] = c.lastHeartbeats(ctx, func(node string, hb *linkproto.Heartbeat, heard time.Time, problem string) {
+			beats[node] = beat{hb, heard, problem}
+		})
 	})
+	wg.Go(func() { presence, errs[4] = c.presences(ctx) })
 	wg.Go(func() {
 		errs[1] = c.eachDesired(ctx, func(node string, revision uint64) { desired[node] = revision })
 	})
@@ -115,7 +149,12 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 	}
 	for node, b := range beats {
 		s := get(node)
-		s.Heartbeat, s.Problem = b.hb, b.problem
+		s.Heartbeat, s.Heard, s.Problem = b.hb, b.heard, b.problem
+	}
+	for node, p := range presence {
+		if s, ok := byName[node]; ok { // a node the mesh no longer knows is not listed for it
+			s.Presence = &p
+		}
 	}
 	for node, revision := range desired {
 		st := get(node)
@@ -136,16 +175,16 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 	out := make([]NodeStatus, 0, len(byName))
 	for _, s := range byName {
 		s.State = stateOf(*s, now)
-		s.Reason = reasonOf(*s)
+		s.Reason = reasonOf(*s, now)
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.Node, b.Node) })
 	return out, nil
 }
 
-// lastHeartbeats hands fn every node's last heartbeat, or why it does not
-// decode.
-func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *linkproto.Heartbeat, problem string)) error {
+// lastHeartbeats hands fn every node's last heartbeat and when the broker
+// stored it, or why it does not decode.
+func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *linkproto.Heartbeat, heard time.Time, problem string)) error {
 	heartbeats, err := c.store.Stream(ctx, linkproto.HeartbeatsStream)
 	if err != nil {
 		return err
@@ -153,6 +192,7 @@ func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *li
 	type beat struct {
 		node, problem string
 		hb            *linkproto.Heartbeat
+		heard         time.Time
 	}
 	err = decodeAside(func(put func(jetstream.Msg)) error {
 		return readLast(ctx, heartbeats, linkproto.AllHeartbeats(c.Mesh), put)
@@ -161,14 +201,19 @@ func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *li
 		if err != nil {
 			return beat{}
 		}
+		var heard time.Time
+		if md, err := m.Metadata(); err == nil {
+			heard = md.Timestamp
+		}
 		var hb linkproto.Heartbeat
 		if err := linkproto.Decode(m.Data(), linkproto.MaxReportSize, &hb); err != nil {
-			return beat{node: node, problem: err.Error()}
+			return beat{node: node, heard: heard, problem: err.Error()}
 		}
-		return beat{node: node, hb: &hb}
+		hb.Stopping = fitStopping(hb.Stopping)
+		return beat{node: node, hb: &hb, heard: heard}
 	}, func(b beat) {
 		if b.node != "" {
-			fn(b.node, b.hb, b.problem)
+			fn(b.node, b.hb, b.heard, b.problem)
 		}
 	})
 	if err != nil {
@@ -273,6 +318,16 @@ func stateOf(s NodeStatus, now time.Time) string {
 	case hb == nil:
 		return StateNeverHeard
 	}
+	p := s.Presence
+	// A connection opened since the last heartbeat: the node is back, and
+	// its next heartbeat (sent at once) will say how it stands.
+	back := p != nil && p.Connected && p.At.After(s.Heard)
+	switch {
+	case hb.Stopping != "" && !back:
+		return StateOffline
+	case p != nil && !p.Connected && p.At.After(s.Heard):
+		return StateDisconnected
+	}
 	interval := time.Duration(hb.Interval)
 	if interval <= 0 {
 		interval = defaultInterval
@@ -290,11 +345,20 @@ func stateOf(s NodeStatus, now time.Time) string {
 	return StateOK
 }
 
-// reasonOf says why a node is in its state, for the failed and rolled
-// back ones.
-func reasonOf(s NodeStatus) string {
+// reasonOf says why a node is in its state, for the failed, rolled back,
+// offline and disconnected ones.
+func reasonOf(s NodeStatus, now time.Time) string {
 	hb := s.Heartbeat
 	switch s.State {
+	case StateOffline:
+		return fmt.Sprintf("%s (%s ago, at %s)", hb.Stopping, now.Sub(hb.Sent).Round(time.Second), hb.Sent.UTC().Format(time.RFC3339))
+	case StateDisconnected:
+		p := s.Presence
+		why := p.Reason
+		if why == "" {
+			why = "no reason given"
+		}
+		return fmt.Sprintf("its connection closed %s ago, at %s: %s", now.Sub(p.At).Round(time.Second), p.At.UTC().Format(time.RFC3339), why)
 	case StateRolledBack:
 		return fmt.Sprintf("release %s failed to start; running %s, the known-good version", short(s.Release), VersionLabel(hb.Build, hb.Version))
 	case StateFailed:
@@ -355,4 +419,108 @@ func Select(nodes []NodeStatus, sel labels.Selector) []NodeStatus {
 		}
 	}
 	return out
+}
+
+// fitStopping is a heartbeat's Stopping fit to show: what a node sends is
+// its own to choose, so printable characters only, at most
+// linkproto.MaxStoppingBytes.
+func fitStopping(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return -1
+		}
+		return r
+	}, s)
+	for len(s) > linkproto.MaxStoppingBytes {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
+}
+
+// presences is every node's presence as the broker last told it; none
+// when the bucket is not there (a control plane from before presence).
+func (c *Client) presences(ctx context.Context) (map[string]store.Presence, error) {
+	out := map[string]store.Presence{}
+	ps, err := c.store.Presences(ctx, c.Mesh)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// A record that does not decode is left out: the heartbeats still
+	// tell how the node stands.
+	err = decodeAside(func(put func(jetstream.KeyValueEntry)) error { return ps.Each(ctx, put) }, func(e jetstream.KeyValueEntry) *store.Presence {
+		p, err := ps.Decode(e)
+		if err != nil || linkproto.ValidName(p.Node) != nil || e.Key() != store.Key(c.Mesh, p.Node) {
+			return nil
+		}
+		return &p
+	}, func(p *store.Presence) {
+		if p != nil {
+			out[p.Node] = *p
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the presence: %w", err)
+	}
+	return out, nil
+}
+
+// Away is how a node that is not connected, or not heard from, was last
+// heard of: what `meshctl status NODE` says of its link instead of what
+// its last report says.
+type Away struct {
+	// State is StateSilent, StateOffline or StateDisconnected.
+	State, Reason string
+	// Sent is when its latest heartbeat was sent.
+	Sent time.Time
+}
+
+// Away says whether node is silent, offline or disconnected, read from its
+// latest heartbeat, its presence and its credential alone; nil when it is
+// none of those (heard recently, or never).
+func (c *Client) Away(ctx context.Context, node string) (*Away, error) {
+	if err := linkproto.ValidName(node); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	s := NodeStatus{Node: node}
+	heartbeats, err := c.store.Stream(ctx, linkproto.HeartbeatsStream)
+	if err != nil {
+		return nil, err
+	}
+	m, err := heartbeats.GetLastMsgForSubject(ctx, linkproto.HeartbeatSubject(c.Mesh, node))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("the heartbeat of %s: %w", node, err)
+	}
+	var hb linkproto.Heartbeat
+	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb); err != nil {
+		return nil, nil // unreadable: nothing to say of its link
+	}
+	hb.Stopping = fitStopping(hb.Stopping)
+	s.Heartbeat, s.Heard = &hb, m.Time
+	if ps, err := c.store.Presences(ctx, c.Mesh); err == nil {
+		if p, _, err := ps.Get(ctx, node); err == nil && p != nil && p.Node == node {
+			s.Presence = p
+		}
+	}
+	if kv, err := c.store.KV(ctx, linkproto.NodesBucket); err == nil {
+		if cr, _, err := store.Credential(ctx, kv, c.Mesh, node); err == nil {
+			s.Credential = cr
+		}
+	}
+	now := c.Now()
+	s.State = stateOf(s, now)
+	if !Unreachable(s.State) {
+		return nil, nil
+	}
+	a := &Away{State: s.State, Reason: reasonOf(s, now), Sent: hb.Sent}
+	if s.State == StateOffline {
+		a.Reason = hb.Stopping // its time is Sent's
+	}
+	return a, nil
 }

@@ -22,4 +22,8 @@ var (
 	// ErrUndecodable is returned for a stored record that does not
 	// decode: damage, or a writer that does not follow its owner here.
 	ErrUndecodable = errors.New("record does not decode")
+	// ErrBadPresence is returned by Presences.Record for a record it
+	// would not store: no valid node, no time, a text over
+	// MaxPresenceText.
+	ErrBadPresence = errors.New("bad presence record")
 )

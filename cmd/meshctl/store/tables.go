@@ -92,6 +92,13 @@ func tables(eventsMaxAge time.Duration) []table {
 			History:     4,
 			Storage:     jetstream.FileStorage,
 		}},
+		{what: "presence bucket", kv: &jetstream.KeyValueConfig{
+			Bucket:       linkproto.PresenceBucket,
+			Description:  "what the broker last said of every node's connection: connected or closed, when and why",
+			History:      1,
+			Storage:      jetstream.FileStorage,
+			MaxValueSize: maxPresenceRecord,
+		}},
 		{what: "heartbeats stream", stream: &heartbeats},
 	}
 }
