@@ -23,7 +23,9 @@ type Declaration struct {
 	// Mesh and Node name the mesh and the node the declaration is for.
 	Mesh string
 	Node string
-	// Revision orders a node's declarations; it is at least 1.
+	// Revision orders a node's declarations; it is at least 1, or 0 in
+	// one parsed from a file that left it out, for whoever stores it to
+	// number (a declaration that travels or is stored always has one).
 	Revision uint64
 	// Resources are the specs in document order: *drivers.FileSpec,
 	// *drivers.DirectorySpec, *drivers.ArchiveSpec, *drivers.PackageSpec
@@ -60,7 +62,7 @@ func parseWhole(name string, data []byte) (*Declaration, error) {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); errors.Is(err, io.EOF) || err == nil && len(doc.Content) == 0 {
 		return nil, Errors{{File: name, Line: 1, Column: 1,
-			Msg: fmt.Sprintf("the declaration is empty: it needs %s", allOf(documentFields))}}
+			Msg: fmt.Sprintf("the declaration is empty: it needs %s", allOf(requiredFields))}}
 	} else if err != nil {
 		return nil, yamlSyntaxError(name, data, err)
 	}
