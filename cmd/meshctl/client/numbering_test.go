@@ -44,7 +44,9 @@ func TestDeclareNumbersARevisionLeftOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := rel.Resource("http://127.0.0.1:4280")
-	offline := func(rev uint64) string { return fmt.Sprintf("a is offline: it will get revision %d when it reconnects\n", rev) }
+	offline := func(rev uint64) string {
+		return fmt.Sprintf("a is offline: it will get revision %d when it reconnects\n", rev)
+	}
 	kept := "a: kept host release " + short(rel.Version()) + " that the mesh delivered (the file names none; `meshctl release` changes it)\n"
 
 	for _, step := range []struct {
