@@ -165,7 +165,7 @@ func TestResumeHaltedOnceConverged(t *testing.T) {
 	r := &rollout.Rollout{ID: "r-1", Mesh: c.Mesh, Kind: rollout.KindRelease, State: rollout.Halted, HaltedAt: halted, Release: res,
 		Canary: 1, MaxInFlight: 1, HaltOnFailure: true, WaitHealthy: linkproto.Duration(time.Minute),
 		Reason: "canary web-1 failed in wave 0: silent",
-		Nodes: []rollout.Node{{Node: "web-1", Wave: 0, Step: rollout.StepFailed, Revision: 5, Reason: "silent"}, {Node: "web-2", Wave: 1, Step: rollout.StepPending}}}
+		Nodes:  []rollout.Node{{Node: "web-1", Wave: 0, Step: rollout.StepFailed, Revision: 5, Reason: "silent"}, {Node: "web-2", Wave: 1, Step: rollout.StepPending}}}
 	kv, err := c.store.KV(ctx, linkproto.RolloutsBucket)
 	if err != nil {
 		t.Fatal(err)
