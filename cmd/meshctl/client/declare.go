@@ -48,12 +48,17 @@ func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *dec
 	if err != nil {
 		return false, err
 	}
-	if d, err = numbered(out, node, d, read); err != nil {
+	d, notes, err := numbered(node, d, read)
+	if err != nil {
 		return false, err
 	}
 	push, err := c.prepareOver(ctx, node, d, read)
 	if err != nil {
 		return false, err
+	}
+	// Said once stored: a refused declaration was numbered nothing.
+	for _, note := range notes {
+		fmt.Fprintln(out, note)
 	}
 
 	// Listen for the node's report before pushing, so a quick apply's

@@ -2,7 +2,6 @@ package client
 
 import (
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
@@ -12,7 +11,7 @@ import (
 )
 
 // numbered is d as it is stored over read (node's entry as read; nil:
-// none), saying so on out:
+// none), with what to tell the operator once it is stored:
 //
 //   - a d that names no host release, over a stored declaration that
 //     delivers one, keeps it: the host's version is the mesh's business
@@ -26,7 +25,7 @@ import (
 //
 // The store is conditional on read, so two operators numbering the same
 // next revision cannot both win.
-func numbered(out io.Writer, node string, d *declaration.Declaration, read *store.Entry) (*declaration.Declaration, error) {
+func numbered(node string, d *declaration.Declaration, read *store.Entry) (_ *declaration.Declaration, notes []string, err error) {
 	stored := read.Declaration()
 	stated := d.Revision
 	if stated == 0 {
@@ -38,28 +37,27 @@ func numbered(out io.Writer, node string, d *declaration.Declaration, read *stor
 		d = &next
 	}
 	if kept := storedRelease(d, stored); kept != nil {
-		var err error
 		if d, err = keepRelease(d, stored); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrDeclarationRefused, err)
+			return nil, nil, fmt.Errorf("%w: %w", ErrDeclarationRefused, err)
 		}
-		fmt.Fprintf(out, "%s: kept host release %s that the mesh delivered (the file names none; `meshctl release` changes it)\n",
-			node, short(strings.TrimPrefix(kept.Digest, "sha256:")))
+		notes = append(notes, fmt.Sprintf("%s: kept host release %s that the mesh delivered (the file names none; `meshctl release` changes it)",
+			node, short(strings.TrimPrefix(kept.Digest, "sha256:"))))
 	}
 	if stated != 0 {
-		return d, nil
+		return d, notes, nil
 	}
 	switch {
 	case stored == nil:
-		fmt.Fprintf(out, "%s: revision %d assigned (none stored)\n", node, d.Revision)
+		notes = append(notes, fmt.Sprintf("%s: revision %d assigned (none stored)", node, d.Revision))
 	case sameAs(d, stored):
 		same := *d
 		same.Revision = stored.Revision
 		d = &same
-		fmt.Fprintf(out, "%s: revision %d is stored with the same content: nothing new\n", node, d.Revision)
+		notes = append(notes, fmt.Sprintf("%s: revision %d is stored with the same content: nothing new", node, d.Revision))
 	default:
-		fmt.Fprintf(out, "%s: revision %d assigned (stored was %d)\n", node, d.Revision, stored.Revision)
+		notes = append(notes, fmt.Sprintf("%s: revision %d assigned (stored was %d)", node, d.Revision, stored.Revision))
 	}
-	return d, nil
+	return d, notes, nil
 }
 
 // storedRelease is the host release stored delivers when d names none,

@@ -85,10 +85,11 @@ func TestDeclareNumbersARevisionLeftOut(t *testing.T) {
 
 	// A stated revision is checked as before, and the refusal says it may
 	// be left out.
-	err = c.Declare(ctx, io.Discard, "a", decl(t, "a", 2, "two\n"), opt)
+	var out bytes.Buffer
+	err = c.Declare(ctx, &out, "a", decl(t, "a", 2, "two\n"), opt)
 	want := "declaration refused: a is at revision 3; revision 2 is older (or leave `revision` out of the file, and the mesh numbers it after the stored one)"
-	if !errors.Is(err, ErrRefused) || err.Error() != want {
-		t.Errorf("a stated older revision: got %v\nwant %s", err, want)
+	if !errors.Is(err, ErrRefused) || err.Error() != want || out.Len() != 0 {
+		t.Errorf("a stated older revision: got %v, printed %q\nwant %s, nothing printed", err, out.String(), want)
 	}
 
 	// Numbered over a read another operator's store has overtaken, the
@@ -100,7 +101,7 @@ func TestDeclareNumbersARevisionLeftOut(t *testing.T) {
 	if err := c.Declare(ctx, io.Discard, "a", bare(t, "a", "three\n"), opt); err != nil {
 		t.Fatal(err)
 	}
-	d, err := numbered(io.Discard, "a", bare(t, "a", "four\n"), read)
+	d, _, err := numbered("a", bare(t, "a", "four\n"), read)
 	if err != nil || d.Revision != 4 {
 		t.Fatalf("numbered over the stale read: %+v, %v; want revision 4", d, err)
 	}
