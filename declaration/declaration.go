@@ -224,12 +224,13 @@ func position(data []byte, off int) (line, col int) {
 // MarshalJSON writes the canonical wire form: mesh, node, revision and
 // resources in that order, each resource a one-key object naming its kind,
 // without HTML escaping or insignificant space. ParseJSON reads it back to
-// an equal Declaration.
+// an equal Declaration. A declaration not yet numbered (revision 0) is
+// written without its revision, as its file left it out.
 func (d *Declaration) MarshalJSON() ([]byte, error) {
 	type wire struct {
 		Mesh      string                          `json:"mesh"`
 		Node      string                          `json:"node"`
-		Revision  uint64                          `json:"revision"`
+		Revision  uint64                          `json:"revision,omitempty"`
 		Resources []map[drivers.Kind]drivers.Spec `json:"resources"`
 	}
 	w := wire{d.Mesh, d.Node, d.Revision, make([]map[drivers.Kind]drivers.Spec, len(d.Resources))}
