@@ -23,7 +23,9 @@ type Declaration struct {
 	// Mesh and Node name the mesh and the node the declaration is for.
 	Mesh string
 	Node string
-	// Revision orders a node's declarations; it is at least 1.
+	// Revision orders a node's declarations; it is at least 1, or 0 in
+	// one parsed from a file that left it out, for whoever stores it to
+	// number (a declaration that travels or is stored always has one).
 	Revision uint64
 	// Resources are the specs in document order: *drivers.FileSpec,
 	// *drivers.DirectorySpec, *drivers.ArchiveSpec, *drivers.PackageSpec
@@ -60,7 +62,7 @@ func parseWhole(name string, data []byte) (*Declaration, error) {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); errors.Is(err, io.EOF) || err == nil && len(doc.Content) == 0 {
 		return nil, Errors{{File: name, Line: 1, Column: 1,
-			Msg: fmt.Sprintf("the declaration is empty: it needs %s", allOf(documentFields))}}
+			Msg: fmt.Sprintf("the declaration is empty: it needs %s", allOf(requiredFields))}}
 	} else if err != nil {
 		return nil, yamlSyntaxError(name, data, err)
 	}
@@ -222,12 +224,13 @@ func position(data []byte, off int) (line, col int) {
 // MarshalJSON writes the canonical wire form: mesh, node, revision and
 // resources in that order, each resource a one-key object naming its kind,
 // without HTML escaping or insignificant space. ParseJSON reads it back to
-// an equal Declaration.
+// an equal Declaration. A declaration not yet numbered (revision 0) is
+// written without its revision, as its file left it out.
 func (d *Declaration) MarshalJSON() ([]byte, error) {
 	type wire struct {
 		Mesh      string                          `json:"mesh"`
 		Node      string                          `json:"node"`
-		Revision  uint64                          `json:"revision"`
+		Revision  uint64                          `json:"revision,omitempty"`
 		Resources []map[drivers.Kind]drivers.Spec `json:"resources"`
 	}
 	w := wire{d.Mesh, d.Node, d.Revision, make([]map[drivers.Kind]drivers.Spec, len(d.Resources))}

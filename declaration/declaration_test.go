@@ -507,3 +507,24 @@ func TestSecretContent(t *testing.T) {
 		}
 	}
 }
+
+// TestRevisionOptional: a file may leave revision out, for whoever stores
+// it to number; one it states is still held to at least 1, and a JSON
+// document (what travels) without one parses to 0, which the link refuses
+// as it refuses a push without a revision.
+func TestRevisionOptional(t *testing.T) {
+	d := mustYAML(t, "bare.yaml", "mesh: home\nnode: web-1\nresources:\n  - directory: {path: /etc/app}\n")
+	if d.Revision != 0 || d.Mesh != "home" || d.Node != "web-1" || len(d.Resources) != 1 {
+		t.Errorf("got %+v, want revision 0 (left out) and the rest parsed", d)
+	}
+	for src, want := range map[string]string{
+		"mesh: home\nnode: web-1\nrevision: 0\nresources: []\n":  "bad.yaml:3:11: revision: must be at least 1, not 0",
+		"mesh: home\nnode: web-1\nrevision: -2\nresources: []\n": "bad.yaml:3:11: revision: must be at least 1, not -2",
+		"mesh: home\nrevision: 2\nresources: []\n":               "bad.yaml:1:1: node: required field is missing",
+	} {
+		_, err := declaration.ParseYAML("bad.yaml", []byte(src))
+		if err == nil || err.Error() != want {
+			t.Errorf("ParseYAML(%q): got %v, want %s", src, err, want)
+		}
+	}
+}

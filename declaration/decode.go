@@ -200,7 +200,9 @@ func (d *decoder) document(root *yaml.Node) *Declaration {
 	for _, name := range documentFields {
 		f, ok := fs[name]
 		if !ok {
-			d.fail(root, name, "required field is missing")
+			if slices.Contains(requiredFields, name) {
+				d.fail(root, name, "required field is missing")
+			}
 			continue
 		}
 		switch name {

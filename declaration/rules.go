@@ -16,6 +16,14 @@ import (
 // The fields of a declaration's document, in the order they are written.
 var documentFields = []string{"mesh", "node", "revision", "resources"}
 
+// requiredFields are the document fields a declaration must state.
+// revision may be left out: the control plane (meshctl declare) or the
+// host (mesh-host apply) numbers such a declaration after the one it
+// holds, so a file an operator keeps never has to follow numbers a
+// release or a rollout used. What travels and is stored always carries
+// one (linkproto.Declaration.For).
+var requiredFields = []string{"mesh", "node", "resources"}
+
 // version is the one variable an archive's values may hold; it expands to
 // the hex of the archive's digest.
 const version = "${version}"

@@ -71,14 +71,14 @@ func Schema() ([]byte, error) {
 		"properties": map[string]any{
 			"mesh":     map[string]any{"description": "The mesh the node belongs to.", "type": "string", "minLength": 1},
 			"node":     map[string]any{"description": "The node this declaration is for.", "type": "string", "minLength": 1},
-			"revision": map[string]any{"description": "Orders the node's declarations.", "type": "integer", "minimum": 1},
+			"revision": map[string]any{"description": "Orders the node's declarations; left out, the mesh (or mesh-host apply) numbers it after the one it holds.", "type": "integer", "minimum": 1},
 			"resources": map[string]any{
 				"description": "The resources, in order; a resource may be declared once.",
 				"type":        "array",
 				"items":       map[string]any{"$ref": "#/$defs/resource"},
 			},
 		},
-		"required":             documentFields,
+		"required":             requiredFields,
 		"additionalProperties": false,
 		"$defs":                defs,
 	}

@@ -58,9 +58,17 @@ func (c *applyCmd) Run(e *env) error {
 			unlock()
 			return failed("%v", lerr)
 		}
+		numbering, err := numberLocal(decl, s)
+		if err != nil {
+			unlock()
+			return failed("%v", err)
+		}
 		if err := e.admissible(decl, s); err != nil {
 			unlock()
 			return refuse(j, source, decl, err)
+		}
+		if numbering != "" {
+			fmt.Fprintln(e.stdout, numbering)
 		}
 		specs := decl.Expanded()
 		declared := hostjournal.Declared(specs)

@@ -47,6 +47,10 @@ func (c *planCmd) Run(e *env) error {
 	case err != nil:
 		return err
 	}
+	// Planned at the revision apply would give it.
+	if _, err := numberLocal(decl, s); err != nil {
+		return failed("%v", err)
+	}
 	res, rc, err := e.dryRun(decl, s)
 	var r planRefusal
 	if errors.As(err, &r) {

@@ -19,7 +19,7 @@ type rolloutCmd struct {
 	Status rolloutStatusCmd `cmd:"" help:"Show a rollout (default: the latest): its state, each wave, each node that failed."`
 	List   rolloutListCmd   `cmd:"" help:"List the rollouts, oldest first."`
 	Pause  rolloutPauseCmd  `cmd:"" help:"Pause a running rollout: nodes pushed to finish, no new node is pushed."`
-	Resume rolloutResumeCmd `cmd:"" help:"Resume a paused rollout."`
+	Resume rolloutResumeCmd `cmd:"" help:"Resume a paused rollout, or a halted one whose failed nodes have converged since."`
 	Abort  rolloutAbortCmd  `cmd:"" help:"End a rollout; --revert declares to every node it pushed to the declaration it last converged before."`
 }
 
@@ -29,6 +29,7 @@ type waveFlags struct {
 	MaxInFlight   string        `name:"max-in-flight" placeholder:"N|P%" help:"Nodes per wave after the canaries (default: all at once)."`
 	HaltOnFailure bool          `name:"halt-on-failure" default:"true" negatable:"" help:"Halt when a node of any wave fails (canaries always halt)."`
 	WaitHealthy   time.Duration `name:"wait-healthy" default:"5m" help:"How long a pushed node may take to report converged before it counts as failed."`
+	Offline       string        `name:"offline" enum:"defer,fail" default:"defer" help:"A node offline when its wave starts: defer (its declaration is stored for its next hello; it neither holds the wave back nor halts) or fail."`
 	Detach        bool          `name:"detach" help:"Start it and return; meshctl serve drives it (see rollout status)."`
 }
 
@@ -43,7 +44,7 @@ func (f *waveFlags) options(selector string) (rollout.Options, error) {
 		return rollout.Options{}, command.Refused("--wait-healthy %v: more than 0", f.WaitHealthy)
 	}
 	return rollout.Options{Selector: selector, Canary: f.Canary, MaxInFlight: f.MaxInFlight,
-		HaltOnFailure: f.HaltOnFailure, WaitHealthy: f.WaitHealthy}, nil
+		HaltOnFailure: f.HaltOnFailure, WaitHealthy: f.WaitHealthy, OfflineFails: f.Offline == "fail"}, nil
 }
 
 type rolloutStartCmd struct {
@@ -131,8 +132,7 @@ func follow(e *env, cl *client.Client, r *rollout.Rollout, detach bool) error {
 
 // ended reports how r ended: done is success, anything else a failure.
 func ended(e *env, r *rollout.Rollout) error {
-	counts := r.Counts()
-	summary := fmt.Sprintf("%d converged, %d unchanged, %d failed, %d not pushed", counts[rollout.StepConverged], counts[rollout.StepUnchanged], counts[rollout.StepFailed], counts[rollout.StepPending])
+	summary := fmt.Sprintf("%s, %d not pushed", r.Summary(), r.Counts()[rollout.StepPending])
 	if r.State == rollout.Done {
 		fmt.Fprintf(e.stdout, "rollout %s done: %s\n", r.ID, summary)
 		return nil
@@ -150,9 +150,12 @@ func progressBar(r *rollout.Rollout) string {
 		fill = done * width / len(r.Nodes)
 	}
 	reverted := ""
+	if n := counts[rollout.StepDeferred]; n > 0 {
+		reverted = fmt.Sprintf("  deferred %d", n)
+	}
 	if n := counts[rollout.StepReverted]; n > 0 {
 		// A reverted node failed or converged first: counted as neither.
-		reverted = fmt.Sprintf("  reverted %d", n)
+		reverted += fmt.Sprintf("  reverted %d", n)
 	}
 	return fmt.Sprintf("[%s%s] %d/%d  converged %d  unchanged %d  failed %d%s  %s ",
 		strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, len(r.Nodes),
@@ -224,7 +227,7 @@ func (c *rolloutStatusCmd) Run(e *env) error {
 			name += " (canary)"
 		}
 		var parts []string
-		for _, s := range []rollout.Step{rollout.StepConverged, rollout.StepUnchanged, rollout.StepPushed, rollout.StepPending, rollout.StepFailed, rollout.StepReverted} {
+		for _, s := range []rollout.Step{rollout.StepConverged, rollout.StepUnchanged, rollout.StepPushed, rollout.StepPending, rollout.StepFailed, rollout.StepDeferred, rollout.StepReverted} {
 			if counts[s] > 0 {
 				parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 			}
@@ -232,9 +235,18 @@ func (c *rolloutStatusCmd) Run(e *env) error {
 		fmt.Fprintf(e.stdout, "%s: %s: %s\n", name, fleetview.Plural(total, "node"), strings.Join(parts, ", "))
 	}
 	for _, n := range r.Nodes {
-		if n.Step == rollout.StepFailed {
+		switch n.Step {
+		case rollout.StepFailed:
 			fmt.Fprintf(e.stdout, "failed %s (wave %d, revision %d): %s\n", n.Node, n.Wave, n.Revision, n.Reason)
+		case rollout.StepDeferred:
+			fmt.Fprintf(e.stdout, "deferred %s (wave %d, revision %d): %s\n", n.Node, n.Wave, n.Revision, n.Reason)
 		}
+	}
+	// What the nodes' heartbeats say now, which the record, written
+	// only while the rollout is driven, may not: a failed node that
+	// converged since its halt, a deferred node that came back.
+	for _, line := range cl.SinceHalt(e.ctx, r) {
+		fmt.Fprintln(e.stdout, line)
 	}
 	return nil
 }

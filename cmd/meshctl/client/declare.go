@@ -44,9 +44,21 @@ func (c *Client) Declare(ctx context.Context, out io.Writer, node string, d *dec
 
 // declare is Declare, saying also whether the node answered the push.
 func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *declaration.Declaration, opt DeclareOptions) (online bool, err error) {
-	push, err := c.prepare(ctx, node, d)
+	read, err := c.readStored(ctx, node)
 	if err != nil {
 		return false, err
+	}
+	d, notes, err := numbered(node, d, read)
+	if err != nil {
+		return false, err
+	}
+	push, err := c.prepareOver(ctx, node, d, read)
+	if err != nil {
+		return false, err
+	}
+	// Said once stored: a refused declaration was numbered nothing.
+	for _, note := range notes {
+		fmt.Fprintln(out, note)
 	}
 
 	// Listen for the node's report before pushing, so a quick apply's
@@ -251,9 +263,9 @@ func (c *Client) storeDesired(ctx context.Context, node string, d *declaration.D
 		same := func() bool { return withoutSealed(d).Digest() == withoutSealed(stored).Digest() }
 		switch {
 		case d.Revision < stored.Revision:
-			return nil, fmt.Errorf("%w: %s is at revision %d; revision %d is older", ErrDeclarationRefused, node, stored.Revision, d.Revision)
+			return nil, fmt.Errorf("%w: %s is at revision %d; revision %d is older%s", ErrDeclarationRefused, node, stored.Revision, d.Revision, omitRevision)
 		case d.Revision == stored.Revision && !same():
-			return nil, fmt.Errorf("%w: revision %d of %s is already stored with other content: bump the revision", ErrDeclarationRefused, d.Revision, node)
+			return nil, fmt.Errorf("%w: revision %d of %s is already stored with other content: bump the revision%s", ErrDeclarationRefused, d.Revision, node, omitRevision)
 		case d.Revision == stored.Revision:
 			// The same declaration again: push the stored one again,
 			// store nothing.
@@ -269,6 +281,10 @@ func (c *Client) storeDesired(ctx context.Context, node string, d *declaration.D
 	}
 	return push, nil
 }
+
+// omitRevision ends a refusal of a file's stated revision: a release or
+// a rollout numbers the declarations it stores, which a file cannot know.
+const omitRevision = " (or leave `revision` out of the file, and the mesh numbers it after the stored one)"
 
 // waitApplied waits for node's heartbeat reporting revision or a later one
 // applied: the latest one stored, if it already does, or one arriving on

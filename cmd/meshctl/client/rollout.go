@@ -63,7 +63,7 @@ func (c *Client) StartRollout(ctx context.Context, opt rollout.Options) (*rollou
 	}
 	now := c.Now().UTC()
 	r := &rollout.Rollout{ID: rollout.NewID(now), Mesh: c.Mesh, Kind: rollout.KindProfiles, Selector: opt.Selector, Operator: c.Operator,
-		Created: now, Updated: now, Canary: opt.Canary, HaltOnFailure: opt.HaltOnFailure,
+		Created: now, Updated: now, Canary: opt.Canary, HaltOnFailure: opt.HaltOnFailure, OfflineFails: opt.OfflineFails,
 		WaitHealthy: linkproto.Duration(opt.WaitHealthy), Release: opt.Release, State: rollout.Running}
 	if r.WaitHealthy == 0 {
 		r.WaitHealthy = linkproto.Duration(5 * time.Minute)
@@ -182,15 +182,23 @@ func (c *Client) saveRollout(ctx context.Context, r *rollout.Rollout) error {
 }
 
 // SetRolloutState pauses, resumes or aborts a rollout: from running or
-// paused, and a halted one may be aborted. It tries again when the driving control service wrote the
-// record meanwhile.
+// paused, and a halted one may be aborted, or resumed once every node that
+// halted it has converged the revision it was pushed since (resumeHalted).
+// It tries again when the driving control service wrote the record
+// meanwhile.
 func (c *Client) SetRolloutState(ctx context.Context, id string, to rollout.State, why string) (*rollout.Rollout, error) {
 	for range 20 {
 		r, err := c.GetRollout(ctx, id)
 		if err != nil {
 			return nil, err
 		}
+		var recovered []string
+		slot := uint64(0)
 		switch {
+		case to == rollout.Running && r.State == rollout.Halted:
+			if recovered, slot, err = c.resumeHalted(ctx, r); err != nil {
+				return r, err
+			}
 		case to == rollout.Aborted && r.State == rollout.Halted:
 			// A halted rollout is ended by abort, with or without a
 			// revert: it is where a revert is wanted most.
@@ -203,6 +211,11 @@ func (c *Client) SetRolloutState(ctx context.Context, id string, to rollout.Stat
 		}
 		r.State, r.Reason = to, why
 		err = c.saveRollout(ctx, r)
+		if err != nil && slot != 0 {
+			if rs, rerr := c.store.Rollouts(ctx, c.Mesh); rerr == nil {
+				rs.Unclaim(ctx, slot)
+			}
+		}
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			time.Sleep(50 * time.Millisecond)
 			continue
@@ -210,10 +223,83 @@ func (c *Client) SetRolloutState(ctx context.Context, id string, to rollout.Stat
 		if err != nil {
 			return nil, err
 		}
+		for _, node := range recovered {
+			c.rolloutEvent(ctx, r, "converged", node, 0, "converged since the halt")
+		}
 		c.rolloutEvent(ctx, r, string(to), "", 0, why)
 		return r, nil
 	}
 	return nil, fmt.Errorf("rollout %s: the record kept changing; try again", id)
+}
+
+// resumeHalted looks again at the failed nodes of the halted rollout r
+// (rollout.Recover): each whose latest heartbeat shows the revision it
+// was pushed converged (applied, healthy) since is converged. r may go on
+// when no node that halted it is failed still; then it takes the mesh's
+// active-rollout slot again (a halted rollout let it go), and returns the
+// slot's revision with the nodes that converged. Otherwise it is refused,
+// naming the node.
+func (c *Client) resumeHalted(ctx context.Context, r *rollout.Rollout) (recovered []string, slot uint64, err error) {
+	recovered, still := r.Recover(func(n rollout.Node) (time.Time, bool) {
+		hb, err := c.lastHeartbeat(ctx, n.Node)
+		if err != nil {
+			return time.Time{}, false
+		}
+		if done, _, _, _ := converged(r, &n, hb); done {
+			return convergedAt(hb), true
+		}
+		return time.Time{}, false
+	})
+	if still != nil {
+		return nil, 0, fmt.Errorf("%w: rollout %s is halted: %s has not converged revision %d since (%s); resume it once it has, or abort it",
+			ErrRefused, r.ID, still.Node, still.Revision, still.Reason)
+	}
+	rs, err := c.store.Rollouts(ctx, c.Mesh)
+	if err != nil {
+		return nil, 0, err
+	}
+	slot, err = rs.Claim(ctx, r.ID, c.Now().UTC())
+	var busy *store.Busy
+	if errors.As(err, &busy) {
+		return nil, 0, fmt.Errorf("%w: %v", ErrRefused, busy)
+	}
+	return recovered, slot, err
+}
+
+// convergedAt is when hb says its node converged what it reports: its
+// last reconcile, or when it was sent.
+func convergedAt(hb *linkproto.Heartbeat) time.Time {
+	if !hb.LastReconcile.IsZero() {
+		return hb.LastReconcile.UTC()
+	}
+	return hb.Sent.UTC()
+}
+
+// SinceHalt is what changed since r halted: each failed node whose latest
+// heartbeat shows the revision it was pushed converged, with when, and
+// each deferred node that has; "since the halt at 12:03:04: web-2
+// converged to revision 5 (12:05:10)".
+func (c *Client) SinceHalt(ctx context.Context, r *rollout.Rollout) []string {
+	var out []string
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		if n.Step != rollout.StepFailed && n.Step != rollout.StepDeferred || n.Revision == 0 {
+			continue
+		}
+		hb, err := c.lastHeartbeat(ctx, n.Node)
+		if err != nil {
+			continue
+		}
+		if done, _, _, _ := converged(r, n, hb); done {
+			at := convergedAt(hb)
+			line := fmt.Sprintf("%s converged to revision %d (%s)", n.Node, n.Revision, at.Format(time.TimeOnly))
+			if r.State == rollout.Halted && !r.HaltedAt.IsZero() {
+				line = fmt.Sprintf("since the halt at %s: %s", r.HaltedAt.Format(time.TimeOnly), line)
+			}
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // rolloutEvent records a step in the rollout events stream. A step that

@@ -51,7 +51,9 @@ func (c *Client) AbortRollout(ctx context.Context, out io.Writer, id string, rev
 	var problems []string
 	for i := range r.Nodes {
 		n := &r.Nodes[i]
-		if n.Step != rollout.StepPushed && n.Step != rollout.StepConverged && n.Step != rollout.StepFailed || n.Revision == 0 {
+		// A deferred node was declared the revision too, for its next
+		// hello.
+		if n.Step != rollout.StepPushed && n.Step != rollout.StepConverged && n.Step != rollout.StepFailed && n.Step != rollout.StepDeferred || n.Revision == 0 {
 			continue
 		}
 		rev, err := c2.revert(ctx, n)

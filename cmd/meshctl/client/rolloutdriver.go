@@ -260,11 +260,16 @@ func (d *driver) step(ctx context.Context, r *rollout.Rollout) error {
 	wave := r.CurrentWave()
 	if wave < 0 {
 		r.State, r.Reason = rollout.Done, ""
+		if deferred := r.Deferred(); len(deferred) > 0 {
+			// Done with what it can push: a node deferred gets its
+			// declaration with its next hello, and the record says
+			// which are still to.
+			r.Reason = fmt.Sprintf("%s deferred, still outstanding: %s", plural(len(deferred), "node"), strings.Join(deferred, ", "))
+		}
 		if err := c.saveRollout(ctx, r); err != nil {
 			return err
 		}
-		counts := r.Counts()
-		c.rolloutEvent(ctx, r, "done", "", 0, fmt.Sprintf("%d converged, %d unchanged, %d failed", counts[rollout.StepConverged], counts[rollout.StepUnchanged], counts[rollout.StepFailed]))
+		c.rolloutEvent(ctx, r, "done", "", 0, r.Summary())
 		return nil
 	}
 
@@ -276,8 +281,10 @@ func (d *driver) step(ctx context.Context, r *rollout.Rollout) error {
 		return err
 	}
 	d.observe(ctx, &c, r, wave, now, note)
+	d.observeDeferred(ctx, r, now, note)
 
 	if n := r.HaltIfFailed(wave); n != nil {
+		r.HaltedAt = now
 		note("halted", n.Node, n.Revision, r.Reason)
 	}
 	// Every change of a node's step or of the rollout's state is noted
@@ -322,6 +329,7 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 		lastGood uint64
 		online   bool
 		already  bool
+		deferred string // why it is deferred
 		err      error
 	}
 	outcomes := make([]outcome, len(pending))
@@ -336,9 +344,16 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 		o := &outcomes[k]
 		decl, read, err := c.rolloutDeclaration(ctx, f, r, node)
 		stored := read.Declaration()
+		// Offline as its wave starts, as its latest heartbeat says: a
+		// push would only wait out --wait-healthy and fail.
+		offline := offlineState(node, d.heartbeat(ctx, node), c.Now())
 		switch {
 		case err != nil:
 			o.step, o.err = rollout.StepFailed, fmt.Errorf("does not render: %w", err)
+			return
+		case offline != "" && r.OfflineFails:
+			// Nothing stored: the node fails the rollout as it is.
+			o.step, o.err = rollout.StepFailed, fmt.Errorf("offline when its wave started (%s); nothing declared to it (--offline fail)", offline)
 			return
 		case decl == nil:
 			// What it should have is stored already: unchanged if
@@ -350,6 +365,9 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 				o.revision = stored.Revision
 				if done, _, _, _ := converged(r, &rollout.Node{Node: node, Revision: stored.Revision}, d.heartbeat(ctx, node)); !done {
 					o.step, o.already = rollout.StepPushed, true
+					if offline != "" {
+						o.step, o.deferred = rollout.StepDeferred, fmt.Sprintf("offline when its wave started (%s); stored already", offline)
+					}
 				}
 			}
 			return
@@ -366,10 +384,20 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 			return
 		}
 		o.step, o.revision = rollout.StepPushed, push.Revision
-		ack, err := c.pushStored(node, push, 2*time.Second)
-		if err != nil {
-			o.step, o.err = rollout.StepFailed, err
+		if offline != "" {
+			o.step, o.deferred = rollout.StepDeferred, fmt.Sprintf("offline when its wave started (%s)", offline)
 			return
+		}
+		ack, err := c.pushStored(node, push, 2*time.Second)
+		switch {
+		case err != nil:
+			o.step, o.err = rollout.StepFailed, err
+		case ack == nil && r.OfflineFails:
+			o.step, o.err = rollout.StepFailed, fmt.Errorf("offline: it did not answer the push of revision %d (--offline fail)", push.Revision)
+		case ack == nil:
+			// Gone since its last heartbeat (stopped, or its link
+			// down): nothing answered, so it is offline.
+			o.step, o.deferred = rollout.StepDeferred, "offline: it did not answer the push"
 		}
 		o.online = ack != nil
 	})
@@ -387,6 +415,9 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 		case o.step == rollout.StepUnchanged:
 			n.Done = now
 			note("unchanged", n.Node, n.Revision, "")
+		case o.step == rollout.StepDeferred:
+			n.Pushed, n.Reason = now, o.deferred
+			note("deferred", n.Node, n.Revision, o.deferred+": stored for its next hello")
 		case o.already:
 			n.Pushed = now
 			note("pushed", n.Node, n.Revision, "stored already; waiting for it to converge")
@@ -429,6 +460,28 @@ func (d *driver) observe(ctx context.Context, c *Client, r *rollout.Rollout, wav
 				n.Reason = fmt.Sprintf("silent: no heartbeat reporting revision %d within %v", n.Revision, time.Duration(r.WaitHealthy))
 			}
 			note("failed", n.Node, n.Revision, n.Reason)
+		}
+	}
+}
+
+// observeDeferred looks at the heartbeats of the deferred nodes of every
+// wave: one that reports its revision converged is converged, one that
+// reports it failed is failed (without halting the wave it is in: it did
+// not hold that wave back either).
+func (d *driver) observeDeferred(ctx context.Context, r *rollout.Rollout, now time.Time, note func(step, node string, rev uint64, detail string)) {
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		if n.Step != rollout.StepDeferred || n.Revision == 0 {
+			continue
+		}
+		done, failed, _, why := converged(r, n, d.heartbeat(ctx, n.Node))
+		switch {
+		case done:
+			n.Step, n.Done, n.Reason = rollout.StepConverged, now, ""
+			note("converged", n.Node, n.Revision, "deferred, converged since")
+		case failed:
+			n.Step, n.Done, n.Reason = rollout.StepFailed, now, why
+			note("failed", n.Node, n.Revision, "deferred: "+why)
 		}
 	}
 }

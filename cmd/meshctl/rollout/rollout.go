@@ -54,11 +54,16 @@ const (
 	StepUnchanged Step = "unchanged" // rendered as it was: nothing pushed
 	StepFailed    Step = "failed"
 	StepReverted  Step = "reverted"
+	// StepDeferred: offline when its wave started (or it did not answer
+	// the push). Its declaration is stored, so it gets it with its next
+	// hello; it does not hold its wave back nor halt the rollout, and it
+	// becomes converged when it reports the revision converged.
+	StepDeferred Step = "deferred"
 )
 
 // Final says the node is done with, as far as its wave goes.
 func (s Step) Final() bool {
-	return s == StepConverged || s == StepUnchanged || s == StepFailed || s == StepReverted
+	return s == StepConverged || s == StepUnchanged || s == StepFailed || s == StepReverted || s == StepDeferred
 }
 
 // Rollout kinds: what each node is pushed.
@@ -85,6 +90,12 @@ type Rollout struct {
 	MaxInFlight   int                `json:"max_in_flight"`
 	HaltOnFailure bool               `json:"halt_on_failure"`
 	WaitHealthy   linkproto.Duration `json:"wait_healthy"`
+	// OfflineFails makes a node offline when its wave starts a failure
+	// (`--offline fail`) rather than deferred.
+	OfflineFails bool `json:"offline_fails,omitempty"`
+	// HaltedAt is when it last halted: what status tells has changed
+	// since.
+	HaltedAt time.Time `json:"halted_at,omitzero"`
 	// Release is the host release a release rollout delivers.
 	Release *drivers.ArchiveSpec `json:"release,omitempty"`
 	State   State                `json:"state"`
@@ -135,6 +146,30 @@ func (r *Rollout) Counts() map[Step]int {
 	return out
 }
 
+// Deferred are the nodes still deferred: offline when their wave started,
+// not yet reporting the revision converged.
+func (r *Rollout) Deferred() []string {
+	var out []string
+	for _, n := range r.Nodes {
+		if n.Step == StepDeferred {
+			out = append(out, n.Node)
+		}
+	}
+	return out
+}
+
+// Summary counts the nodes by how they ended, naming those still
+// deferred: "3 converged, 0 unchanged, 0 failed, 1 deferred (outstanding:
+// web-4)".
+func (r *Rollout) Summary() string {
+	c := r.Counts()
+	s := fmt.Sprintf("%d converged, %d unchanged, %d failed", c[StepConverged], c[StepUnchanged], c[StepFailed])
+	if c[StepDeferred] > 0 {
+		s += fmt.Sprintf(", %d deferred (outstanding: %s)", c[StepDeferred], strings.Join(r.Deferred(), ", "))
+	}
+	return s
+}
+
 // OperatorFor is who the rollout's declarations say made them.
 func (r *Rollout) OperatorFor() string { return OperatorAs(r.Operator, " via rollout "+r.ID) }
 
@@ -157,6 +192,9 @@ type Options struct {
 	// after the canaries; empty means all of them at once.
 	MaxInFlight   string
 	HaltOnFailure bool
+	// OfflineFails fails a node offline when its wave starts, rather than
+	// deferring it.
+	OfflineFails bool
 	// WaitHealthy bounds how long a pushed node may take to report the
 	// revision converged (zero: 5 minutes).
 	WaitHealthy time.Duration

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mesh-host/mesh-host/labels"
 )
@@ -23,12 +24,11 @@ func (r *Rollout) CurrentWave() int {
 // halts it: among the canaries always, later with HaltOnFailure. It
 // returns the node that halted it, nil when none did.
 func (r *Rollout) HaltIfFailed(wave int) *Node {
-	canaryWave := r.Canary > 0 && wave == 0
 	for i := range r.Nodes {
 		n := &r.Nodes[i]
-		if n.Wave == wave && n.Step == StepFailed && (canaryWave || r.HaltOnFailure) {
+		if n.Wave == wave && r.halts(n) {
 			what := "node"
-			if canaryWave {
+			if r.Canary > 0 && wave == 0 {
 				what = "canary"
 			}
 			r.State = Halted
@@ -37,6 +37,34 @@ func (r *Rollout) HaltIfFailed(wave int) *Node {
 		}
 	}
 	return nil
+}
+
+// halts says n failed, and that halts the rollout.
+func (r *Rollout) halts(n *Node) bool {
+	return n.Step == StepFailed && (r.Canary > 0 && n.Wave == 0 || r.HaltOnFailure)
+}
+
+// Recover looks again at the failed nodes of a halted rollout: each that
+// has converged since, as converged says (with when), is converged. It
+// returns the nodes that did, and the first node that still halts the
+// rollout (nil: it may go on).
+func (r *Rollout) Recover(converged func(Node) (time.Time, bool)) (recovered []string, still *Node) {
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		if n.Step != StepFailed || n.Revision == 0 {
+			continue
+		}
+		if at, ok := converged(*n); ok {
+			n.Step, n.Done, n.Reason = StepConverged, at, ""
+			recovered = append(recovered, n.Node)
+		}
+	}
+	for i := range r.Nodes {
+		if r.halts(&r.Nodes[i]) {
+			return recovered, &r.Nodes[i]
+		}
+	}
+	return recovered, nil
 }
 
 // PlanWaves orders nodes and puts each in its wave, pending: the nodes

@@ -2,7 +2,9 @@ package rollout
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/mesh-host/mesh-host/labels"
 )
@@ -108,6 +110,8 @@ func TestCurrentWaveAndHalt(t *testing.T) {
 		{name: "a later failure without halt-on-failure goes on", r: Rollout{Canary: 2, Nodes: nodes(StepConverged, StepConverged, StepFailed, StepPushed)}, wave: 1},
 		{name: "a later failure with halt-on-failure", r: Rollout{HaltOnFailure: true, Nodes: nodes(StepConverged, StepConverged, StepFailed, StepPushed)}, wave: 1,
 			haltedBy: "n2", wantReason: "node n2 failed in wave 1: boom"},
+		{name: "a deferred canary neither holds its wave back nor halts", r: Rollout{Canary: 2, HaltOnFailure: true, Nodes: nodes(StepDeferred, StepConverged, StepPending)}, wave: 1},
+		{name: "every node done, one deferred", r: Rollout{HaltOnFailure: true, Nodes: nodes(StepConverged, StepDeferred, StepUnchanged)}, wave: -1},
 	}
 	for _, tc := range cases {
 		r := tc.r
@@ -127,5 +131,58 @@ func TestCurrentWaveAndHalt(t *testing.T) {
 		case tc.haltedBy != "" && (n == nil || n.Node != tc.haltedBy || r.State != Halted || r.Reason != tc.wantReason):
 			t.Errorf("%s: halted by %v, %s %q; want %s halting it: %q", tc.name, n, r.State, r.Reason, tc.haltedBy, tc.wantReason)
 		}
+	}
+}
+
+func TestRecover(t *testing.T) {
+	at := time.Date(2026, 12, 5, 12, 5, 10, 0, time.UTC)
+	node := func(name string, wave int, step Step, rev uint64) Node {
+		return Node{Node: name, Wave: wave, Step: step, Revision: rev, Reason: "boom"}
+	}
+	cases := []struct {
+		name      string
+		r         Rollout
+		converged []string // nodes whose heartbeat shows the revision converged
+		recovered []string
+		still     string
+	}{
+		{name: "the failed canary converged since", r: Rollout{Canary: 1, Nodes: []Node{node("a", 0, StepFailed, 5), node("b", 1, StepPending, 0)}},
+			converged: []string{"a"}, recovered: []string{"a"}},
+		{name: "the failed canary has not", r: Rollout{Canary: 1, Nodes: []Node{node("a", 0, StepFailed, 5), node("b", 1, StepPending, 0)}},
+			still: "a"},
+		{name: "one of two converged, the other still halts", r: Rollout{HaltOnFailure: true, Nodes: []Node{node("a", 0, StepFailed, 5), node("b", 0, StepFailed, 5)}},
+			converged: []string{"a"}, recovered: []string{"a"}, still: "b"},
+		{name: "a failure that does not halt stays failed, and the rollout goes on", r: Rollout{Canary: 1, Nodes: []Node{node("a", 0, StepConverged, 5), node("b", 1, StepFailed, 5)}}},
+		{name: "a node failed before it was pushed has no revision to converge", r: Rollout{HaltOnFailure: true, Nodes: []Node{node("a", 0, StepFailed, 0)}},
+			converged: []string{"a"}, still: "a"},
+	}
+	for _, tc := range cases {
+		r := tc.r
+		recovered, still := r.Recover(func(n Node) (time.Time, bool) { return at, slices.Contains(tc.converged, n.Node) })
+		if !slices.Equal(recovered, tc.recovered) {
+			t.Errorf("%s: recovered %v, want %v", tc.name, recovered, tc.recovered)
+		}
+		switch {
+		case tc.still == "" && still != nil:
+			t.Errorf("%s: %s still halts it, want none", tc.name, still.Node)
+		case tc.still != "" && (still == nil || still.Node != tc.still):
+			t.Errorf("%s: still halting %v, want %s", tc.name, still, tc.still)
+		}
+		for _, n := range r.Nodes {
+			if slices.Contains(tc.recovered, n.Node) && (n.Step != StepConverged || !n.Done.Equal(at) || n.Reason != "") {
+				t.Errorf("%s: %s recovered as %s at %v (%q)", tc.name, n.Node, n.Step, n.Done, n.Reason)
+			}
+		}
+	}
+}
+
+func TestSummaryNamesTheOutstanding(t *testing.T) {
+	r := Rollout{Nodes: []Node{{Node: "a", Step: StepConverged}, {Node: "b", Step: StepDeferred}, {Node: "c", Step: StepDeferred}, {Node: "d", Step: StepFailed}}}
+	if got, want := r.Summary(), "1 converged, 0 unchanged, 1 failed, 2 deferred (outstanding: b, c)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	r.Nodes[1].Step, r.Nodes[2].Step = StepConverged, StepConverged
+	if got, want := r.Summary(), "3 converged, 0 unchanged, 1 failed"; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }

@@ -116,6 +116,9 @@ func (d *Desired) History(ctx context.Context, node string) ([]*declaration.Decl
 // Create stores push as node's first entry; it fails with
 // jetstream.ErrKeyExists when node has one.
 func (d *Desired) Create(ctx context.Context, node string, push *linkproto.Declaration) error {
+	if err := push.For(d.mesh, node); err != nil {
+		return fmt.Errorf("store %s's declaration: %w", node, err)
+	}
 	_, err := d.kv.Create(ctx, linkproto.DesiredKey(d.mesh, node), linkproto.Marshal(push))
 	return err
 }
@@ -123,6 +126,11 @@ func (d *Desired) Create(ctx context.Context, node string, push *linkproto.Decla
 // Update stores push over node's entry read at revision; it fails with
 // jetstream.ErrKeyExists when the entry changed since.
 func (d *Desired) Update(ctx context.Context, node string, push *linkproto.Declaration, revision uint64) error {
+	// A declaration is numbered before it is stored (a file may leave its
+	// revision out; whoever stores it numbers it): never one without.
+	if err := push.For(d.mesh, node); err != nil {
+		return fmt.Errorf("store %s's declaration: %w", node, err)
+	}
 	_, err := d.kv.Update(ctx, linkproto.DesiredKey(d.mesh, node), linkproto.Marshal(push), revision)
 	return err
 }

@@ -9,9 +9,10 @@
 //	go run ./testbeds/demo down       # stop both services
 //	go run ./testbeds/demo reset      # stop them and remove ./sandbox
 //
-// Up, down and up again work in every state the README leads to: a node
-// that keeps a newer declaration (a release raised its revision) keeps
-// it, and an up that fails stops what it started.
+// Up, down and up again work in every state the README leads to: the
+// example leaves its revision out, so the mesh numbers it after what it
+// stores (a release numbered one too) and keeps the release it delivered,
+// and an up that fails stops what it started.
 package main
 
 import (
@@ -199,8 +200,8 @@ holding %[3]s in the state %[4]s declares. Logs are in %[5]s. Try:
   %[7]s status
 
 Change a file under %[3]s by hand, then run "%[7]s check" (or wait for the
-drift timer), and look at the journal again. Edit %[4]s, raise its revision,
-and push it with "%[6]s declare %[2]s %[4]s".
+drift timer), and look at the journal again. Edit %[4]s and push it with
+"%[6]s declare %[2]s %[4]s": the mesh numbers its revision.
 
 Deliver the host's next version (it stands aside, the launcher starts the
 new one, nodes shows it):
@@ -277,10 +278,11 @@ func (d *demo) sayRunning(installed string, l linked) {
 	}
 }
 
-// declare pushes the declaration file, unless the node keeps a stored
-// declaration as new or newer: after a release (which raises the
-// revision), or an up again, pushing the file's older revision would only
-// be refused.
+// declare pushes the declaration file. One that leaves its revision out
+// is always pushed: the mesh numbers it after the stored one (the same one
+// when nothing changed) and keeps a release it delivered. One that states
+// a revision is not pushed when the node keeps a stored declaration as new
+// or newer (after a release, or an up again): it would only be refused.
 func (d *demo) declare(decl string, stored uint64) error {
 	data, err := os.ReadFile(decl)
 	if err != nil {
@@ -290,7 +292,7 @@ func (d *demo) declare(decl string, stored uint64) error {
 	if err != nil {
 		return err
 	}
-	if stored != 0 && stored >= parsed.Revision {
+	if parsed.Revision != 0 && stored >= parsed.Revision {
 		fmt.Fprintf(d.out, "%s keeps its stored declaration, revision %d (%s is revision %d; raise it to push the file)\n",
 			node, stored, decl, parsed.Revision)
 		return nil

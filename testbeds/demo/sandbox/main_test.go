@@ -16,7 +16,8 @@ import (
 // TestUpAndDown runs the README's main job as a person would, then stops
 // it: the example declaration is applied in the sandbox root, the output
 // says what to run next, and down leaves no service running. Up again
-// works after a release (which stores a newer revision); an
+// works after a release (which stores a newer revision), and so does
+// declaring the example again (the mesh numbers it, keeping the release); an
 // address taken fails the up and leaves nothing running; reset removes
 // the sandbox.
 func TestUpAndDown(t *testing.T) {
@@ -42,7 +43,7 @@ func TestUpAndDown(t *testing.T) {
 		t.Fatalf("demo up: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 	t.Cleanup(func() { Main([]string{"--dir", dir, "down"}, &out, &errb) })
-	for _, want := range []string{"sandbox accepted revision 1", "converged", "the version just installed", "nodes", "journal sandbox --why file:/etc/motd", "demo --dir " + dir + " down"} {
+	for _, want := range []string{"sandbox: revision 1 assigned (none stored)", "sandbox accepted revision 1", "converged", "the version just installed", "nodes", "journal sandbox --why file:/etc/motd", "demo --dir " + dir + " down"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo up did not say %q:\n%s", want, out.String())
 		}
@@ -53,8 +54,8 @@ func TestUpAndDown(t *testing.T) {
 	}
 	pids := readPids(t, dir)
 	// The README's release step: the host's next version, delivered by
-	// meshctl release (which raises the node's revision to 2), runs; then
-	// down and up again: the node keeps revision 2, and up succeeds.
+	// meshctl release (which raises the node's revision to 2), runs; the
+	// example declared again keeps it; then down and up again succeeds.
 	rel, err := testbeds.Pack(filepath.Join(dir, "bin", "mesh-host"), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +65,51 @@ func TestUpAndDown(t *testing.T) {
 		!strings.Contains(string(b), "sandbox runs release") {
 		t.Fatalf("release: %v\n%s", err, b)
 	}
+	// The README's declare of the same file after the release: accepted
+	// without editing a number, the release kept, nothing new to store.
+	control := filepath.Join(dir, "control")
+	redeclare := func(file string) string {
+		t.Helper()
+		b, err := exec.Command(meshctl, "--data", control, "declare", "sandbox", file).CombinedOutput()
+		if err != nil {
+			t.Fatalf("declare %s: %v\n%s", file, err, b)
+		}
+		return string(b)
+	}
+	got := redeclare("../../../examples/sandbox.yaml")
+	for _, want := range []string{"sandbox: kept host release " + rel.Version()[:12], "sandbox: revision 2 is stored with the same content: nothing new", "sandbox accepted revision 2"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("declare after the release did not say %q:\n%s", want, got)
+		}
+	}
+	// Edited, it is the next revision, and still delivers the release.
+	example, err := os.ReadFile("../../../examples/sandbox.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := filepath.Join(t.TempDir(), "sandbox.yaml")
+	if err := os.WriteFile(edited, bytes.Replace(example, []byte("log_level info"), []byte("log_level debug"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got = redeclare(edited)
+	for _, want := range []string{"sandbox: kept host release", "sandbox: revision 3 assigned (stored was 2)", "sandbox accepted revision 3", "sandbox applied revision 3: converged"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("declare of the edited file did not say %q:\n%s", want, got)
+		}
+	}
+	if conf, _ := os.ReadFile(filepath.Join(dir, "root/etc/app/app.conf")); !strings.Contains(string(conf), "log_level debug") {
+		t.Errorf("app.conf after the edited file: %q", conf)
+	}
+	// A file that states an older revision is still refused, saying it
+	// may leave it out.
+	stated := filepath.Join(t.TempDir(), "stated.yaml")
+	if err := os.WriteFile(stated, bytes.Replace(example, []byte("node: sandbox\n"), []byte("node: sandbox\nrevision: 2\n"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command(meshctl, "--data", control, "declare", "sandbox", stated).CombinedOutput(); err == nil ||
+		!strings.Contains(string(b), "sandbox is at revision 3; revision 2 is older (or leave `revision` out of the file") {
+		t.Errorf("declare of a stated older revision: %v\n%s", err, b)
+	}
 	if code := Main([]string{"--dir", dir, "down"}, &out, &errb); code != 0 {
 		t.Fatalf("demo down: exit %d\n%s", code, errb.String())
 	}
@@ -72,15 +118,17 @@ func TestUpAndDown(t *testing.T) {
 	if code := Main(up, &out, &errb); code != 0 {
 		t.Fatalf("demo up again, after a newer revision was stored: exit %d\n%s%s", code, out.String(), errb.String())
 	}
-	if !strings.Contains(out.String(), "sandbox keeps its stored declaration, revision 2") {
-		t.Errorf("up again did not say the node keeps revision 2:\n%s", out.String())
+	// Up again declares the example again: the next revision after the
+	// edited one, the release still kept.
+	if !strings.Contains(out.String(), "sandbox: revision 4 assigned (stored was 3)") || !strings.Contains(out.String(), "sandbox: kept host release") {
+		t.Errorf("up again did not declare the example as revision 4, keeping the release:\n%s", out.String())
 	}
 	// The node runs the release, not the build up installed again: up
 	// says so rather than leave install.sh's line as the last word.
 	if want := rel.Version()[:12] + ", not the "; !strings.Contains(out.String(), want) {
 		t.Errorf("up again did not say the node runs the release (%q):\n%s", want, out.String())
 	}
-	// The node is listed, at revision 2.
+	// The node is listed, at revision 4.
 	if b, err := exec.Command(meshctl, "--data", filepath.Join(dir, "control"), "nodes").CombinedOutput(); err != nil || !strings.Contains(string(b), "sandbox") {
 		t.Errorf("nodes after up again: %v\n%s", err, b)
 	}
