@@ -66,6 +66,12 @@ type Declaration struct {
 	// them, or signed by another key.
 	Signer    string `json:"signer,omitempty"`
 	Signature string `json:"signature,omitempty"`
+	// Reclaim takes the node back from a local override (`mesh-host apply
+	// --local`): a node under one refuses every other declaration from the
+	// mesh. It is inside the signed part when set, so a broker or another
+	// node cannot turn a push into a reclaim; a declaration without it
+	// signs exactly as before it existed.
+	Reclaim bool `json:"reclaim,omitempty"`
 }
 
 // Ack answers a Declaration. Accepted means journaled at Seq and to be
@@ -273,6 +279,11 @@ type Heartbeat struct {
 	// Report is the digest of the node's latest Report: when it changes,
 	// the node has sent a new one (StateSubject).
 	Report string `json:"report,omitempty"`
+	// Local is the local override in force (`mesh-host apply --local`),
+	// nil for none: the node holds a declaration the mesh did not make
+	// and refuses the mesh's until it is reclaimed. Checked with
+	// LocalReport.Check before it is shown.
+	Local *LocalReport `json:"local,omitempty"`
 }
 
 // Report is a node's projection, replayed upward on StateSubject when it
@@ -360,6 +371,9 @@ func HeartbeatOf(s projector.State) Heartbeat {
 		h.LastGood = g.Revision
 	}
 	h.KnownGood, h.Bad = s.KnownGood, s.Bad
+	if l := s.Local; l != nil {
+		h.Local = &LocalReport{Revision: l.Revision, MeshRevision: l.MeshRevision, Source: l.Source, User: l.User, Since: l.At}
+	}
 	return h
 }
 

@@ -83,6 +83,21 @@ func (d *differ) state(a, b State) {
 	if !slices.Equal(a.Bad, b.Bad) {
 		d.add("bad", show(a.Bad), show(b.Bad))
 	}
+	d.local(a.Local, b.Local)
+}
+
+func (d *differ) local(a, b *LocalOverride) {
+	const p = "local"
+	if !bothOrNeither(d, p, a, b) {
+		return
+	}
+	same(d, p+".revision", a.Revision, b.Revision)
+	same(d, p+".source", a.Source, b.Source)
+	same(d, p+".user", a.User, b.User)
+	same(d, p+".seq", a.Seq, b.Seq)
+	sameTime(d, p+".at", a.At, b.At)
+	same(d, p+".mesh_revision", a.MeshRevision, b.MeshRevision)
+	same(d, p+".mesh_signature", a.MeshSignature, b.MeshSignature)
 }
 
 func (d *differ) failing(a, b map[string]Failure) {
