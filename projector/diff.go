@@ -193,6 +193,7 @@ func (d *differ) desired(a, b *Desired) {
 	same(d, p+".operator", a.Operator, b.Operator)
 	same(d, p+".signer", a.Signer, b.Signer)
 	same(d, p+".signature", a.Signature, b.Signature)
+	same(d, p+".reclaim", a.Reclaim, b.Reclaim)
 	same(d, p+".document_sha256", a.DocumentSHA256, b.DocumentSHA256)
 	same(d, p+".document_bytes", a.DocumentBytes, b.DocumentBytes)
 	if !bytes.Equal(a.Document, b.Document) {

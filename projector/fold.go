@@ -186,6 +186,7 @@ func (f *folder) fold(s *State, r event.Record) {
 				Operator:       p.Operator,
 				Signer:         p.Signer,
 				Signature:      p.Signature,
+				Reclaim:        p.Reclaim,
 			}
 			// What the declaration no longer names is no longer failing
 			// or skipped: nothing of it was applied, and nothing will be;

@@ -191,6 +191,9 @@ type Desired struct {
 	Operator  string `json:"operator,omitempty"`
 	Signer    string `json:"signer,omitempty"`
 	Signature string `json:"signature,omitempty"`
+	// Reclaim is set when the mesh signed it as a reclaim: its signature
+	// covers that.
+	Reclaim bool `json:"reclaim,omitempty"`
 }
 
 // Owned is one resource the host has applied and not deleted.
