@@ -32,6 +32,9 @@ func PrintNodes(w io.Writer, nodes []client.NodeStatus, now time.Time, asJSON bo
 		if hb := n.Heartbeat; hb != nil {
 			version = client.VersionLabel(hb.Build, hb.Version)
 			applied = fmt.Sprint(hb.Applied)
+			if hb.Local != nil { // what it holds is the local revision
+				applied = fmt.Sprint(hb.Local.Revision)
+			}
 			drifted = fmt.Sprint(hb.Drifted)
 			failed = fmt.Sprint(hb.Failed)
 			heard = "no time given"
