@@ -32,17 +32,21 @@ func inForce(s projector.State) (string, bool) {
 	if d == nil {
 		return "", false
 	}
-	if strings.HasPrefix(d.Source, "link:") {
-		how := "signed"
-		if d.Reclaim {
-			how = "signed as a reclaim"
-		}
-		if d.Signature == "" {
-			how = "not signed"
-		}
-		return fmt.Sprintf("revision %d from the mesh, declared by %s (%s)", d.Revision, orNone(clip(d.Operator)), how), true
+	if strings.HasPrefix(d.Source, "file:") {
+		return fmt.Sprintf("revision %d from %s, applied on the machine", d.Revision, clip(d.Source)), true
 	}
-	return fmt.Sprintf("revision %d from %s, applied on the machine", d.Revision, orNone(clip(d.Source))), true
+	by := ""
+	if d.Operator != "" {
+		by = ", declared by " + clip(d.Operator)
+	}
+	how := "signed"
+	switch {
+	case d.Signature == "": // journaled before declarations were signed
+		how = "not signed"
+	case d.Reclaim:
+		how = "signed as a reclaim"
+	}
+	return fmt.Sprintf("revision %d from the mesh%s (%s)", d.Revision, by, how), true
 }
 
 // clip cuts s to maxShown bytes, on a rune boundary.
