@@ -154,13 +154,18 @@ type Hello struct {
 	// Nonce is fresh for every hello; the Welcome signs it back, so an
 	// old welcome replayed by the broker does not verify.
 	Nonce string `json:"nonce,omitempty"`
+	// Local says the node holds a local override: Revision is then the
+	// override's, not the mesh's, and the welcome carries the stored
+	// declaration when it is a reclaim, whatever its revision.
+	Local bool `json:"local,omitempty"`
 }
 
 // Welcome answers a Hello.
 type Welcome struct {
 	Protocol int `json:"protocol"`
 	// Declaration is the node's stored desired state when its revision is
-	// newer than the Hello's; nil otherwise.
+	// newer than the Hello's, or it is a reclaim and the Hello says Local;
+	// nil otherwise.
 	Declaration *Declaration `json:"declaration,omitempty"`
 	// EventsThrough is the highest journal sequence of the node the events
 	// stream holds; 0 for none.
