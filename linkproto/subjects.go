@@ -49,6 +49,12 @@ import (
 //     the plan the node computes against its machine, changing nothing. A
 //     node that does not know the subject does not answer, and counts as
 //     offline to the asker.
+//   - 2026-12-05: a Declaration may be a reclaim (reclaim: true, inside its
+//     signature); a Hello says local when the node holds a local override,
+//     and the Welcome then carries a stored reclaim whatever its revision;
+//     a Heartbeat carries the override (local). A node that does not know
+//     reclaims refuses one as a bad signature; a control plane that does
+//     not know local shows such a node by its revisions.
 const ProtocolVersion = 3
 
 // Subjects. MESH and NODE are names (see ValidName); the functions below
