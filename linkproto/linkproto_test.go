@@ -421,6 +421,37 @@ func TestPlanAnswerFitsItsLimit(t *testing.T) {
 	}
 }
 
+// TestPlanAnswerDiffsAreBounded: one diff over MaxPlanDiffSize is cut at
+// a line's end with a note saying how much more there was; an answer of
+// many diffs leaves diffs out, from the end, before it drops a step.
+func TestPlanAnswerDiffsAreBounded(t *testing.T) {
+	long := strings.Repeat("+a line of the file\n", 2000)
+	cut := linkproto.ClipDiff(long)
+	if len(cut) > linkproto.MaxPlanDiffSize || !strings.Contains(cut, "diff cut: ") || !strings.HasPrefix(cut, "+a line of the file\n") {
+		t.Errorf("a %d-byte diff clipped to %d bytes, ending %q", len(long), len(cut), cut[len(cut)-80:])
+	}
+	if body := cut[:strings.Index(cut, "\n… diff cut")]; !strings.HasSuffix(body, "of the file\n") {
+		t.Errorf("the diff was cut inside a line")
+	}
+	if short := "+x\n"; linkproto.ClipDiff(short) != short {
+		t.Errorf("a short diff was changed")
+	}
+	a := linkproto.PlanAnswer{Protocol: linkproto.ProtocolVersion, Node: "n", Revision: 2}
+	for i := range 40 {
+		a.Steps = append(a.Steps, linkproto.PlanStep{ID: fmt.Sprintf("file:/etc/%02d.conf", i), Action: event.ActionUpdate, Diff: cut})
+	}
+	a.Fit()
+	if n := len(linkproto.Marshal(a)); n > linkproto.MaxPlanAnswerSize {
+		t.Fatalf("after Fit the answer is %d bytes; the limit is %d", n, linkproto.MaxPlanAnswerSize)
+	}
+	if a.Omitted != 0 || len(a.Steps) != 40 {
+		t.Errorf("got %d steps, %d omitted; want every step kept, diffs left out first", len(a.Steps), a.Omitted)
+	}
+	if a.Steps[0].Diff != cut || !strings.Contains(a.Steps[39].Diff, "diff cut: ") || strings.Contains(a.Steps[39].Diff, "+a line") {
+		t.Errorf("want the first diffs kept and the last left out with a note; got first %d bytes, last %q", len(a.Steps[0].Diff), a.Steps[39].Diff)
+	}
+}
+
 // TestDecodePlanRequestChecksAsAPush: a plan request for another node, or
 // without a revision, is refused before any signature is looked at.
 func TestDecodePlanRequestChecksAsAPush(t *testing.T) {

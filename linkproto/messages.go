@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -31,6 +32,10 @@ const (
 	// MaxPlanAnswerSize bounds a PlanAnswer: PlanAnswer.Fit drops the
 	// steps past it, and a receiver refuses more.
 	MaxPlanAnswerSize = 256 << 10
+	// MaxPlanDiffSize bounds one step's Diff in a PlanAnswer: a diff is
+	// the node's word, shown on the operator's terminal, and one big file
+	// must not crowd out the rest of the plan. ClipDiff cuts a longer one.
+	MaxPlanDiffSize = 16 << 10
 )
 
 // Errors a receiver returns; each message names the field or limit.
@@ -128,11 +133,54 @@ type PlanStep struct {
 	// Note is the reconciler's remark on the step: why a resource no
 	// longer declared is released rather than deleted.
 	Note string `json:"note,omitempty"`
+	// Digest identifies what the step would make the resource: the
+	// declared spec's digest, a secret counted by its name (its sealed
+	// form differs from node to node). Two nodes' plans are the same
+	// only when their steps' digests are.
+	Digest string `json:"digest,omitempty"`
+	// Diff is the unified diff from a file's current content to the
+	// declared one, as mesh-host plan prints it (a secret's content is
+	// never in it), at most MaxPlanDiffSize (ClipDiff). It is the node's
+	// text: a receiver escapes it before showing it.
+	Diff string `json:"diff,omitempty"`
 }
 
-// Fit drops steps from the end of a until it encodes within
-// MaxPlanAnswerSize, counting them in Omitted.
+// diffCut ends a Diff that ClipDiff or Fit cut.
+const diffCut = "\n… diff cut: %d bytes more (mesh-host plan on the node shows it whole)\n"
+
+// ClipDiff returns diff cut to fit MaxPlanDiffSize, at a line's end where
+// there is one, with a note saying so. A sender clips what it sends and a
+// receiver what it received.
+func ClipDiff(diff string) string {
+	if len(diff) <= MaxPlanDiffSize {
+		return diff
+	}
+	keep := MaxPlanDiffSize - len(diffCut) - 20
+	if i := strings.LastIndexByte(diff[:keep], '\n'); i > 0 {
+		keep = i + 1
+	}
+	return diff[:keep] + fmt.Sprintf(diffCut, len(diff)-keep)
+}
+
+// encodedLen is the length of s encoded as a JSON string.
+func encodedLen(s string) int {
+	b, _ := json.Marshal(s)
+	return len(b)
+}
+
+// Fit makes a encode within MaxPlanAnswerSize: it first leaves out the
+// diffs from the end (a note says so), then drops steps from the end,
+// counting them in Omitted. The steps matter more than their diffs.
 func (a *PlanAnswer) Fit() {
+	size := len(Marshal(a))
+	for i := len(a.Steps) - 1; i >= 0 && size > MaxPlanAnswerSize; i-- {
+		if d := a.Steps[i].Diff; d != "" {
+			// Measured as encoded, so that a plan of many diffs is not
+			// encoded once per diff.
+			a.Steps[i].Diff = fmt.Sprintf(diffCut, len(d))
+			size -= encodedLen(d) - encodedLen(a.Steps[i].Diff)
+		}
+	}
 	for len(a.Steps) > 0 && len(Marshal(a)) > MaxPlanAnswerSize {
 		drop := max(1, len(a.Steps)/8)
 		a.Steps = a.Steps[:len(a.Steps)-drop]

@@ -27,6 +27,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
+	"github.com/mesh-host/mesh-host/testbeds/buildprogress"
 )
 
 // TB is what a bed needs of a test or benchmark (testing.TB has it all), so
@@ -67,36 +68,17 @@ func BuildWithProgress(dir, version string, progress io.Writer) (Binaries, error
 	cmd := exec.Command("go", append(args, "./cmd/mesh-host", "./cmd/meshctl")...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
+	out := new(bytes.Buffer) // everything said, for an error
+	cmd.Stdout, cmd.Stderr = out, out
 	if progress != nil {
-		cmd.Stderr = &buildProgress{w: progress, out: &out, start: time.Now()}
+		p := buildprogress.New(progress)
+		out = &p.Out
+		cmd.Stdout, cmd.Stderr = out, p
 	}
 	if err := cmd.Run(); err != nil {
 		return Binaries{}, fmt.Errorf("go build: %v\n%s", err, out.String())
 	}
 	return Binaries{MeshHost: filepath.Join(dir, "mesh-host"), Meshctl: filepath.Join(dir, "meshctl")}, nil
-}
-
-// buildProgress counts the packages `go build -v` names and says how many
-// every few seconds; everything is also kept for an error.
-type buildProgress struct {
-	w        io.Writer
-	out      *bytes.Buffer
-	start    time.Time
-	packages int
-	said     time.Time
-}
-
-func (p *buildProgress) Write(b []byte) (int, error) {
-	p.out.Write(b)
-	p.packages += bytes.Count(b, []byte("\n"))
-	if time.Since(p.said) >= 3*time.Second {
-		p.said = time.Now()
-		fmt.Fprintf(p.w, "  %d packages compiled (%s)\n", p.packages, time.Since(p.start).Round(time.Second))
-	}
-	return len(b), nil
 }
 
 // ModuleRoot is the directory of the mesh-host module, asked of the go

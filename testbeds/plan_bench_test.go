@@ -179,7 +179,7 @@ func simService(bed *testbeds.Bed, node string) service.Config {
 			return &agent.Result{}, nil
 		},
 		Admit: func(*declaration.Declaration, projector.State) error { return nil },
-		Plan: func(ctx context.Context, j *journal.Journal, d *declaration.Declaration) (*agent.Result, error) {
+		Plan: func(ctx context.Context, j *journal.Journal, d *declaration.Declaration) (*service.Planned, error) {
 			s, _, err := hostjournal.StoredState(j)
 			if err != nil {
 				return nil, err
@@ -191,7 +191,8 @@ func simService(bed *testbeds.Bed, node string) service.Config {
 			rc := &agent.Reconciler{Root: r, Now: time.Now, Drivers: map[drivers.Kind]drivers.Driver{
 				drivers.KindFile: file.New(r), drivers.KindDirectory: directory.New(r),
 			}}
-			return rc.Reconcile(ctx, agent.Request{Trigger: event.TriggerManual, Revision: d.Revision, Specs: d.Expanded(), Owned: agent.OwnedMap(s.Owned), DryRun: true})
+			res, err := rc.Reconcile(ctx, agent.Request{Trigger: event.TriggerManual, Revision: d.Revision, Specs: d.Expanded(), Owned: agent.OwnedMap(s.Owned), DryRun: true})
+			return &service.Planned{Result: res}, err
 		},
 	}
 }

@@ -2,6 +2,7 @@ package testbeds_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -199,5 +200,102 @@ func TestForgedPlanRequestsAreRefused(t *testing.T) {
 	}
 	if got := kindCount(h, event.LinkRefused) - refusedBefore; got != 5 {
 		t.Errorf("%d link.refused for 5 forged messages, want 5", got)
+	}
+}
+
+// TestPlanGate: meshctl plan is the gate a rollout follows. A node whose
+// plan foresees a failure (a parent directory that does not exist there)
+// makes it exit 1, named in the summary and on stderr; two nodes whose
+// rendered contents differ are two plans, though their steps are the
+// same, each shown with its content diff; and once the machine is fixed
+// the same plan exits 0, so `meshctl plan … && meshctl rollout …` goes on.
+func TestPlanGate(t *testing.T) {
+	b := beds(t)
+	var hosts []*testbeds.Host
+	for i, tier := range []string{"a", "a", "b", "a"} {
+		h := b.AddHost(fmt.Sprintf("web-%d", i+1))
+		h.Start()
+		b.MustMeshctl("label", h.Name, "role=web", "tier="+tier)
+		if i < 3 {
+			if err := os.MkdirAll(filepath.Join(h.Root, "srv"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hosts = append(hosts, h)
+	}
+	writeProfile(t, b, "app", "resources:\n  - file: {path: /srv/app.conf, content: \"tier ${label.tier}\\n\"}\n  - file: {path: /etc/motd, content: \"hello\\n\"}\n", "--select", "role=web")
+
+	r := b.Meshctl("plan", "--select", "role=web")
+	if r.Code != 1 {
+		t.Fatalf("with web-4 foreseeing a failure: got %s, want exit 1", r)
+	}
+	for _, want := range []string{
+		"2 nodes: 2 to change, 0 unchanged\n  web-1, web-2\n",
+		"1 node: 2 to change, 0 unchanged\n  web-3\n",
+		"1 node: 2 to change, 0 unchanged, 1 foreseen to fail\n  web-4\n",
+		"parent directory does not exist: declare the directory /srv",
+		"    --- /dev/null\n    +++ /srv/app.conf\n    @@ -0,0 +1 @@\n    +tier b\n",
+		"    +tier a\n",
+		"4 nodes: 3 planned (2 plans), 1 foresees failures: web-4\n",
+	} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("meshctl plan: the output lacks %q:\n%s", want, r.Stdout)
+		}
+	}
+	if !strings.Contains(r.Stderr, "a plan foresees failures: web-4") {
+		t.Errorf("meshctl plan: stderr %q, want it to name web-4", r.Stderr)
+	}
+	r = b.Meshctl("plan", "--select", "role=web", "--json")
+	if r.Code != 1 || !strings.Contains(r.Stdout, `"failures":["file:/srv/app.conf"]`) {
+		t.Errorf("meshctl plan --json: got %s, want exit 1 and web-4's failures", r)
+	}
+
+	// The machine fixed, the plan is clean: the gate opens.
+	if err := os.MkdirAll(filepath.Join(hosts[3].Root, "srv"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r = b.Meshctl("plan", "--select", "role=web")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "4 nodes: 4 planned (2 plans)\n") {
+		t.Errorf("a clean plan: got %s, want exit 0 and 4 planned", r)
+	}
+	if got := readRoot(t, hosts[0], "/srv/app.conf"); !strings.Contains(got, "no such file") {
+		t.Errorf("web-1: /srv/app.conf holds %q after plans; want it absent", got)
+	}
+}
+
+// TestMeshctlJournalFilters: meshctl journal narrows a real node's records
+// in the events stream as mesh-host journal narrows its own, by --resource
+// and --kind, in the table and as JSON lines, from --since on.
+func TestMeshctlJournalFilters(t *testing.T) {
+	b := beds(t)
+	h := b.AddHost("web-1")
+	h.Start()
+	b.MustMeshctl("declare", h.Name, b.Declare(h.Name, 1, testbeds.Files{"/etc/motd": "one\n", "/etc/app/app.conf": "a=1\n"}))
+	testbeds.Eventually(t, 30*time.Second, "the node's applies in the events stream", func() error {
+		if out := b.MustMeshctl("journal", h.Name, "--kind", "resource.applied"); strings.Count(out, "resource.applied") < 3 {
+			return fmt.Errorf("not yet:\n%s", out)
+		}
+		return nil
+	})
+	out := b.MustMeshctl("journal", h.Name, "--resource", "file:/etc/motd", "--kind", "resource.applied", "--kind", "drift.observed")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], "resource.applied") || !strings.Contains(lines[1], "file:/etc/motd") {
+		t.Errorf("journal --resource --kind: got\n%s\nwant the header and file:/etc/motd's one apply", out)
+	}
+	out = b.MustMeshctl("journal", h.Name, "--resource", "file:/etc/motd", "--json")
+	records, err := testbeds.JSONLines[event.Record](out)
+	if err != nil || len(records) == 0 {
+		t.Fatalf("journal --resource --json: %v:\n%s", err, out)
+	}
+	for _, r := range records {
+		if r.Resource != "file:/etc/motd" {
+			t.Errorf("journal --resource file:/etc/motd --json printed a record of %q", r.Resource)
+		}
+	}
+	if out := b.MustMeshctl("journal", h.Name, "--kind", "resource.applied", "--since", fmt.Sprint(records[len(records)-1].Seq+1)); strings.Contains(out, "file:/etc/motd") {
+		t.Errorf("journal --kind --since past motd's apply still shows it:\n%s", out)
+	}
+	if r := b.Meshctl("journal", h.Name, "--why", "file:/etc/motd", "--kind", "resource.applied"); r.Code != 2 || !strings.Contains(r.Stderr, "--why takes no other filter") {
+		t.Errorf("journal --why with --kind: got %s, want refused", r)
 	}
 }

@@ -100,9 +100,10 @@ func TestRolloutCanaryHaltsAndRevertRestores(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeProfile(t, bed, "motd", "resources:\n  - file: {path: /etc/motd, content: \"v2 ${node}\\n\"}\n  - file: {path: /etc/app.conf, content: \"x\\n\"}\n", "--select", "role=web")
-	// The fleet's dry run plans what the profiles render now.
+	// The fleet's dry run plans what the profiles render now: each node's
+	// motd differs, so each node's plan is its own, with its diff.
 	plan := bed.MustMeshctl("plan", "--select", "role=web")
-	for _, want := range []string{"3 nodes: 2 to change, 0 unchanged\n  web-2, web-3, web-4\n", "created     file:/etc/app.conf", "differs: content"} {
+	for _, want := range []string{"1 node: 2 to change, 0 unchanged\n  web-2\n", "created     file:/etc/app.conf", "differs: content", "    -v1 web-3\n    +v2 web-3\n"} {
 		if !strings.Contains(plan, want) {
 			t.Errorf("meshctl plan lacks %q:\n%s", want, plan)
 		}

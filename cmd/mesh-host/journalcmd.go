@@ -119,11 +119,46 @@ func (c *journalCmd) why(e *env, j *journal.Journal) error {
 			break
 		}
 	}
-	heldBy, err := heldBy(j, c.Why, chain)
-	if err != nil {
+	why := journalview.Why{Chain: chain}
+	if why.HeldBy, err = heldBy(j, c.Why, chain); err != nil {
 		return failed("%v", err)
 	}
-	return journalview.PrintWhy(e.stdout, c.Why, chain, heldBy, c.JSON, "was compacted away")
+	if why.DroppedBy, err = droppedBy(j, c.Why, latest.Seq); err != nil {
+		return failed("%v", err)
+	}
+	return journalview.PrintWhy(e.stdout, c.Why, why, c.JSON, "was compacted away")
+}
+
+// droppedBy is the first declaration after record after that no longer
+// declares resource (journalview.Why.DroppedBy); nil when the declaration
+// in force still declares it, and then nothing is read past the
+// projection.
+func droppedBy(j *journal.Journal, resource string, after uint64) (*event.Record, error) {
+	var cur *projector.Desired
+	err := j.Projection(func(v journal.View, _ uint64) error {
+		var err error
+		cur, err = projector.LoadDesired(v)
+		return err
+	})
+	if err != nil {
+		return nil, hostjournal.AsDamage(j, err)
+	}
+	if cur == nil || cur.Seq <= after || slices.ContainsFunc(cur.Resources, func(d event.DeclaredResource) bool { return d.ID == resource }) {
+		return nil, nil
+	}
+	var dropped *event.Record
+	stop := errors.New("found")
+	err = j.ScanKind(event.DeclarationReceived, after+1, func(r event.Record) error {
+		if !journalview.Declares(r, resource) {
+			dropped = &r
+			return stop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, stop) {
+		return nil, hostjournal.AsDamage(j, err)
+	}
+	return dropped, nil
 }
 
 // heldBy is the declaration in force when chain is a repaired drift and

@@ -50,7 +50,7 @@ const (
 
 // cli is the grammar. Global flags say where the host keeps its state.
 type cli struct {
-	ShowVersion kong.VersionFlag `name:"version" group:"global" help:"Print this binary's version and exit."`
+	ShowVersion command.VersionFlag `name:"version" group:"global" help:"Print this binary's version and its digest, and exit."`
 
 	StateDir string `group:"global" name:"state-dir" env:"MESH_HOST_STATE_DIR" default:"/var/lib/mesh-host" help:"Directory of the journal and the service's socket."`
 	Journal  string `group:"global" name:"journal" env:"MESH_HOST_JOURNAL" help:"Journal file to open directly, never through the service (default: STATE-DIR/journal.db)."`

@@ -11,6 +11,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/internal/command"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/service"
 	"github.com/mesh-host/mesh-host/declaration"
 	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/drivers/rootfs"
@@ -60,7 +61,9 @@ func (c *planCmd) Run(e *env) error {
 				// Said on purpose, and still worth a second look.
 				fmt.Fprintf(e.stdout, "\n%s: mode %04o sets setuid, setgid or sticky (special_bits: true)\n", f.Path, uint32(m))
 			}
-			printDiff(e, rc.Root, f)
+			if diff := contentDiff(rc.Root, f); diff != "" {
+				fmt.Fprintf(e.stdout, "\n%s", diff)
+			}
 		}
 	}
 	if res.Pending() {
@@ -103,33 +106,42 @@ func (e *env) dryRun(decl *declaration.Declaration, s projector.State) (*agent.R
 	return res, rc, nil
 }
 
-// planStored is dryRun against the state j holds: the service's answer to
-// a plan request.
-func (e *env) planStored(j *journal.Journal, decl *declaration.Declaration) (*agent.Result, error) {
+// planStored is dryRun against the state j holds, with the content diff
+// of each file it would change: the service's answer to a plan request.
+func (e *env) planStored(j *journal.Journal, decl *declaration.Declaration) (*service.Planned, error) {
 	s, _, err := hostjournal.StoredState(j)
 	if err != nil {
 		return nil, err
 	}
-	res, _, err := e.dryRun(decl, s)
-	return res, err
+	res, rc, err := e.dryRun(decl, s)
+	if err != nil {
+		return nil, err
+	}
+	p := &service.Planned{Result: res, Diffs: map[string]string{}}
+	for _, step := range res.Steps {
+		if f, ok := step.Spec.(*drivers.FileSpec); ok && step.Planned != event.ActionUnchanged {
+			if diff := contentDiff(rc.Root, f); diff != "" {
+				p.Diffs[step.ID] = diff
+			}
+		}
+	}
+	return p, nil
 }
 
-// printDiff prints a unified diff from the file's current content to the
-// declared one. A secret's content is never printed, nor what the file
-// holds now (it may be an older value of the secret): only that it
-// changes.
-func printDiff(e *env, root *rootfs.Root, f *drivers.FileSpec) {
+// contentDiff is a unified diff from the file's current content to the
+// declared one; "" when they are the same. A secret's content is never
+// shown, nor what the file holds now (it may be an older value of the
+// secret): only that it changes.
+func contentDiff(root *rootfs.Root, f *drivers.FileSpec) string {
 	if f.Secret != nil {
-		fmt.Fprintf(e.stdout, "\n%s: content is secret %q (sealed); not shown\n", f.Path, f.Secret.Name)
-		return
+		return fmt.Sprintf("%s: content is secret %q (sealed); not shown\n", f.Path, f.Secret.Name)
 	}
 	old, err := root.ReadFile(f.Path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		fmt.Fprintf(e.stdout, "\n%s: cannot read the current content: %v\n", f.Path, err)
-		return
+		return fmt.Sprintf("%s: cannot read the current content: %v\n", f.Path, err)
 	}
 	if string(old) == f.Content {
-		return
+		return ""
 	}
 	from := f.Path
 	if errors.Is(err, fs.ErrNotExist) {
@@ -139,7 +151,7 @@ func printDiff(e *env, root *rootfs.Root, f *drivers.FileSpec) {
 		A: lines(string(old)), B: lines(f.Content),
 		FromFile: from, ToFile: f.Path, Context: 3,
 	})
-	fmt.Fprintf(e.stdout, "\n%s", diff)
+	return diff
 }
 
 // lines splits s after each newline, keeping them, with no empty last line.

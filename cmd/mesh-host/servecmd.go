@@ -76,7 +76,7 @@ func (c *serveCmd) Run(e *env) error {
 			return re.reconcileStored(j, trigger, true)
 		},
 		Admit: e.admissible,
-		Plan: func(ctx context.Context, j *journal.Journal, d *declaration.Declaration) (*agent.Result, error) {
+		Plan: func(ctx context.Context, j *journal.Journal, d *declaration.Declaration) (*service.Planned, error) {
 			re := *e
 			re.ctx = ctx
 			return re.planStored(j, d)

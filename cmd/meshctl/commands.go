@@ -14,6 +14,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
 	"github.com/mesh-host/mesh-host/packaging"
@@ -241,11 +242,22 @@ type nodesCmd struct {
 	JSON    bool   `name:"json" help:"Print JSON lines, one node each."`
 	Summary bool   `name:"summary" help:"Print only the summary line: how many nodes in each state and on each version."`
 	Select  string `name:"select" placeholder:"SELECTOR" help:"Only the nodes whose labels match, as in role=web,dc in (fra,ams),!canary (=, !=, in, notin, a key alone: has it, !key: has it not)."`
+	Columns string `name:"columns" placeholder:"COL,COL" help:"The table's columns, in this order, from node, version, desired, applied, drifted, failed, last-heard, credential, labels, state (default: all of them, in that order)."`
 }
 
 func (c *nodesCmd) Run(e *env) error {
 	if c.JSON && c.Summary {
 		return command.Refused("--json or --summary, not both")
+	}
+	columns := fleetview.NodeColumns()
+	if c.Columns != "" {
+		if c.JSON || c.Summary {
+			return command.Refused("--columns chooses the table's columns: not with --json or --summary")
+		}
+		var err error
+		if columns, err = fleetview.ParseNodeColumns(c.Columns); err != nil {
+			return command.Refused("--columns: %v", err)
+		}
 	}
 	sel, err := labels.Parse(c.Select)
 	if err != nil {
@@ -265,7 +277,10 @@ func (c *nodesCmd) Run(e *env) error {
 		fmt.Fprintln(e.stdout, fleetview.Summary(nodes))
 		return nil
 	}
-	return fleetview.PrintNodes(e.stdout, nodes, e.now(), c.JSON)
+	if c.JSON {
+		return fleetview.PrintNodes(e.stdout, nodes, e.now(), true)
+	}
+	return fleetview.PrintNodeTable(e.stdout, nodes, e.now(), columns)
 }
 
 type labelCmd struct {
@@ -311,10 +326,13 @@ type journalCmd struct {
 	Why   string `name:"why" placeholder:"ID" help:"Why is this resource as it is: walk the causes back from its latest record to the declaration or drift behind it."`
 	JSON  bool   `name:"json" help:"Print JSON lines, one record each."`
 	Since uint64 `name:"since" placeholder:"SEQ" help:"Start at this journal sequence number."`
+	// As mesh-host journal's, so that one habit serves both ends.
+	Kind     []string `name:"kind" placeholder:"KIND" help:"Only records of this kind (repeatable)."`
+	Resource string   `name:"resource" placeholder:"ID" help:"Only records about this resource (file:/etc/motd)."`
 }
 
 func (c *journalCmd) Run(e *env) error {
-	if c.Why != "" && c.Since != 0 {
+	if c.Why != "" && (c.Since != 0 || len(c.Kind) > 0 || c.Resource != "") {
 		return command.Refused("--why takes no other filter")
 	}
 	if err := linkproto.ValidName(c.Node); err != nil {
@@ -337,7 +355,12 @@ func (c *journalCmd) Run(e *env) error {
 	if c.Why != "" {
 		return fleetview.PrintWhy(e.ctx, e.stdout, cl, c.Node, c.Why, c.JSON)
 	}
-	return fleetview.PrintJournal(e.ctx, e.stdout, cl, c.Node, c.Since, c.JSON)
+	for _, k := range c.Kind {
+		if !event.Known(event.Kind(k)) {
+			fmt.Fprintf(e.stderr, "meshctl: note: kind %q is not one this version knows; showing any records of it\n", k)
+		}
+	}
+	return fleetview.PrintJournalOf(e.ctx, e.stdout, cl, c.Node, c.Since, fleetview.JournalFilter{Kinds: c.Kind, Resource: c.Resource}, c.JSON)
 }
 
 // nodeCmd groups what is done to a node as a whole.

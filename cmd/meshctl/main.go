@@ -38,7 +38,7 @@ func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
 // cli is the grammar. Global flags say where the authority lives and which
 // broker to talk to.
 type cli struct {
-	ShowVersion kong.VersionFlag `name:"version" group:"global" help:"Print this binary's version and exit."`
+	ShowVersion command.VersionFlag `name:"version" group:"global" help:"Print this binary's version and its digest, and exit."`
 
 	Data     string   `group:"global" name:"data" env:"MESHCTL_DATA" default:"/var/lib/meshctl" type:"path" help:"Directory of the authority: keys, credentials and control.json."`
 	NATS     []string `group:"global" name:"nats" env:"MESHCTL_NATS" placeholder:"URL" help:"Broker address(es) (default: those control.json records). serve: use this broker instead of embedding one."`

@@ -250,7 +250,7 @@ func revoke(t *testing.T, data string) (creds string) {
 		t.Fatalf("a new connection with the revoked credentials: %v", err)
 	}
 	code, stdout, _ = meshctl(t, "--data", data, "nodes")
-	if code != command.ExitOK || !regexp.MustCompile(`(?m)^web-1 .* revoked [0-9.]+m?s ago +revoked$`).MatchString(stdout) {
+	if code != command.ExitOK || !regexp.MustCompile(`(?m)^web-1 .* revoked [0-9.]+m?s ago +- +revoked$`).MatchString(stdout) {
 		t.Errorf("nodes after revoke:\n%s", stdout)
 	}
 	return creds

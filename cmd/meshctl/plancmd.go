@@ -29,12 +29,16 @@ render shows; its stored one when no profile selects it; or --file), signed for 
 applying it would change on its machine now, computed as mesh-host plan computes it. Nothing is
 stored, nothing changes on the nodes, and each node journals one plan.answered record.
 
-Nodes with the same plan are shown once, with their count and names; then the nodes offline (not
-connected, or no answer within --deadline), refused (the node would refuse the declaration),
-busy (planning or applying already) and failed.
+Nodes with the same plan (the same steps, to the same content) are shown once, with their count
+and names, and each file's content diff; then the nodes offline (not connected, or no answer
+within --deadline), refused (the node would refuse the declaration), busy (planning or applying
+already) and failed. The last line counts them, naming the nodes whose plan foresees a failure
+(a step that would fail, such as a parent directory that does not exist).
 
-Exit status: 0 when every selected node answered with a plan; 1 when any node did not (offline,
-refused, busy, failed); 2 for a bad selector or file, or no node selected.`
+Exit status: 0 when every selected node answered with a plan and no plan foresees a failure,
+whether changes are pending or not, so that "meshctl plan ... && meshctl rollout ..." rolls out
+only then; 1 when any node's plan foresees a failure or any node did not answer with a plan
+(offline, refused, busy, failed); 2 for a bad selector or file, or no node selected.`
 }
 
 func (c *planCmd) Run(e *env) error {

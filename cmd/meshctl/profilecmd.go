@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -181,6 +182,20 @@ func (c *renderCmd) Run(e *env) error {
 	}
 	defer nc.Close()
 	r, err := cl.Render(e.ctx, c.Node)
+	if errors.Is(err, profile.ErrNoProfile) {
+		// What the operator asked is answered: nothing renders for it,
+		// and the labels say why.
+		all, err := cl.Labels(e.ctx)
+		if err != nil {
+			return err
+		}
+		has := "no labels"
+		if set := all[c.Node]; len(set) > 0 {
+			has = "labels " + set.String()
+		}
+		fmt.Fprintf(e.stderr, "%s: no profile selects it (%s); nothing renders for it, and a rollout leaves it alone\n", c.Node, has)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

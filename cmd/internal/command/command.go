@@ -8,13 +8,19 @@
 package command
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/completion"
+	"github.com/mesh-host/mesh-host/upgrade"
 )
 
 // The exit codes both command lines use. A command line may add its own
@@ -99,13 +105,76 @@ func Finish(stderr io.Writer, name string, err error, fallback int) int {
 }
 
 // Version is the version command: it prints the kong variable "version",
-// which each main sets to its link-time version.
+// which each main sets to its link-time version, and the digests that
+// `status` and `nodes` name a running version by (PrintVersion).
 type Version struct{}
 
 // Run prints the version.
 func (Version) Run(k *kong.Context, vars kong.Vars) error {
-	_, err := fmt.Fprintln(k.Stdout, vars["version"])
+	return PrintVersion(k.Stdout, vars["version"])
+}
+
+// VersionFlag is --version: the version command as a flag.
+type VersionFlag bool
+
+// BeforeReset prints the version and exits 0, before anything else is
+// parsed or checked.
+func (VersionFlag) BeforeReset(app *kong.Kong, vars kong.Vars) error {
+	if err := PrintVersion(app.Stdout, vars["version"]); err != nil {
+		return err
+	}
+	app.Exit(ExitOK)
+	return nil
+}
+
+// PrintVersion prints version, the label given at link time (a commit),
+// on a line of its own, then the executable's own digest, `executable
+// sha256:HEX`, and, when it runs from a host's version directory, `version
+// NAME`, the name that `status` and `meshctl nodes` show. The label alone
+// cannot tell two builds of one commit apart, nor a release from the
+// binary it was packed from. The digest is computed here, on request, not
+// at every start: hashing the binary costs a read of all of it.
+func PrintVersion(w io.Writer, version string) error {
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	return printVersion(w, version, exe, err)
+}
+
+// printVersion is PrintVersion for the executable exe, or the error that
+// found none.
+func printVersion(w io.Writer, version, exe string, err error) error {
+	lines := []string{version}
+	if err == nil {
+		var digest string
+		if digest, err = fileDigest(exe); err == nil {
+			lines = append(lines, "executable sha256:"+digest)
+		}
+	}
+	if err != nil {
+		lines = append(lines, fmt.Sprintf("executable: no digest (%v)", err))
+	} else if dir := filepath.Dir(exe); filepath.Base(exe) == upgrade.Executable {
+		if v, err := upgrade.Lookup(filepath.Dir(dir), filepath.Base(dir)); err == nil {
+			lines = append(lines, "version "+v.Name)
+		}
+	}
+	_, err = fmt.Fprintln(w, strings.Join(lines, "\n"))
 	return err
+}
+
+// fileDigest is the sha256 of the file at path, in hex.
+func fileDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Completion is the completion command: the script that completes this

@@ -18,4 +18,7 @@ var (
 	// ErrNotPlanned is returned by PrintPlans when a node did not answer
 	// with a plan: offline, refused, busy, or failed.
 	ErrNotPlanned = errors.New("not every node planned")
+	// ErrFailureForeseen is returned by PrintPlans when a node's plan
+	// foresees a failure: applying its declaration would fail there.
+	ErrFailureForeseen = errors.New("a plan foresees failures")
 )

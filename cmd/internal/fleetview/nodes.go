@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -12,52 +13,170 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
+	"github.com/mesh-host/mesh-host/labels"
 )
 
-// PrintNodes prints nodes as a table, or as one JSON array of client.NodeStatus
-// when asJSON (a snapshot, unlike a journal, which streams as JSON
-// lines). Ages are measured from now.
+// PrintNodes prints nodes as a table of every column (NodeColumns), or as
+// JSON lines of client.NodeStatus when asJSON. Ages are measured from now.
 func PrintNodes(w io.Writer, nodes []client.NodeStatus, now time.Time, asJSON bool) error {
 	if asJSON { // JSON lines, one node each: for jq and for reading as they come
 		return encodeLines(w, nodes)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tVERSION\tDESIRED\tAPPLIED\tDRIFTED\tFAILED\tLAST HEARD\tCREDENTIAL\tSTATE")
-	for _, n := range nodes {
-		desired := "-"
-		if n.Desired != 0 {
-			desired = fmt.Sprint(n.Desired)
-		}
-		version, applied, drifted, failed, heard := "-", "-", "-", "-", "-"
+	return PrintNodeTable(w, nodes, now, NodeColumns())
+}
+
+// nodeColumn is a column of the nodes table: the name --columns calls it
+// by, its heading, and its value for a node. Each column's value comes
+// from its one function, whichever columns are shown.
+type nodeColumn struct {
+	name, heading string
+	value         func(n client.NodeStatus, now time.Time) string
+}
+
+// nodeColumns are the nodes table's columns in their default order. STATE
+// is last: its reason is free text, never cut, and may be long.
+var nodeColumns = []nodeColumn{
+	{"node", "NODE", func(n client.NodeStatus, _ time.Time) string { return n.Node }},
+	{"version", "VERSION", func(n client.NodeStatus, _ time.Time) string {
 		if hb := n.Heartbeat; hb != nil {
-			version = client.VersionLabel(hb.Build, hb.Version)
-			applied = fmt.Sprint(hb.Applied)
-			if hb.Local != nil { // what it holds is the local revision
-				applied = fmt.Sprint(hb.Local.Revision)
-			}
-			drifted = fmt.Sprint(hb.Drifted)
-			failed = fmt.Sprint(hb.Failed)
-			heard = "no time given"
-			if !hb.Sent.IsZero() {
-				heard = age(now.Sub(hb.Sent))
-			}
+			return client.VersionLabel(hb.Build, hb.Version)
 		}
-		credential := "-"
-		if cr := n.Credential; cr != nil {
-			switch {
-			case !cr.Revoked.IsZero():
-				credential = "revoked " + age(now.Sub(cr.Revoked))
-			case !now.Before(cr.Expires):
-				credential = "expired " + age(now.Sub(cr.Expires))
-			default:
-				credential = "expires in " + span(cr.Expires.Sub(now))
-			}
+		return "-"
+	}},
+	{"desired", "DESIRED", func(n client.NodeStatus, _ time.Time) string {
+		if n.Desired != 0 {
+			return fmt.Sprint(n.Desired)
 		}
+		return "-"
+	}},
+	{"applied", "APPLIED", func(n client.NodeStatus, _ time.Time) string {
+		if hb := n.Heartbeat; hb != nil && hb.Local != nil { // what it holds is the local revision
+			return fmt.Sprint(hb.Local.Revision)
+		}
+		if hb := n.Heartbeat; hb != nil {
+			return fmt.Sprint(hb.Applied)
+		}
+		return "-"
+	}},
+	{"drifted", "DRIFTED", func(n client.NodeStatus, _ time.Time) string {
+		if hb := n.Heartbeat; hb != nil {
+			return fmt.Sprint(hb.Drifted)
+		}
+		return "-"
+	}},
+	{"failed", "FAILED", func(n client.NodeStatus, _ time.Time) string {
+		if hb := n.Heartbeat; hb != nil {
+			return fmt.Sprint(hb.Failed)
+		}
+		return "-"
+	}},
+	{"last-heard", "LAST HEARD", func(n client.NodeStatus, now time.Time) string {
+		hb := n.Heartbeat
+		switch {
+		case hb == nil:
+			return "-"
+		case hb.Sent.IsZero():
+			return "no time given"
+		}
+		return age(now.Sub(hb.Sent))
+	}},
+	{"credential", "CREDENTIAL", func(n client.NodeStatus, now time.Time) string {
+		cr := n.Credential
+		switch {
+		case cr == nil:
+			return "-"
+		case !cr.Revoked.IsZero():
+			return "revoked " + age(now.Sub(cr.Revoked))
+		case !now.Before(cr.Expires):
+			return "expired " + age(now.Sub(cr.Expires))
+		}
+		return "expires in " + span(cr.Expires.Sub(now))
+	}},
+	{"labels", "LABELS", func(n client.NodeStatus, _ time.Time) string { return labelsCell(n.Labels) }},
+	{"state", "STATE", func(n client.NodeStatus, _ time.Time) string {
 		state := n.State
 		if n.Reason != "" {
 			state += ": " + n.Reason
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, version, desired, applied, drifted, failed, heard, credential, state)
+		return state
+	}},
+}
+
+// maxLabels bounds the LABELS cell: a node's labels are many short pairs,
+// and a few of them say which node it is; --json has them all.
+const maxLabels = 40
+
+// labelsCell is labels as k=v,k=v, sorted by key: the pairs that fit in
+// maxLabels (the first one always), then how many more there are. A pair
+// is never cut: half a value would read as another value.
+func labelsCell(set labels.Set) string {
+	if len(set) == 0 {
+		return "-"
+	}
+	keys := slices.Sorted(maps.Keys(set))
+	var b strings.Builder
+	for i, k := range keys {
+		pair := k + "=" + set[k]
+		if i > 0 && b.Len()+1+len(pair) > maxLabels {
+			fmt.Fprintf(&b, ",+%d more", len(keys)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(pair)
+	}
+	return b.String()
+}
+
+// NodeColumns are the names of the nodes table's columns, in their
+// default order: what --columns chooses from.
+func NodeColumns() []string {
+	names := make([]string, len(nodeColumns))
+	for i, c := range nodeColumns {
+		names[i] = c.name
+	}
+	return names
+}
+
+// ParseNodeColumns reads a --columns list, "node,state,labels": the
+// columns to show, in that order. An unknown name is refused with the
+// names there are.
+func ParseNodeColumns(list string) ([]string, error) {
+	var out []string
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.ContainsFunc(nodeColumns, func(c nodeColumn) bool { return c.name == name }) {
+			return nil, fmt.Errorf("unknown column %q: the columns are %s", name, strings.Join(NodeColumns(), ", "))
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// PrintNodeTable prints nodes as a table of columns (NodeColumns names),
+// in that order, then the summary line when there is more than one node.
+// Ages are measured from now.
+func PrintNodeTable(w io.Writer, nodes []client.NodeStatus, now time.Time, columns []string) error {
+	var cols []nodeColumn
+	for _, name := range columns {
+		i := slices.IndexFunc(nodeColumns, func(c nodeColumn) bool { return c.name == name })
+		if i < 0 {
+			return fmt.Errorf("unknown column %q", name)
+		}
+		cols = append(cols, nodeColumns[i])
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	cells := make([]string, len(cols))
+	for i, c := range cols {
+		cells[i] = c.heading
+	}
+	fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	for _, n := range nodes {
+		for i, c := range cols {
+			cells[i] = c.value(n, now)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
+	"github.com/mesh-host/mesh-host/labels"
 	"github.com/mesh-host/mesh-host/linkproto"
 )
 
@@ -64,5 +66,39 @@ func TestEncodeLinesIsOneEncoderInOrder(t *testing.T) {
 	}
 	if lines := bytes.Count(got.Bytes(), []byte("\n")); lines != 2*linesAtOnce {
 		t.Fatalf("%d lines written before the run that failed, want %d", lines, 2*linesAtOnce)
+	}
+}
+
+// TestNodeColumns: --columns chooses and orders the columns, each with the
+// value its one function gives; labels are k=v pairs sorted by key, never
+// a pair cut, the pairs past the cell's width counted; an unknown column
+// is refused naming those there are.
+func TestNodeColumns(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	nodes := []client.NodeStatus{
+		{Node: "web-1", State: "failed", Reason: strings.Repeat("a reason that is long and is not cut; ", 4) + "declare the directory /srv",
+			Labels: labels.Set{"role": "web", "dc": "fra", "tier": "a-rather-long-tier-name", "zone": "z1"}},
+		{Node: "web-2", State: "ok"},
+	}
+	cols, err := ParseNodeColumns("state,labels,node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := PrintNodeTable(&out, nodes, now, cols); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	if !regexp.MustCompile(`^STATE +LABELS +NODE$`).MatchString(lines[0]) {
+		t.Errorf("heading %q, want STATE LABELS NODE", lines[0])
+	}
+	if !strings.Contains(lines[1], "declare the directory /srv ") || !strings.Contains(lines[1], " dc=fra,role=web,+2 more ") || !strings.HasSuffix(lines[1], " web-1") {
+		t.Errorf("row %q, want the whole reason, the labels that fit and a count of the rest", lines[1])
+	}
+	if !regexp.MustCompile(`^ok +- +web-2$`).MatchString(lines[2]) {
+		t.Errorf("row %q, want a node with no labels shown as -", lines[2])
+	}
+	if _, err := ParseNodeColumns("node,bogus"); err == nil || !strings.Contains(err.Error(), `"bogus"`) || !strings.Contains(err.Error(), strings.Join(NodeColumns(), ", ")) {
+		t.Errorf("an unknown column: got %v, want it refused naming the columns", err)
 	}
 }

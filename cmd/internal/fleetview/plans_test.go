@@ -22,8 +22,8 @@ func planned(node string, rev uint64, unchanged int, steps ...linkproto.PlanStep
 // first, then by first node; offline, refused and failed nodes are in no
 // group.
 func TestGroupPlans(t *testing.T) {
-	motd := linkproto.PlanStep{ID: "file:/etc/motd", Action: event.ActionUpdate, Differs: []string{"content"}}
-	app := linkproto.PlanStep{ID: "file:/etc/app.conf", Action: event.ActionCreate}
+	motd := linkproto.PlanStep{ID: "file:/etc/motd", Action: event.ActionUpdate, Differs: []string{"content"}, Digest: "sha256:m1"}
+	app := linkproto.PlanStep{ID: "file:/etc/app.conf", Action: event.ActionCreate, Digest: "sha256:a1"}
 	results := []client.PlanResult{
 		planned("web-3", 4, 2, motd),
 		planned("db-1", 2, 5),
@@ -50,7 +50,7 @@ func TestGroupPlans(t *testing.T) {
 // past ten), then the nodes not planned by status, then the counts; any
 // node not planned makes it ErrNotPlanned.
 func TestPrintPlans(t *testing.T) {
-	motd := linkproto.PlanStep{ID: "file:/etc/motd", Action: event.ActionUpdate, Differs: []string{"content"}}
+	motd := linkproto.PlanStep{ID: "file:/etc/motd", Action: event.ActionUpdate, Differs: []string{"content"}, Digest: "sha256:m1"}
 	var results []client.PlanResult
 	for i := range 12 {
 		results = append(results, planned(fmt.Sprintf("web-%02d", i+1), 2, 3, motd))
@@ -98,5 +98,52 @@ func TestPrintPlans(t *testing.T) {
 	}
 	if n := strings.Count(buf.String(), "\n"); n != len(results) {
 		t.Errorf("--json printed %d lines, want one per node (%d)", n, len(results))
+	}
+}
+
+// TestPlansGroupByContent: two nodes whose steps are the same but whose
+// declared content differs (another digest, another diff) are two plans;
+// a node whose plan foresees a failure is counted and named apart from
+// those planned, and makes PrintPlans ErrFailureForeseen. The diffs are
+// shown escaped for the terminal.
+func TestPlansGroupByContent(t *testing.T) {
+	step := func(digest, diff, err string) linkproto.PlanStep {
+		return linkproto.PlanStep{ID: "file:/etc/app.conf", Action: event.ActionUpdate, Differs: []string{"content"}, Digest: digest, Diff: diff, Error: err}
+	}
+	a := step("sha256:aa", "--- /etc/app.conf\n+++ /etc/app.conf\n@@ -1 +1 @@\n-x\n+tier a\n", "")
+	b := step("sha256:bb", "--- /etc/app.conf\n+++ /etc/app.conf\n@@ -1 +1 @@\n-x\n+tier b\x1b]0;owned\x07\n", "")
+	results := []client.PlanResult{
+		planned("web-1", 2, 1, a),
+		planned("web-2", 2, 1, a),
+		planned("web-3", 2, 1, b),
+		planned("web-4", 2, 1, step("sha256:aa", "", "file /etc/app.conf: parent directory does not exist")),
+	}
+	results[3].Failures = []string{"file:/etc/app.conf"}
+	if g := GroupPlans(results); len(g) != 3 || strings.Join(g[0].Nodes, ",") != "web-1,web-2" {
+		t.Errorf("got groups %+v, want web-1 and web-2 together, web-3 and web-4 alone", g)
+	}
+	// Nodes that say nothing of what their steps write (older than
+	// digests in answers) are never one plan.
+	old := step("", "", "")
+	if g := GroupPlans([]client.PlanResult{planned("old-1", 2, 1, old), planned("old-2", 2, 1, old)}); len(g) != 2 {
+		t.Errorf("got groups %+v, want two nodes without digests apart", g)
+	}
+	var buf bytes.Buffer
+	err := PrintPlans(&buf, results, false)
+	if !errors.Is(err, ErrFailureForeseen) || errors.Is(err, ErrNotPlanned) || !strings.Contains(err.Error(), "web-4") {
+		t.Errorf("got %v, want %v naming web-4", err, ErrFailureForeseen)
+	}
+	for _, want := range []string{
+		"1 node: 1 to change, 1 unchanged, 1 foreseen to fail\n  web-4\n",
+		"\n    --- /etc/app.conf\n    +++ /etc/app.conf\n    @@ -1 +1 @@\n    -x\n    +tier a\n",
+		"    +tier b\n",
+		"4 nodes: 3 planned (2 plans), 1 foresees failures: web-4\n",
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("the output lacks %q:\n%s", want, buf.String())
+		}
+	}
+	if strings.ContainsAny(buf.String(), "\x1b\x07") {
+		t.Errorf("a diff's escape sequence reached the terminal:\n%q", buf.String())
 	}
 }

@@ -111,10 +111,19 @@ func describe(payload []byte) string {
 		default:
 			val = string(raw)
 		}
-		parts = append(parts, key+"="+clip(val))
+		if !whole[key] {
+			val = clip(val)
+		}
+		parts = append(parts, key+"="+val)
 	}
 	return strings.Join(parts, " ")
 }
+
+// whole are the payload fields shown uncut in the table: an error or a
+// reason is what the operator reads the journal for, and its end ("declare
+// the directory /srv") is often the part that says what to do. The last
+// column holds them, so a long one wraps rather than shifting the others.
+var whole = map[string]bool{"error": true, "reason": true, "refused": true, "note": true}
 
 func clip(s string) string {
 	if len(s) <= maxValue {
@@ -160,34 +169,76 @@ func HeldBy(decl event.Record, resource, spec string) bool {
 	})
 }
 
-// PrintWhy prints a cause chain, newest first, as `journal --why` shows it:
-// the records, and, when the chain does not reach a record that starts one
-// (IsOrigin), why it stops. gone says what became of a cause that is not
-// there ("was compacted away", "the events stream does not hold").
-//
-// heldBy, when not nil, is the declaration a repaired drift restored the
-// resource to (Restored, HeldBy): the drift is the chain's cause, and the
-// declaration what the resource is as. It follows the chain, under a line
-// of its own; as JSON it is one more line, the chain's records' cause
-// links telling it apart.
-func PrintWhy(w io.Writer, resource string, chain []event.Record, heldBy *event.Record, asJSON bool, gone string) error {
+// Why is what `journal --why` shows of a resource.
+type Why struct {
+	// Chain is the cause chain behind the resource's latest record,
+	// newest first, down to a record that starts one (IsOrigin) or as far
+	// as the records go.
+	Chain []event.Record
+	// HeldBy, when not nil, is the declaration a repaired drift restored
+	// the resource to (Restored, HeldBy): the drift is the chain's cause,
+	// and the declaration what the resource is as.
+	HeldBy *event.Record
+	// DroppedBy, when not nil, is the first declaration after the
+	// resource's latest record that no longer declares it (Declares): a
+	// resource dropped without a record of its own (one that failed and
+	// was never applied, when a revert or an edit left it out) would
+	// otherwise end its story at the failure.
+	DroppedBy *event.Record
+}
+
+// Declares reports whether decl, a declaration.received, declares
+// resource, at any spec.
+func Declares(decl event.Record, resource string) bool {
+	if decl.Kind != event.DeclarationReceived {
+		return false
+	}
+	var p event.DeclarationReceivedPayload
+	if json.Unmarshal(decl.Payload, &p) != nil {
+		return false
+	}
+	return slices.ContainsFunc(p.Resources, func(d event.DeclaredResource) bool { return d.ID == resource })
+}
+
+// PrintWhy prints why a resource is as it is, as `journal --why` shows it:
+// the declaration that dropped it, if one did; the cause chain, newest
+// first, and, when the chain does not reach a record that starts one
+// (IsOrigin), why it stops; the declaration that holds a repaired drift.
+// gone says what became of a cause that is not there ("was compacted
+// away", "the events stream does not hold"). As JSON, each is a record
+// line, in that order; the records' cause links tell them apart.
+func PrintWhy(w io.Writer, resource string, why Why, asJSON bool, gone string) error {
 	out := NewPrinter(w, asJSON)
-	if !asJSON {
+	if why.DroppedBy != nil {
+		if !asJSON {
+			fmt.Fprintf(w, "%s is no longer declared, since this declaration (nothing it caused names it):\n", resource)
+		}
+		if err := out.Print(*why.DroppedBy); err != nil {
+			return err
+		}
+		if err := out.Flush(); err != nil {
+			return err
+		}
+		if !asJSON {
+			fmt.Fprintf(w, "before that, it was as it was because of, newest first:\n")
+		}
+	} else if !asJSON {
 		fmt.Fprintf(w, "%s is as it is because of, newest first:\n", resource)
 	}
+	chain := why.Chain
 	for _, r := range chain {
 		if err := out.Print(r); err != nil {
 			return err
 		}
 	}
-	if heldBy != nil {
+	if why.HeldBy != nil {
 		if err := out.Flush(); err != nil {
 			return err
 		}
 		if !asJSON {
 			fmt.Fprintf(w, "restored to what the declaration in force declares:\n")
 		}
-		if err := out.Print(*heldBy); err != nil {
+		if err := out.Print(*why.HeldBy); err != nil {
 			return err
 		}
 	}

@@ -114,11 +114,17 @@ func Print(out io.Writer, s projector.State, o Options) error {
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.Refreshes)) {
 		r := s.Refreshes[id]
-		failed := ""
+		failed, rest := "", ""
 		if r.Error != "" {
-			failed = fmt.Sprintf("; last try failed (#%d): %s", r.FailedSeq, firstLine(r.Error))
+			first, more, _ := strings.Cut(r.Error, "\n")
+			failed, rest = fmt.Sprintf("; last try failed (#%d): %s", r.FailedSeq, first), more
 		}
 		line("refresh owed", "%s %s since #%d, %s: %s%s", orNone(r.Refresh), id, r.Seq, r.Since.Format(journalview.TimeLayout), sources(r), failed)
+		// The rest of the message (a failed unit's journal lines) under
+		// it, indented: a message is never cut.
+		for l := range strings.Lines(rest) {
+			line("", "  %s", strings.TrimSuffix(l, "\n"))
+		}
 	}
 	if s.Link.Up {
 		line("link", "up to %s since %s", s.Link.Broker, s.Link.Since.Format(journalview.TimeLayout))
@@ -218,13 +224,6 @@ func sources(r projector.OwedRefresh) string {
 		names = append(names, fmt.Sprintf("%d more", r.More))
 	}
 	return strings.Join(names, ", ")
-}
-
-// firstLine is the first line of a multi-line message (a failed unit's
-// journal lines follow it).
-func firstLine(s string) string {
-	first, _, _ := strings.Cut(s, "\n")
-	return first
 }
 
 func plural(n int, one, many string) string {

@@ -22,3 +22,25 @@ func TestMachineLineNamesTheWholeBoot(t *testing.T) {
 		t.Errorf("status:\n%s\nwant a machine line with %q", out.String(), want)
 	}
 }
+
+// A refresh's failure is shown whole: its first line on the refresh's
+// line, the rest (a failed unit's journal lines) indented under it.
+func TestRefreshFailureIsNotCut(t *testing.T) {
+	var out strings.Builder
+	s := projector.State{Refreshes: map[string]projector.OwedRefresh{"unit:app.service": {
+		Refresh: "restart", Seq: 4, FailedSeq: 9,
+		Sources: []projector.RefreshSource{{Resource: "file:/etc/app.conf"}},
+		Error:   "restart app.service: job failed\napp[12]: cannot bind :80: address in use\napp[12]: exiting",
+	}}}
+	if err := Print(&out, s, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"; last try failed (#9): restart app.service: job failed\n",
+		"\n                  app[12]: cannot bind :80: address in use\n                  app[12]: exiting\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status:\n%s\nwant %q", out.String(), want)
+		}
+	}
+}

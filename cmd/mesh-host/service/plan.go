@@ -9,6 +9,7 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/declaration"
+	"github.com/mesh-host/mesh-host/drivers"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -70,7 +71,7 @@ func (h *LinkHost) Plan(ctx context.Context, p *linkproto.PlanRequest) linkproto
 
 // answered fills a with the plan res (or the refusal err), journals it as
 // plan.answered, and returns it.
-func (h *LinkHost) answered(a linkproto.PlanAnswer, p *linkproto.PlanRequest, decl *declaration.Declaration, res *agent.Result, err error) linkproto.PlanAnswer {
+func (h *LinkHost) answered(a linkproto.PlanAnswer, p *linkproto.PlanRequest, decl *declaration.Declaration, res *Planned, err error) linkproto.PlanAnswer {
 	rec := event.PlanAnsweredPayload{Revision: p.Revision, Operator: p.Operator}
 	if decl != nil {
 		rec.Digest = decl.Digest()
@@ -107,14 +108,18 @@ func (h *LinkHost) answered(a linkproto.PlanAnswer, p *linkproto.PlanRequest, de
 }
 
 // planSteps is res as a plan answer carries it: the steps that change
-// something or met an error, in order, and how many are unchanged.
-func planSteps(res *agent.Result) (steps []linkproto.PlanStep, unchanged int) {
+// something or met an error, in order, each with what it would make the
+// resource and its content diff, and how many are unchanged.
+func planSteps(res *Planned) (steps []linkproto.PlanStep, unchanged int) {
 	for _, s := range res.Steps {
 		if s.Planned == event.ActionUnchanged && s.Err == nil {
 			unchanged++
 			continue
 		}
-		ps := linkproto.PlanStep{ID: s.ID, Action: s.Planned, Drift: s.Drift, Note: s.Note}
+		ps := linkproto.PlanStep{ID: s.ID, Action: s.Planned, Drift: s.Drift, Note: s.Note, Diff: linkproto.ClipDiff(res.Diffs[s.ID])}
+		if s.Spec != nil {
+			ps.Digest = drivers.SpecDigest(unsealed(s.Spec))
+		}
 		if s.Planned != event.ActionCreate {
 			ps.Differs = s.Observation.Differs
 		}
@@ -129,6 +134,28 @@ func planSteps(res *agent.Result) (steps []linkproto.PlanStep, unchanged int) {
 		steps = append(steps, linkproto.PlanStep{ID: f.Target, Action: event.Action(f.How), Note: "refresh: " + strings.Join(f.Why, "; ")})
 	}
 	return steps, unchanged
+}
+
+// unsealed is spec with each secret named only: its sealed form is sealed
+// to one node, and would make the same declaration differ on every node.
+// The name is what the declaration says; it is not copied when there is
+// no secret.
+func unsealed(spec drivers.Spec) drivers.Spec {
+	switch s := spec.(type) {
+	case *drivers.FileSpec:
+		if s.Secret != nil {
+			c := *s
+			c.Secret = &drivers.Secret{Name: s.Secret.Name}
+			return &c
+		}
+	case *drivers.UserSpec:
+		if s.Password != nil {
+			c := *s
+			c.Password = &drivers.Secret{Name: s.Password.Name}
+			return &c
+		}
+	}
+	return spec
 }
 
 // lockWithin takes mu, waiting at most wait (and not past ctx); it reports
@@ -156,5 +183,13 @@ func lockWithin(ctx context.Context, mu *sync.Mutex, wait time.Duration) bool {
 	}
 }
 
+// Planned is a plan made for the control plane: the reconciler's dry run
+// and, by resource id, the content diff of each file it would change, as
+// mesh-host plan prints it.
+type Planned struct {
+	*agent.Result
+	Diffs map[string]string
+}
+
 // planFunc is Config.Plan.
-type planFunc = func(ctx context.Context, j *journal.Journal, d *declaration.Declaration) (*agent.Result, error)
+type planFunc = func(ctx context.Context, j *journal.Journal, d *declaration.Declaration) (*Planned, error)

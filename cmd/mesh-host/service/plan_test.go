@@ -45,14 +45,14 @@ func plans(t *testing.T, j *journal.Journal) []event.PlanAnsweredPayload {
 func TestPlanAnswersAndJournalsOnce(t *testing.T) {
 	h, j := newTestLinkHost(t)
 	var planned *declaration.Declaration
-	h.plan = func(_ context.Context, _ *journal.Journal, d *declaration.Declaration) (*agent.Result, error) {
+	h.plan = func(_ context.Context, _ *journal.Journal, d *declaration.Declaration) (*Planned, error) {
 		planned = d
-		return &agent.Result{Steps: []*agent.Step{
+		return &Planned{Result: &agent.Result{Steps: []*agent.Step{
 			{ID: "file:/etc/motd", Planned: event.ActionUpdate, Observation: drivers.Observation{Differs: []string{"content"}}},
 			{ID: "file:/etc/hosts", Planned: event.ActionUnchanged},
 			{ID: "unit:app.service", Planned: event.ActionCreate, Err: errors.New("observe: no manager")},
 			{ID: "directory:/etc/app", Planned: event.ActionReleased, Note: "left in place: it holds what the host does not own"},
-		}, Refreshes: []*agent.Refresh{{Target: "unit:app.service", How: "reload", Why: []string{"file:/etc/motd would be updated"}}}}, nil
+		}, Refreshes: []*agent.Refresh{{Target: "unit:app.service", How: "reload", Why: []string{"file:/etc/motd would be updated"}}}}}, nil
 	}
 	before := lastRecord(t, j).Seq
 	a := h.Plan(context.Background(), planRequest(2, linkprototest.Doc(2, "secret-looking content\n")))
@@ -98,7 +98,7 @@ func TestPlanAnswersAndJournalsOnce(t *testing.T) {
 // busy and nothing is journaled.
 func TestPlanRefusals(t *testing.T) {
 	h, j := newTestLinkHost(t)
-	h.plan = func(context.Context, *journal.Journal, *declaration.Declaration) (*agent.Result, error) {
+	h.plan = func(context.Context, *journal.Journal, *declaration.Declaration) (*Planned, error) {
 		return nil, errors.New("revision 1 is older than revision 2, already applied")
 	}
 	a := h.Plan(context.Background(), planRequest(3, linkprototest.Doc(4, "x\n")))
@@ -128,5 +128,45 @@ func TestPlanRefusals(t *testing.T) {
 	unsigned.Signature = ""
 	if a := h.Plan(context.Background(), unsigned); a.Refused == "" {
 		t.Errorf("an unsigned request handed to Plan was planned")
+	}
+}
+
+// TestPlanStepsCarryContent: each step says what it would make the
+// resource (its spec's digest, a secret counted by its name, so that the
+// same secret sealed to two nodes is the same plan) and carries its
+// content diff, bounded.
+func TestPlanStepsCarryContent(t *testing.T) {
+	h, _ := newTestLinkHost(t)
+	sealed := func(s string) *drivers.FileSpec {
+		return &drivers.FileSpec{Path: "/etc/app.key", Secret: &drivers.Secret{Name: "app-key", Sealed: s, Sender: "X"}}
+	}
+	steps := func(key *drivers.FileSpec, content string) *Planned {
+		return &Planned{Result: &agent.Result{Steps: []*agent.Step{
+			{ID: "file:/etc/app.conf", Spec: &drivers.FileSpec{Path: "/etc/app.conf", Content: content}, Planned: event.ActionCreate},
+			{ID: "file:/etc/app.key", Spec: key, Planned: event.ActionCreate},
+		}}, Diffs: map[string]string{"file:/etc/app.conf": strings.Repeat("+"+content, 5000)}}
+	}
+	answer := func(p *Planned, rev uint64) linkproto.PlanAnswer {
+		h.plan = func(context.Context, *journal.Journal, *declaration.Declaration) (*Planned, error) { return p, nil }
+		return h.Plan(context.Background(), planRequest(rev, linkprototest.Doc(rev, "x\n")))
+	}
+	key := sealed("AAAA")
+	a1 := answer(steps(key, "one\n"), 2)
+	a2 := answer(steps(sealed("BBBB"), "one\n"), 3)
+	a3 := answer(steps(sealed("AAAA"), "two\n"), 4)
+	if len(a1.Steps) != 2 || a1.Steps[0].Digest == "" || a1.Steps[1].Digest == "" {
+		t.Fatalf("got %+v, want two steps with digests", a1)
+	}
+	if a1.Steps[1].Digest != a2.Steps[1].Digest {
+		t.Errorf("one secret sealed twice: digests %s and %s, want them equal", a1.Steps[1].Digest, a2.Steps[1].Digest)
+	}
+	if a1.Steps[0].Digest == a3.Steps[0].Digest {
+		t.Errorf("two contents, one digest %s", a1.Steps[0].Digest)
+	}
+	if d := a1.Steps[0].Diff; len(d) > linkproto.MaxPlanDiffSize || !strings.HasPrefix(d, "+one\n") || !strings.Contains(d, "diff cut") {
+		t.Errorf("a long diff: got %d bytes, want it cut to %d with a note", len(d), linkproto.MaxPlanDiffSize)
+	}
+	if key.Secret.Sealed != "AAAA" {
+		t.Errorf("the spec's secret was changed by digesting it")
 	}
 }

@@ -86,7 +86,7 @@ type Config struct {
 	// request from the control plane: it refuses what Admit would, and
 	// changes and journals nothing. The service holds the reconcile lock
 	// around it. Nil answers every plan request refused.
-	Plan func(ctx context.Context, j *journal.Journal, d *declaration.Declaration) (*agent.Result, error)
+	Plan planFunc
 	// Facts reads the machine's facts, journaled at start and every
 	// DriftInterval when they changed; nil journals none.
 	Facts func() event.HostFactsPayload

@@ -106,46 +106,56 @@ func (c *Client) HasRecords(ctx context.Context, node string) (bool, error) {
 	return err == nil, err
 }
 
-// Why returns the cause chain behind the latest record of node about
-// resource, newest first, down to the first record of a kind that starts a
-// chain (journalview.IsOrigin), or as far as the events stream holds it.
-// heldBy is, for a repaired drift, the node's declaration in force (its
-// latest declaration.received) when it declares resource as the repair
-// restored it; nil otherwise.
-func (c *Client) Why(ctx context.Context, node, resource string) (chain []event.Record, heldBy *event.Record, err error) {
+// Why returns what `journal --why` shows of node's resource
+// (journalview.Why): the cause chain behind its latest record, newest
+// first, down to the first record of a kind that starts a chain
+// (journalview.IsOrigin), or as far as the events stream holds it; for a
+// repaired drift, the node's declaration in force (its latest
+// declaration.received) when it declares resource as the repair restored
+// it; and the first declaration after that latest record that no longer
+// declares resource, if any.
+func (c *Client) Why(ctx context.Context, node, resource string) (why journalview.Why, err error) {
 	bySeq := map[uint64]event.Record{}
 	var latest, declared uint64
+	var declarations []uint64 // in order
 	err = c.Records(ctx, node, 1, func(r event.Record) error {
 		bySeq[r.Seq] = r
 		if r.Resource == resource && r.Seq > latest {
 			latest = r.Seq
 		}
-		if r.Kind == event.DeclarationReceived && r.Seq > declared {
-			declared = r.Seq
+		if r.Kind == event.DeclarationReceived {
+			declared = max(declared, r.Seq)
+			declarations = append(declarations, r.Seq)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return why, err
 	}
 	if latest == 0 {
-		return nil, nil, fmt.Errorf("%w: no record of %s names resource %q", ErrNoRecord, node, resource)
+		return why, fmt.Errorf("%w: no record of %s names resource %q", ErrNoRecord, node, resource)
 	}
 	for seq := latest; seq != 0; {
 		r, ok := bySeq[seq]
 		if !ok {
 			break
 		}
-		chain = append(chain, r)
+		why.Chain = append(why.Chain, r)
 		if journalview.IsOrigin(r.Kind) || r.Cause >= r.Seq {
 			break
 		}
 		seq = r.Cause
 	}
-	if spec, ok := journalview.Restored(chain); ok && declared != 0 {
+	if spec, ok := journalview.Restored(why.Chain); ok && declared != 0 {
 		if d := bySeq[declared]; journalview.HeldBy(d, resource, spec) {
-			heldBy = &d
+			why.HeldBy = &d
 		}
 	}
-	return chain, heldBy, nil
+	for _, seq := range declarations {
+		if d := bySeq[seq]; seq > latest && !journalview.Declares(d, resource) {
+			why.DroppedBy = &d
+			break
+		}
+	}
+	return why, nil
 }

@@ -104,12 +104,13 @@ func TestJournalWhy(t *testing.T) {
 	history(t, b.node("a"))
 	c := b.client(time.Now())
 
-	chain, heldBy, err := c.Why(ctx, "a", "file:/etc/motd")
+	why, err := c.Why(ctx, "a", "file:/etc/motd")
 	if err != nil {
 		t.Fatal(err)
 	}
+	heldBy := why.HeldBy
 	var seqs []uint64
-	for _, r := range chain {
+	for _, r := range why.Chain {
 		seqs = append(seqs, r.Seq)
 	}
 	if want := []uint64{6, 5, 4}; !slices.Equal(seqs, want) {
@@ -131,8 +132,35 @@ func TestJournalWhy(t *testing.T) {
 
 	// A declaration that declares it otherwise does not hold it.
 	historyDeclaring(t, b.node("c"), "sha256:other")
-	if _, heldBy, err := c.Why(ctx, "c", "file:/etc/motd"); err != nil || heldBy != nil {
-		t.Errorf("why, the declaration declaring another spec: held by %v (err %v), want none", heldBy, err)
+	whyC, err := c.Why(ctx, "c", "file:/etc/motd")
+	if err != nil || whyC.HeldBy != nil {
+		t.Errorf("why, the declaration declaring another spec: held by %v (err %v), want none", whyC.HeldBy, err)
+	}
+	if whyC.DroppedBy != nil || why.DroppedBy != nil {
+		t.Errorf("why, still declared: dropped by %v, %v; want none", whyC.DroppedBy, why.DroppedBy)
+	}
+
+	// A later declaration that leaves it out (a revert) dropped it: the
+	// story ends there, not at the resource's last record; a resource it
+	// still declares was not dropped.
+	d := b.node("d")
+	history(t, d)
+	revert := event.New(event.DeclarationReceived, 0, "", event.DeclarationReceivedPayload{Revision: 2, Digest: "sha256:cd", Source: "push",
+		Operator: "alice reverting rollout r1", Resources: []event.DeclaredResource{{ID: "file:/etc/hosts", SpecDigest: "sha256:h1"}}})
+	revert.Seq, revert.Time = 9, time.Date(2026, 11, 29, 11, 0, 0, 0, time.UTC)
+	d.publishEvent(t, revert)
+	if why, err := c.Why(ctx, "d", "file:/etc/motd"); err != nil || why.DroppedBy == nil || why.DroppedBy.Seq != 9 || len(why.Chain) != 3 {
+		t.Errorf("why of a resource the revert left out: dropped by %v, chain of %d (err %v); want #9 and the chain of 3", why.DroppedBy, len(why.Chain), err)
+	}
+	if why, err := c.Why(ctx, "d", "file:/etc/hosts"); err != nil || why.DroppedBy != nil {
+		t.Errorf("why of a resource the revert declares: dropped by %v (err %v), want none", why.DroppedBy, err)
+	}
+	out.Reset()
+	if err := printWhy(ctx, &out, c, "d", "file:/etc/motd", false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "file:/etc/motd is no longer declared, since this declaration") || !strings.Contains(out.String(), "alice reverting rollout r1") {
+		t.Errorf("why output of a dropped resource:\n%s", out.String())
 	}
 
 	// A cause the stream does not hold is said so.
@@ -144,7 +172,7 @@ func TestJournalWhy(t *testing.T) {
 		t.Errorf("why output:\n%s", out.String())
 	}
 
-	if _, _, err := c.Why(ctx, "a", "file:/nowhere"); !errors.Is(err, ErrNoRecord) {
+	if _, err := c.Why(ctx, "a", "file:/nowhere"); !errors.Is(err, ErrNoRecord) {
 		t.Errorf("why of an unknown resource: %v, want ErrNoRecord", err)
 	}
 }

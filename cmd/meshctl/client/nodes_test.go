@@ -87,13 +87,13 @@ func TestNodes(t *testing.T) {
 	if err := printNodes(&out, nodes, now, false); err != nil {
 		t.Fatal(err)
 	}
-	table := `NODE    VERSION  DESIRED  APPLIED  DRIFTED  FAILED  LAST HEARD  CREDENTIAL          STATE
-behind  v1       3        2        0        0       1s ago      expired 1h0m0s ago  expired
-gone    -        -        -        -        -       -           revoked 5m0s ago    revoked
-late    v1       -        0        0        0       3m0s ago    -                   ok
-never   -        1        -        -        -       -           -                   never heard
-ok-1    v1       2        2        1        0       30s ago     expires in 30d      ok
-silent  v0       -        0        0        0       4s ago      -                   silent
+	table := `NODE    VERSION  DESIRED  APPLIED  DRIFTED  FAILED  LAST HEARD  CREDENTIAL          LABELS  STATE
+behind  v1       3        2        0        0       1s ago      expired 1h0m0s ago  -       expired
+gone    -        -        -        -        -       -           revoked 5m0s ago    -       revoked
+late    v1       -        0        0        0       3m0s ago    -                   -       ok
+never   -        1        -        -        -       -           -                   -       never heard
+ok-1    v1       2        2        1        0       30s ago     expires in 30d      -       ok
+silent  v0       -        0        0        0       4s ago      -                   -       silent
 6 nodes: 2 ok, 1 expired, 1 never heard, 1 revoked, 1 silent; versions: 3 v1, 2 -, 1 v0
 `
 	if out.String() != table {

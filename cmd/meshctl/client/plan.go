@@ -60,6 +60,15 @@ type PlanResult struct {
 	// Reason says why a node is not planned: offline, what it refused,
 	// what failed.
 	Reason string `json:"reason,omitempty"`
+	// Failures are the resources a planned node foresees failing (steps
+	// with an error): applying the declaration there would fail.
+	Failures []string `json:"failures,omitempty"`
+}
+
+// Clean reports whether r planned and foresees no failure: what a
+// rollout may follow.
+func (r PlanResult) Clean() bool {
+	return r.Status == PlanPlanned && len(r.Failures) == 0
 }
 
 // Plan asks each of nodes for its plan of the declaration doc gives for
@@ -119,6 +128,13 @@ func (c *Client) planOne(ctx context.Context, node string, doc Document, deadlin
 	if a.Node != node || a.Revision != d.Revision {
 		r.Reason = fmt.Sprintf("answered with %s's plan of revision %d", a.Node, a.Revision)
 		return r
+	}
+	for i, s := range a.Steps {
+		// The node's word: bounded as the node bounds it, whatever it sent.
+		a.Steps[i].Diff = linkproto.ClipDiff(s.Diff)
+		if s.Error != "" {
+			r.Failures = append(r.Failures, s.ID)
+		}
 	}
 	r.Answer = &a
 	switch {

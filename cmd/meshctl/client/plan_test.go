@@ -64,7 +64,7 @@ func TestPlanAsksEveryNode(t *testing.T) {
 		if !strings.Contains(string(p.Document), `"content":"hi\n"`) || p.Operator != "tester@bed" {
 			t.Errorf("%s: planned %s by %q, want its stored declaration by the client's operator", p.Node, p.Document, p.Operator)
 		}
-		return linkproto.PlanAnswer{Steps: []linkproto.PlanStep{{ID: "file:/etc/motd", Action: event.ActionUpdate}}, Seq: 9}
+		return linkproto.PlanAnswer{Steps: []linkproto.PlanStep{{ID: "file:/etc/motd", Action: event.ActionUpdate, Digest: "sha256:m1"}}, Seq: 9}
 	}
 	b.planNode("web-1", motd)
 	b.planNode("web-2", motd)
@@ -100,5 +100,30 @@ func TestPlanAsksEveryNode(t *testing.T) {
 	// Nothing was stored by planning.
 	if d, err := cl.storedFor(context.Background(), "web-1"); err != nil || d.Revision != 3 {
 		t.Errorf("web-1's stored declaration after a plan: %v, %v; want revision 3", d, err)
+	}
+}
+
+// TestPlanBoundsWhatANodeSays: a node's diff over MaxPlanDiffSize is cut
+// as the node would have cut it, and a step with an error makes the node's
+// result name it as a failure foreseen: not Clean, though planned.
+func TestPlanBoundsWhatANodeSays(t *testing.T) {
+	b := newBed(t)
+	cl := b.client(time.Now())
+	var out bytes.Buffer
+	if err := cl.Declare(context.Background(), &out, "web-1", decl(t, "web-1", 3, "hi\n"), DeclareOptions{PushTimeout: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	b.planNode("web-1", func(*linkproto.PlanRequest) linkproto.PlanAnswer {
+		return linkproto.PlanAnswer{Steps: []linkproto.PlanStep{
+			{ID: "file:/etc/motd", Action: event.ActionUpdate, Diff: strings.Repeat("+x\n", 60000)},
+			{ID: "file:/srv/app.conf", Action: event.ActionCreate, Error: "parent directory does not exist"},
+		}}
+	})
+	got := cl.Plan(context.Background(), []string{"web-1"}, cl.NextStored, PlanOptions{Deadline: 5 * time.Second})[0]
+	if got.Status != PlanPlanned || got.Clean() || len(got.Failures) != 1 || got.Failures[0] != "file:/srv/app.conf" {
+		t.Errorf("got %+v, want planned, not clean, foreseeing file:/srv/app.conf failing", got)
+	}
+	if d := got.Answer.Steps[0].Diff; len(d) > linkproto.MaxPlanDiffSize || !strings.Contains(d, "diff cut") {
+		t.Errorf("a node's %d-byte diff kept %d bytes, want at most %d with a note", 3*60000, len(d), linkproto.MaxPlanDiffSize)
 	}
 }

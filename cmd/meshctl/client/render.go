@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -151,7 +150,9 @@ func (r *Rendered) StoredAsDeclared() *declaration.Declaration {
 	return nil
 }
 
-// Render renders node's declaration from the profiles.
+// Render renders node's declaration from the profiles. A node no profile
+// selects is profile.ErrNoProfile: not a refusal, since a rollout leaves
+// it alone; a conflict or a bad profile is.
 func (c *Client) Render(ctx context.Context, node string) (*Rendered, error) {
 	if err := c.MustKnow(ctx, node); err != nil {
 		return nil, err
@@ -160,11 +161,7 @@ func (c *Client) Render(ctx context.Context, node string) (*Rendered, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := f.render(node)
-	if errors.Is(err, profile.ErrNoProfile) {
-		return nil, fmt.Errorf("%w: %s: %w", ErrDeclarationRefused, node, err)
-	}
-	return r, err
+	return f.render(node)
 }
 
 // render renders node, numbering the result after what is stored.
