@@ -72,15 +72,18 @@ func (c *applyCmd) Run(e *env) error {
 			unlock()
 			return failed("%v", lerr)
 		}
+		// Enrolled, it is a local override (admitLocal orders it);
+		// else a file applied as ever.
 		var as hostjournal.As
+		var aerr error
 		if enrolled {
-			as, err = e.admitLocal(decl, s, e.overrideUser(c.LocalUser))
+			as, aerr = e.admitLocal(decl, s, e.overrideUser(c.LocalUser))
 		} else {
-			err = e.admissible(decl, s)
+			aerr = e.admissible(decl, s)
 		}
-		if err != nil {
+		if aerr != nil {
 			unlock()
-			return refuse(j, source, decl, err)
+			return refuse(j, source, decl, aerr)
 		}
 		specs := decl.Expanded()
 		declared := hostjournal.Declared(specs)
