@@ -71,6 +71,12 @@ type Declaration struct {
 	// them, or signed by another key.
 	Signer    string `json:"signer,omitempty"`
 	Signature string `json:"signature,omitempty"`
+	// Reclaim takes the node back from a local override (`mesh-host apply
+	// --local`): a node under one refuses every other declaration from the
+	// mesh. It is inside the signed part when set, so a broker or another
+	// node cannot turn a push into a reclaim; a declaration without it
+	// signs exactly as before it existed.
+	Reclaim bool `json:"reclaim,omitempty"`
 }
 
 // Ack answers a Declaration. Accepted means journaled at Seq and to be
@@ -196,13 +202,18 @@ type Hello struct {
 	// Nonce is fresh for every hello; the Welcome signs it back, so an
 	// old welcome replayed by the broker does not verify.
 	Nonce string `json:"nonce,omitempty"`
+	// Local says the node holds a local override: Revision is then the
+	// override's, not the mesh's, and the welcome carries the stored
+	// declaration when it is a reclaim, whatever its revision.
+	Local bool `json:"local,omitempty"`
 }
 
 // Welcome answers a Hello.
 type Welcome struct {
 	Protocol int `json:"protocol"`
 	// Declaration is the node's stored desired state when its revision is
-	// newer than the Hello's; nil otherwise.
+	// newer than the Hello's, or it is a reclaim and the Hello says Local;
+	// nil otherwise.
 	Declaration *Declaration `json:"declaration,omitempty"`
 	// EventsThrough is the highest journal sequence of the node the events
 	// stream holds; 0 for none.
@@ -327,6 +338,11 @@ type Heartbeat struct {
 	// is back. At most MaxStoppingBytes; the control plane cuts a longer
 	// one.
 	Stopping string `json:"stopping,omitempty"`
+	// Local is the local override in force (`mesh-host apply --local`),
+	// nil for none: the node holds a declaration the mesh did not make
+	// and refuses the mesh's until it is reclaimed. Checked with
+	// LocalReport.Check before it is shown.
+	Local *LocalReport `json:"local,omitempty"`
 }
 
 // MaxStoppingBytes bounds Heartbeat.Stopping.
@@ -417,6 +433,9 @@ func HeartbeatOf(s projector.State) Heartbeat {
 		h.LastGood = g.Revision
 	}
 	h.KnownGood, h.Bad = s.KnownGood, s.Bad
+	if l := s.Local; l != nil {
+		h.Local = &LocalReport{Revision: l.Revision, MeshRevision: l.MeshRevision, Source: l.Source, User: l.User, Since: l.At}
+	}
 	return h
 }
 

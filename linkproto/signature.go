@@ -147,11 +147,22 @@ func short(key string) string {
 	return key
 }
 
+// reclaimField is the field a reclaim's signature covers after the
+// document. A declaration that is no reclaim has no such field, so every
+// signature made before reclaims existed still verifies, and one made
+// without it never verifies as a reclaim.
+const reclaimField = "reclaim"
+
 // signedBytes is what d's signature covers: mesh, node, revision, the
-// operator and the document exactly as it travels.
+// operator and the document exactly as it travels, and, for a reclaim,
+// that it is one.
 func (d *Declaration) signedBytes() []byte {
-	return signedBytes(declarationContext, []byte(d.Mesh), []byte(d.Node),
-		[]byte(strconv.FormatUint(d.Revision, 10)), []byte(d.Operator), d.Document)
+	fields := [][]byte{[]byte(d.Mesh), []byte(d.Node),
+		[]byte(strconv.FormatUint(d.Revision, 10)), []byte(d.Operator), d.Document}
+	if d.Reclaim {
+		fields = append(fields, []byte(reclaimField))
+	}
+	return signedBytes(declarationContext, fields...)
 }
 
 // Sign signs d with key, the mesh's declaration key.
@@ -171,7 +182,13 @@ func (d *Declaration) Verify(trusted string) error {
 // record keeps them. It is Verify for a declaration no longer in its
 // message.
 func VerifyStored(trusted, mesh, node string, revision uint64, operator string, document []byte, signer, signature string) error {
-	d := Declaration{Mesh: mesh, Node: node, Revision: revision, Operator: operator, Document: document, Signer: signer, Signature: signature}
+	return VerifyStoredReclaim(trusted, mesh, node, revision, operator, document, signer, signature, false)
+}
+
+// VerifyStoredReclaim is VerifyStored for a declaration journaled with
+// its reclaim flag.
+func VerifyStoredReclaim(trusted, mesh, node string, revision uint64, operator string, document []byte, signer, signature string, reclaim bool) error {
+	d := Declaration{Mesh: mesh, Node: node, Revision: revision, Operator: operator, Document: document, Signer: signer, Signature: signature, Reclaim: reclaim}
 	return d.Verify(trusted)
 }
 

@@ -52,6 +52,12 @@ import (
 //   - 2026-12-05: a heartbeat's stopping says the host is stopping on
 //     purpose (its last heartbeat before its link closes). A control
 //     plane that does not know it sees the node silent later, as before.
+//   - 2026-12-05: a Declaration may be a reclaim (reclaim: true, inside its
+//     signature); a Hello says local when the node holds a local override,
+//     and the Welcome then carries a stored reclaim whatever its revision;
+//     a Heartbeat carries the override (local). A node that does not know
+//     reclaims refuses one as a bad signature; a control plane that does
+//     not know local shows such a node by its revisions.
 const ProtocolVersion = 3
 
 // Subjects. MESH and NODE are names (see ValidName); the functions below

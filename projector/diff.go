@@ -83,6 +83,21 @@ func (d *differ) state(a, b State) {
 	if !slices.Equal(a.Bad, b.Bad) {
 		d.add("bad", show(a.Bad), show(b.Bad))
 	}
+	d.local(a.Local, b.Local)
+}
+
+func (d *differ) local(a, b *LocalOverride) {
+	const p = "local"
+	if !bothOrNeither(d, p, a, b) {
+		return
+	}
+	same(d, p+".revision", a.Revision, b.Revision)
+	same(d, p+".source", a.Source, b.Source)
+	same(d, p+".user", a.User, b.User)
+	same(d, p+".seq", a.Seq, b.Seq)
+	sameTime(d, p+".at", a.At, b.At)
+	same(d, p+".mesh_revision", a.MeshRevision, b.MeshRevision)
+	same(d, p+".mesh_signature", a.MeshSignature, b.MeshSignature)
 }
 
 func (d *differ) failing(a, b map[string]Failure) {
@@ -178,6 +193,7 @@ func (d *differ) desired(a, b *Desired) {
 	same(d, p+".operator", a.Operator, b.Operator)
 	same(d, p+".signer", a.Signer, b.Signer)
 	same(d, p+".signature", a.Signature, b.Signature)
+	same(d, p+".reclaim", a.Reclaim, b.Reclaim)
 	same(d, p+".document_sha256", a.DocumentSHA256, b.DocumentSHA256)
 	same(d, p+".document_bytes", a.DocumentBytes, b.DocumentBytes)
 	if !bytes.Equal(a.Document, b.Document) {

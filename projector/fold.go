@@ -21,6 +21,18 @@ func Fold(s State, r event.Record) State {
 	return s
 }
 
+// localAfter is the local override in force once the declaration p
+// (record r) is received: a local one begins or continues one, any other
+// ends it. The record names the mesh's declaration it sets aside: the
+// stored fold of a declaration does not read the one before it.
+func localAfter(r event.Record, p *event.DeclarationReceivedPayload) *LocalOverride {
+	if !p.Local {
+		return nil
+	}
+	return &LocalOverride{Revision: p.Revision, Source: p.Source, User: p.User, Seq: r.Seq, At: r.Time.UTC(),
+		MeshRevision: p.MeshRevision, MeshSignature: p.MeshSignature}
+}
+
 // Replay folds recs in order into from and returns the result. Like Fold, it
 // consumes from.
 func Replay(from State, recs []event.Record) State {
@@ -160,6 +172,7 @@ func (f *folder) fold(s *State, r event.Record) {
 	case event.DeclarationReceived:
 		if ok = decode(f, r.Payload, &f.declaration); ok {
 			p := &f.declaration
+			s.Local = localAfter(r, p)
 			s.Desired = &Desired{
 				Revision:  p.Revision,
 				Digest:    p.Digest,
@@ -173,6 +186,7 @@ func (f *folder) fold(s *State, r event.Record) {
 				Operator:       p.Operator,
 				Signer:         p.Signer,
 				Signature:      p.Signature,
+				Reclaim:        p.Reclaim,
 			}
 			// What the declaration no longer names is no longer failing
 			// or skipped: nothing of it was applied, and nothing will be;

@@ -79,6 +79,32 @@ type State struct {
 	// makes a group of its name): the host removes only what it made.
 	// An entry leaves when that resource is deleted or released.
 	Made map[string]string `json:"made,omitempty"`
+	// Local is the local override in force: a declaration applied on the
+	// machine with `apply --local` while it is enrolled in a mesh. It
+	// is set by such a declaration.received and cleared by any other
+	// (the mesh's, a reclaim among them); nil while none is in force.
+	Local *LocalOverride `json:"local,omitempty"`
+}
+
+// LocalOverride is a declaration applied on an enrolled machine by a
+// person, stepping outside the mesh: the host refuses the mesh's
+// declarations, but a reclaim, while it holds.
+type LocalOverride struct {
+	// Revision is the local declaration's, Source where it came from
+	// ("file:PATH"), User who applied it.
+	Revision uint64 `json:"revision"`
+	Source   string `json:"source,omitempty"`
+	User     string `json:"user,omitempty"`
+	// Seq is the seq of the declaration.received that began it (the
+	// latest, when one override followed another), At its time.
+	Seq uint64    `json:"seq"`
+	At  time.Time `json:"at,omitzero"`
+	// MeshRevision is the revision of the mesh's declaration it set aside
+	// (0 when the mesh had declared none), MeshSignature that
+	// declaration's signature: a reclaim is ordered against the mesh's
+	// own revision, and the one it set aside is no reclaim of it.
+	MeshRevision  uint64 `json:"mesh_revision,omitempty"`
+	MeshSignature string `json:"mesh_signature,omitempty"`
 }
 
 // MaxRefreshSources bounds the changes an owed refresh names; past it,
@@ -165,6 +191,9 @@ type Desired struct {
 	Operator  string `json:"operator,omitempty"`
 	Signer    string `json:"signer,omitempty"`
 	Signature string `json:"signature,omitempty"`
+	// Reclaim is set when the mesh signed it as a reclaim: its signature
+	// covers that.
+	Reclaim bool `json:"reclaim,omitempty"`
 }
 
 // Owned is one resource the host has applied and not deleted.
@@ -281,6 +310,10 @@ func (s State) Clone() State {
 		f := *s.Facts
 		f.Addresses = slices.Clone(f.Addresses)
 		c.Facts = &f
+	}
+	if s.Local != nil {
+		l := *s.Local
+		c.Local = &l
 	}
 	return c
 }

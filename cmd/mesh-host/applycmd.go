@@ -24,6 +24,12 @@ import (
 
 type applyCmd struct {
 	File string `arg:"" type:"path" help:"The declaration: YAML, or JSON when the name ends in .json."`
+	// Local is required on an enrolled host: a file applied there steps
+	// outside the mesh (see localapply.go).
+	Local bool `help:"On a host enrolled in a mesh: apply it anyway, as a local override the mesh sees and must reclaim (meshctl declare NODE FILE --reclaim)."`
+	// LocalUser is who ran the command, forwarded to the service, which
+	// does not share the client's environment.
+	LocalUser string `name:"local-user" hidden:"" help:"Who ran the command (forwarded to the service)."`
 }
 
 // readDeclaration parses the file a person handed a command, reading no
@@ -46,9 +52,17 @@ func (c *applyCmd) Run(e *env) error {
 		e.budgetFor(len(decl.Resources))
 	}
 	source := "file:" + c.File
-	return e.withWriteJournal([]string{"apply", c.File}, func(j *journal.Journal) error {
+	forward := []string{"apply", c.File}
+	if c.Local {
+		forward = []string{"apply", "--local", "--local-user", localUser(os.Getenv, os.Getuid()), c.File}
+	}
+	return e.withWriteJournal(forward, func(j *journal.Journal) error {
 		if err != nil {
 			return refuse(j, source, nil, err)
+		}
+		node, enrolled := e.enrolment()
+		if enrolled && !c.Local {
+			return refuse(j, source, decl, errOutsideMesh(node, c.File))
 		}
 		// Inside the service, a push may be admitted meanwhile: the
 		// revision check and the append go together.
@@ -63,16 +77,25 @@ func (c *applyCmd) Run(e *env) error {
 			unlock()
 			return failed("%v", err)
 		}
-		if err := e.admissible(decl, s); err != nil {
+		// Enrolled, it is a local override (admitLocal orders it);
+		// else a file applied as ever.
+		var as hostjournal.As
+		var aerr error
+		if enrolled {
+			as, aerr = e.admitLocal(decl, s, e.overrideUser(c.LocalUser))
+		} else {
+			aerr = e.admissible(decl, s)
+		}
+		if aerr != nil {
 			unlock()
-			return refuse(j, source, decl, err)
+			return refuse(j, source, decl, aerr)
 		}
 		if numbering != "" {
 			fmt.Fprintln(e.stdout, numbering)
 		}
 		specs := decl.Expanded()
 		declared := hostjournal.Declared(specs)
-		recv, digest, err := hostjournal.AppendDeclaration(j, decl, declared, source, nil)
+		recv, digest, err := hostjournal.AppendDeclarationAs(j, decl, declared, source, nil, as)
 		unlock()
 		if err != nil {
 			return failed("journal the declaration: %v", err)
@@ -102,6 +125,9 @@ func (c *applyCmd) Run(e *env) error {
 			return failed("reconcile: %v", err)
 		}
 		fmt.Fprintln(e.stdout, applied)
+		if as.Local {
+			fmt.Fprintf(e.stdout, "a LOCAL OVERRIDE by %s: the mesh's declarations are refused until `meshctl declare %s FILE --reclaim`\n", as.User, orNode(node))
+		}
 		printOutcomes(e.stdout, res, false, false)
 		if res.Failures() > 0 {
 			return command.Silent(command.ExitFailed)
@@ -127,6 +153,12 @@ func (e *env) admissible(d *declaration.Declaration, s projector.State) error {
 		return fmt.Errorf("revision %d is older than revision %d, already applied (declared at #%d): an old declaration never replays over a new one",
 			d.Revision, s.Desired.Revision, s.Desired.Seq)
 	}
+	return e.admitContent(d)
+}
+
+// admitContent refuses a declaration that names the host's own
+// installation, or secrets this node cannot open: whatever its revision.
+func (e *env) admitContent(d *declaration.Declaration) error {
 	if err := d.RefuseInstallation(e.installation()); err != nil {
 		return err
 	}

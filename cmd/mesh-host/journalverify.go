@@ -51,7 +51,7 @@ func verifyDeclarations(e *env, j *journal.Journal, key string) error {
 		if err != nil {
 			return failed("%s: %v", what, err)
 		}
-		tally.check(w, what, key, mesh, node, d.Revision, d.Source, d.Operator, doc, d.Signer, d.Signature)
+		tally.check(w, what, key, mesh, node, d.Revision, d.Source, d.Operator, doc, d.Signer, d.Signature, d.Reclaim)
 	}
 	err = j.ScanKind(event.DeclarationReceived, 1, func(r event.Record) error {
 		var p event.DeclarationReceivedPayload
@@ -67,7 +67,7 @@ func verifyDeclarations(e *env, j *journal.Journal, key string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		tally.check(w, what, key, mesh, node, p.Revision, p.Source, p.Operator, doc, p.Signer, p.Signature)
+		tally.check(w, what, key, mesh, node, p.Revision, p.Source, p.Operator, doc, p.Signer, p.Signature, p.Reclaim)
 		return nil
 	})
 	if err != nil {
@@ -83,7 +83,7 @@ func verifyDeclarations(e *env, j *journal.Journal, key string) error {
 type verifyTally struct{ verified, local, failed int }
 
 // check verifies one stored declaration and prints a line about it.
-func (t *verifyTally) check(w io.Writer, what, key, mesh, node string, revision uint64, source, operator string, doc []byte, signer, signature string) {
+func (t *verifyTally) check(w io.Writer, what, key, mesh, node string, revision uint64, source, operator string, doc []byte, signer, signature string, reclaim bool) {
 	if !strings.HasPrefix(source, "link:") {
 		t.local++
 		fmt.Fprintf(w, "%s: local (%s), not from the mesh: nothing signed it\n", what, source)
@@ -96,11 +96,15 @@ func (t *verifyTally) check(w io.Writer, what, key, mesh, node string, revision 
 			mesh, node = head.Mesh, head.Node
 		}
 	}
-	if err := linkproto.VerifyStored(key, mesh, node, revision, operator, doc, signer, signature); err != nil {
+	if err := linkproto.VerifyStoredReclaim(key, mesh, node, revision, operator, doc, signer, signature, reclaim); err != nil {
 		t.failed++
 		fmt.Fprintf(w, "%s: FAILED: %v\n", what, err)
 		return
 	}
 	t.verified++
+	if reclaim {
+		fmt.Fprintf(w, "%s: signed by the mesh as a reclaim, declared by %q\n", what, operator)
+		return
+	}
 	fmt.Fprintf(w, "%s: signed by the mesh, declared by %q\n", what, operator)
 }

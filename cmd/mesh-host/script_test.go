@@ -73,6 +73,10 @@ func TestScripts(t *testing.T) {
 			"mktoken":           cmdMkToken,
 			"edittoken":         cmdEditToken,
 			"mode":              cmdMode,
+			"meshdeclare":       cmdMeshDeclare,
+			"forgereclaim":      cmdForgeReclaim,
+			"meshnodes":         cmdMeshNodes,
+			"meshstatus":        cmdMeshStatus,
 		},
 	})
 }

@@ -189,6 +189,7 @@ type declareCmd struct {
 	Wait    time.Duration `name:"wait" default:"30s" help:"How long to wait for the node to report the apply (0: do not wait)."`
 	OwnUnit string        `name:"own-unit" default:"mesh-host.service" help:"The hosts' own unit, which no declaration may name."`
 	Force   bool          `name:"force" help:"Declare for a node the mesh does not know yet (never enrolled, nothing declared, never heard): a typo is refused without it."`
+	Reclaim bool          `name:"reclaim" help:"Take the node back from a local override (mesh-host apply --local), whatever its local revision; the node refuses every other declaration while one is in force."`
 }
 
 func (c *declareCmd) Run(e *env) error {
@@ -234,7 +235,7 @@ func (c *declareCmd) Run(e *env) error {
 			return command.Refused("%v (or --force to declare for it before it enrols)", err)
 		}
 	}
-	return cl.Declare(e.ctx, e.stdout, c.Node, d, client.DeclareOptions{Wait: c.Wait})
+	return cl.Declare(e.ctx, e.stdout, c.Node, d, client.DeclareOptions{Wait: c.Wait, Reclaim: c.Reclaim})
 }
 
 type nodesCmd struct {

@@ -125,6 +125,21 @@ type DeclarationReceivedPayload struct {
 	Operator  string `json:"operator,omitempty"`
 	Signer    string `json:"signer,omitempty"`
 	Signature string `json:"signature,omitempty"`
+	// Local marks a local override: a declaration applied on an enrolled
+	// machine with `apply --local`, stepping outside the mesh; User
+	// names who applied it (bounded and checked before it is journaled).
+	Local bool   `json:"local,omitempty"`
+	User  string `json:"user,omitempty"`
+	// MeshRevision and MeshSignature name the mesh's declaration a local
+	// override set aside (none when the mesh had declared nothing): the
+	// one a reclaim is ordered against, and which is no reclaim itself.
+	MeshRevision  uint64 `json:"mesh_revision,omitempty"`
+	MeshSignature string `json:"mesh_signature,omitempty"`
+	// Reclaim marks a declaration from the mesh signed as a reclaim
+	// (`meshctl declare --reclaim`); with ReclaimedRevision set, it took
+	// the machine back from the local override of that revision.
+	Reclaim           bool   `json:"reclaim,omitempty"`
+	ReclaimedRevision uint64 `json:"reclaimed_revision,omitempty"`
 }
 
 // DeclarationReappliedPayload records a declaration accepted again that

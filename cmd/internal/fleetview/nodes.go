@@ -50,6 +50,9 @@ var nodeColumns = []nodeColumn{
 		return "-"
 	}},
 	{"applied", "APPLIED", func(n client.NodeStatus, _ time.Time) string {
+		if hb := n.Heartbeat; hb != nil && hb.Local != nil { // what it holds is the local revision
+			return fmt.Sprint(hb.Local.Revision)
+		}
 		if hb := n.Heartbeat; hb != nil {
 			return fmt.Sprint(hb.Applied)
 		}

@@ -89,7 +89,7 @@ func describe(payload []byte) string {
 		}
 		var val string
 		switch {
-		case key == "signature":
+		case key == "signature" || key == "mesh_signature":
 			// Shown as the signer; `journal --verify` checks it.
 			continue
 		case key == "signer":

@@ -76,6 +76,9 @@ func Print(out io.Writer, s projector.State, o Options) error {
 	} else {
 		line("desired", "no declaration received")
 	}
+	if in, ok := inForce(s); ok {
+		line("declaration", "%s", in)
+	}
 	if g := s.LastGood; g != nil {
 		line("last good", "revision %d (%s), declared at #%d, converged at #%d, %s", g.Revision, g.Digest, g.Seq, g.Converged, g.At.Format(journalview.TimeLayout))
 	} else {

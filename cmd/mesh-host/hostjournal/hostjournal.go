@@ -348,6 +348,31 @@ func AppendRefusal(j *journal.Journal, source string, d *declaration.Declaration
 // computes anyway: at 100,000 resources each marshal is tens of
 // megabytes).
 func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, declared []event.DeclaredResource, source string, signed *linkproto.Declaration) (seq uint64, digest string, err error) {
+	return AppendDeclarationAs(j, d, declared, source, signed, As{})
+}
+
+// As is what a declaration changes besides what is desired: a local
+// override it begins or continues, or one a reclaim ends.
+type As struct {
+	// Local, User, MeshRevision and MeshSignature are the local
+	// override's (see event.DeclarationReceivedPayload); User is checked
+	// (linkproto.ValidLocalUser) by the caller.
+	Local         bool
+	User          string
+	MeshRevision  uint64
+	MeshSignature string
+	// ReclaimedRevision is the revision of the local override a reclaim
+	// ends.
+	ReclaimedRevision uint64
+	// Received journals it as received even when it is the one desired:
+	// it begins or ends an override, which a declaration.reapplied
+	// would not.
+	Received bool
+}
+
+// AppendDeclarationAs is AppendDeclaration for a declaration that begins,
+// continues or ends a local override.
+func AppendDeclarationAs(j *journal.Journal, d *declaration.Declaration, declared []event.DeclaredResource, source string, signed *linkproto.Declaration, as As) (seq uint64, digest string, err error) {
 	var cur *projector.Desired
 	err = j.Projection(func(v journal.View, _ uint64) error {
 		var err error
@@ -364,7 +389,7 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, declared 
 		return 0, "", err
 	}
 	digest = journal.FormatSum(journal.SumOf(mine))
-	if same(cur, d.Revision, digest, signed) {
+	if !as.Received && same(cur, d.Revision, digest, signed) {
 		recs, err := j.Append(event.New(event.DeclarationReapplied, cur.Seq, "", event.DeclarationReappliedPayload{
 			Revision: d.Revision, Digest: cur.Digest, Source: source,
 		}))
@@ -378,7 +403,10 @@ func AppendDeclaration(j *journal.Journal, d *declaration.Declaration, declared 
 	if signed != nil {
 		doc = signed.Document
 		p.Operator, p.Signer, p.Signature = signed.Operator, signed.Signer, signed.Signature
+		p.Reclaim = signed.Reclaim
 	}
+	p.Local, p.User, p.MeshRevision, p.MeshSignature = as.Local, as.User, as.MeshRevision, as.MeshSignature
+	p.ReclaimedRevision = as.ReclaimedRevision
 	// The document is stored apart, once, by digest: the record stays
 	// small and a declaration that changed little adds little.
 	p.DocumentSHA256, p.DocumentBytes = journal.FormatSum(journal.SumOf(doc)), len(doc)

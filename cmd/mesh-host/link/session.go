@@ -76,6 +76,7 @@ func (l *Link) hello(ctx context.Context, nc *nats.Conn) (*linkproto.Welcome, er
 	if s.Desired != nil {
 		h.Revision = s.Desired.Revision
 	}
+	h.Local = s.Local != nil
 	h.Head = s.Head
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.HelloTimeout)
 	defer cancel()

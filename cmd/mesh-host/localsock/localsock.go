@@ -109,7 +109,8 @@ func Serve(ctx context.Context, l net.Listener, h Handler) error {
 
 func serveConn(ctx context.Context, c net.Conn, h Handler) {
 	w := &frameWriter{w: bufio.NewWriter(c)}
-	if err := checkPeer(c); err != nil {
+	uid, known, err := checkPeer(c)
+	if err != nil {
 		fmt.Fprintf(w.stream(frameStderr), "mesh-host: %v\n", err)
 		w.exit(2)
 		return
@@ -122,6 +123,9 @@ func serveConn(ctx context.Context, c net.Conn, h Handler) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if known {
+		ctx = context.WithValue(ctx, peerKey{}, uid)
+	}
 	// The client never sends after its request: a read returning means it
 	// hung up, and a follower must stop.
 	go func() {
@@ -130,6 +134,17 @@ func serveConn(ctx context.Context, c net.Conn, h Handler) {
 	}()
 	code := h(ctx, req.Args, w.stream(frameStdout), w.stream(frameStderr))
 	w.exit(code)
+}
+
+// peerKey is the context key of the client's uid.
+type peerKey struct{}
+
+// PeerUID is the uid of the client whose command runs under ctx, as the
+// kernel said it (SO_PEERCRED); false when not known (not on Linux, not
+// a command from the socket).
+func PeerUID(ctx context.Context) (uint32, bool) {
+	uid, ok := ctx.Value(peerKey{}).(uint32)
+	return uid, ok
 }
 
 // Call sends args to the service at path and copies its output to stdout and

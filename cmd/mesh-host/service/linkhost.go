@@ -72,13 +72,19 @@ func (h *LinkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 	var s projector.State
 	err = j.Projection(func(v journal.View, _ uint64) error {
 		var err error
-		s.Desired, err = projector.LoadDesired(v)
+		if s.Desired, err = projector.LoadDesired(v); err != nil {
+			return err
+		}
+		s.Local, err = projector.LoadLocal(v)
 		return err
 	})
 	err = hostjournal.AsDamage(j, err)
 	if err != nil {
 		ack.Reason = fmt.Sprintf("read the stored state: %v", err)
 		return ack
+	}
+	if s.Local != nil {
+		return h.acceptOverLocal(d, decl, s.Local, trigger, ack, refuse)
 	}
 	if cur := s.Desired; cur != nil && cur.Revision == decl.Revision {
 		if cur.Digest == decl.Digest() {
@@ -99,11 +105,16 @@ func (h *LinkHost) Accept(_ context.Context, d *linkproto.Declaration, trigger e
 		return ack
 	}
 	ack.Accepted, ack.Seq = true, seq
+	h.woken(trigger)
+	return ack
+}
+
+// woken wakes the reconcile loop for a declaration accepted.
+func (h *LinkHost) woken(trigger event.Trigger) {
 	select {
 	case h.wake <- trigger:
 	default: // a reconcile is already due; it reads the latest declaration
 	}
-	return ack
 }
 
 // Head is the journal's last sequence.

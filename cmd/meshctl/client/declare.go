@@ -26,6 +26,11 @@ type DeclareOptions struct {
 	// Wait bounds the wait for a heartbeat reporting the apply; zero does
 	// not wait.
 	Wait time.Duration
+	// Reclaim signs the declaration as a reclaim: it takes the node back
+	// from a local override (`mesh-host apply --local`), which refuses
+	// every other declaration. It is stored with the desired state, so a
+	// node offline now is reclaimed by its next hello.
+	Reclaim bool
 }
 
 // welcomeRoom is what a Welcome adds around its Declaration: a stored
@@ -52,7 +57,7 @@ func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *dec
 	if err != nil {
 		return false, err
 	}
-	push, err := c.prepareOver(ctx, node, d, read)
+	push, err := c.prepareOverAs(ctx, node, d, read, opt.Reclaim)
 	if err != nil {
 		return false, err
 	}
@@ -80,10 +85,13 @@ func (c *Client) declare(ctx context.Context, out io.Writer, node string, d *dec
 		return err != nil, err
 	}
 	fmt.Fprintf(out, "%s accepted revision %d (journal #%d)\n", node, push.Revision, ack.Seq)
+	if push.Reclaim {
+		fmt.Fprintf(out, "%s: signed as a reclaim: a local override on the node ends with it\n", node)
+	}
 	if opt.Wait <= 0 {
 		return true, nil
 	}
-	hb, err := c.waitApplied(ctx, heartbeats, node, push.Revision, opt.Wait)
+	hb, err := c.waitApplied(ctx, heartbeats, node, push.Revision, opt.Wait, push.Reclaim)
 	if err != nil {
 		return true, err
 	}
@@ -122,10 +130,17 @@ func (c *Client) prepare(ctx context.Context, node string, d *declaration.Declar
 // none): a rollout reads it to render, and a second read would cost each
 // node another round trip and decode.
 func (c *Client) prepareOver(ctx context.Context, node string, d *declaration.Declaration, read *store.Entry) (*linkproto.Declaration, error) {
+	return c.prepareOverAs(ctx, node, d, read, false)
+}
+
+// prepareOverAs is prepareOver, signing the push as a reclaim when
+// reclaim is set.
+func (c *Client) prepareOverAs(ctx context.Context, node string, d *declaration.Declaration, read *store.Entry, reclaim bool) (*linkproto.Declaration, error) {
 	push, d, err := c.sealedPush(ctx, node, d)
 	if err != nil {
 		return nil, err
 	}
+	push.Reclaim = reclaim
 	if err := c.sign(push); err != nil {
 		return nil, err
 	}
@@ -266,7 +281,7 @@ func (c *Client) storeDesired(ctx context.Context, node string, d *declaration.D
 			return nil, fmt.Errorf("%w: %s is at revision %d; revision %d is older%s", ErrDeclarationRefused, node, stored.Revision, d.Revision, omitRevision)
 		case d.Revision == stored.Revision && !same():
 			return nil, fmt.Errorf("%w: revision %d of %s is already stored with other content: bump the revision%s", ErrDeclarationRefused, d.Revision, node, omitRevision)
-		case d.Revision == stored.Revision:
+		case d.Revision == stored.Revision && (!push.Reclaim || read.Push.Reclaim):
 			// The same declaration again: push the stored one again,
 			// store nothing.
 			return read.Push, nil
@@ -288,11 +303,19 @@ const omitRevision = " (or leave `revision` out of the file, and the mesh number
 
 // waitApplied waits for node's heartbeat reporting revision or a later one
 // applied: the latest one stored, if it already does, or one arriving on
-// sub.
-func (c *Client) waitApplied(ctx context.Context, sub *nats.Subscription, node string, revision uint64, wait time.Duration) (*linkproto.Heartbeat, error) {
+// sub. A reclaim is applied once the node applied the revision it
+// desires, with no local override: the override's revision, applied
+// before, may be higher.
+func (c *Client) waitApplied(ctx context.Context, sub *nats.Subscription, node string, revision uint64, wait time.Duration, reclaim bool) (*linkproto.Heartbeat, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if hb, err := c.lastHeartbeat(ctx, node); err == nil && hb != nil && hb.Applied >= revision {
+	reached := func(hb *linkproto.Heartbeat) bool {
+		if reclaim && (hb.Local != nil || hb.Applied != hb.Desired) {
+			return false
+		}
+		return hb.Applied >= revision
+	}
+	if hb, err := c.lastHeartbeat(ctx, node); err == nil && hb != nil && reached(hb) {
 		return hb, nil
 	}
 	for {
@@ -307,7 +330,7 @@ func (c *Client) waitApplied(ctx context.Context, sub *nats.Subscription, node s
 		if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb); err != nil {
 			continue
 		}
-		if hb.Applied >= revision {
+		if reached(&hb) {
 			return &hb, nil
 		}
 	}

@@ -176,6 +176,9 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeStatus, error) {
 	for _, s := range byName {
 		s.State = stateOf(*s, now)
 		s.Reason = reasonOf(*s, now)
+		if s.State == StateLocal {
+			s.Reason = localReason(s.Heartbeat.Local, now)
+		}
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.Node, b.Node) })
@@ -207,6 +210,9 @@ func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *li
 		}
 		var hb linkproto.Heartbeat
 		if err := linkproto.Decode(m.Data(), linkproto.MaxReportSize, &hb); err != nil {
+			return beat{node: node, heard: heard, problem: err.Error()}
+		}
+		if err := checkHeartbeat(&hb); err != nil {
 			return beat{node: node, heard: heard, problem: err.Error()}
 		}
 		hb.Stopping = fitStopping(hb.Stopping)
@@ -335,6 +341,8 @@ func stateOf(s NodeStatus, now time.Time) string {
 	switch {
 	case now.Sub(hb.Sent) > silentAfter*interval:
 		return StateSilent
+	case hb.Local != nil:
+		return StateLocal
 	case s.Release != "" && slices.Contains(hb.Bad, s.Release):
 		return StateRolledBack
 	case hb.Applied < s.Desired:

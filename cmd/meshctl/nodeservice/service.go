@@ -200,7 +200,7 @@ func (s *Service) hello(ctx context.Context, events jetstream.Stream, desired *s
 			return h.Node, err
 		},
 		answer: func(ctx context.Context, node string) (linkproto.Welcome, error) {
-			w, err := welcome(ctx, events, desired, s.Mesh, node, h.Revision)
+			w, err := welcome(ctx, events, desired, s.Mesh, node, h.Revision, h.Local)
 			w.Nonce = h.Nonce
 			return w, err
 		},
@@ -235,8 +235,11 @@ func (s *Service) sync(ctx context.Context, events jetstream.Stream, m *nats.Msg
 }
 
 // welcome is the answer to node's hello: how much of its journal the events
-// stream holds, and its stored declaration if newer than accepted.
-func welcome(ctx context.Context, events jetstream.Stream, desired *store.Desired, mesh, node string, accepted uint64) (linkproto.Welcome, error) {
+// stream holds, and its stored declaration if newer than accepted, or, to
+// a node under a local override (local), if it is a reclaim: the
+// override's revision is not the mesh's, and a reclaim is the only
+// declaration it takes.
+func welcome(ctx context.Context, events jetstream.Stream, desired *store.Desired, mesh, node string, accepted uint64, local bool) (linkproto.Welcome, error) {
 	w := linkproto.Welcome{Protocol: linkproto.ProtocolVersion}
 	through, err := eventsThrough(ctx, events, mesh, node, 0)
 	if err != nil {
@@ -247,7 +250,7 @@ func welcome(ctx context.Context, events jetstream.Stream, desired *store.Desire
 	if err != nil {
 		return w, err
 	}
-	if stored != nil && stored.Revision > accepted {
+	if stored != nil && (stored.Revision > accepted || local && stored.Reclaim) {
 		w.Declaration = stored
 	}
 	return w, nil

@@ -1,0 +1,49 @@
+package client
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mesh-host/mesh-host/linkproto"
+)
+
+// StateLocal: the node holds a local override (`mesh-host apply --local`)
+// and refuses the mesh's declarations until `meshctl declare NODE FILE
+// --reclaim`. It comes after the states that say the node cannot be
+// reached or read, and before every state about applying the mesh's
+// declaration: the mesh's revision is not what the node holds.
+const StateLocal = "local"
+
+// localReason says which override a node holds, from its heartbeat
+// (checked as it was decoded), its age measured from now.
+func localReason(l *linkproto.LocalReport, now time.Time) string {
+	by := ""
+	if l.User != "" {
+		by = " by " + l.User
+	}
+	since := ""
+	if !l.Since.IsZero() {
+		since = " since " + ago(now.Sub(l.Since))
+	}
+	return fmt.Sprintf("local revision %d from %s%s%s (reclaim: meshctl declare NODE FILE --reclaim)", l.Revision, l.Source, by, since)
+}
+
+// ago is an age for a reason: to the second, "just now" for a node whose
+// clock is ahead.
+func ago(d time.Duration) string {
+	if d < 0 {
+		return "just now"
+	}
+	return d.Round(time.Second).String() + " ago"
+}
+
+// checkHeartbeat refuses what a node says in its heartbeat that no host
+// would say: it is shown on the operator's terminal.
+func checkHeartbeat(hb *linkproto.Heartbeat) error {
+	if hb.Local != nil {
+		if err := hb.Local.Check(); err != nil {
+			return fmt.Errorf("local: %w", err)
+		}
+	}
+	return nil
+}
