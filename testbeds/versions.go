@@ -1,8 +1,6 @@
 package testbeds
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/mesh-host/mesh-host/upgrade"
 )
 
 // VersionsDir is where a host's versions live, under its root: the path
@@ -56,7 +56,7 @@ func Pack(bin, root string) (Release, error) {
 	if out, err := exec.Command("tar", "-czf", f.Name(), "-C", stage, "mesh-host").CombinedOutput(); err != nil {
 		return Release{}, fmt.Errorf("tar: %v\n%s", err, out)
 	}
-	sum, err := FileDigest(f.Name())
+	sum, err := upgrade.FileDigest(f.Name())
 	if err != nil {
 		return Release{}, err
 	}
@@ -73,7 +73,7 @@ func (r Release) ArchiveYAML() string {
 // digest, with an arrival marker after everything else. It returns the
 // version's name.
 func (h *Host) Install(bin string) (string, error) {
-	sum, err := FileDigest(bin)
+	sum, err := upgrade.FileDigest(bin)
 	if err != nil {
 		return "", err
 	}
@@ -125,20 +125,6 @@ func (h *Host) Wait(limit time.Duration) (int, error) {
 func (h *Host) Log() string {
 	b, _ := os.ReadFile(filepath.Join(h.bed.Dir, h.Name+".log"))
 	return string(b)
-}
-
-// FileDigest is the hex SHA-256 of the file at path: a host version's name.
-func FileDigest(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // CopyFile copies the file from to a new file to, of mode mode.

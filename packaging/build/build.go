@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -129,7 +127,7 @@ func Build(ctx context.Context, opt Options) ([]Artifacts, error) {
 		}
 		all = append(all, a)
 		for _, p := range a.All() {
-			sum, err := fileSHA256(p)
+			sum, err := upgrade.FileDigest(p)
 			if err != nil {
 				return nil, err
 			}
@@ -395,17 +393,4 @@ func writeTarGz(path string, mtime time.Time, entries []tarFile) error {
 		return err
 	}
 	return os.WriteFile(path, buf.Bytes(), 0o644)
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

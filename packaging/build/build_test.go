@@ -82,7 +82,7 @@ func run(t *testing.T, name string, args ...string) string {
 
 func sha256Of(t *testing.T, path string) string {
 	t.Helper()
-	sum, err := fileSHA256(path)
+	sum, err := upgrade.FileDigest(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/packaging"
 	"github.com/mesh-host/mesh-host/testbeds"
+	"github.com/mesh-host/mesh-host/upgrade"
 )
 
 // Packages are the host's release artifacts for this machine's
@@ -81,7 +82,7 @@ type Host struct {
 // hears the node run the installed version.
 func InstallHost(tb TB, c *Container, bed *testbeds.Bed, pkgs Packages, node string) *Host {
 	tb.Helper()
-	sum, err := testbeds.FileDigest(pkgs.Binary)
+	sum, err := upgrade.FileDigest(pkgs.Binary)
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}

@@ -8,8 +8,6 @@
 package command
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -148,7 +146,7 @@ func printVersion(w io.Writer, version, exe string, err error) error {
 	lines := []string{version}
 	if err == nil {
 		var digest string
-		if digest, err = fileDigest(exe); err == nil {
+		if digest, err = upgrade.FileDigest(exe); err == nil {
 			lines = append(lines, "executable sha256:"+digest)
 		}
 	}
@@ -161,20 +159,6 @@ func printVersion(w io.Writer, version, exe string, err error) error {
 	}
 	_, err = fmt.Fprintln(w, strings.Join(lines, "\n"))
 	return err
-}
-
-// fileDigest is the sha256 of the file at path, in hex.
-func fileDigest(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Completion is the completion command: the script that completes this
