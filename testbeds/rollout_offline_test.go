@@ -29,7 +29,7 @@ func TestRolloutDefersAStoppedNode(t *testing.T) {
 	if took := time.Since(start); took > 50*time.Second {
 		t.Errorf("the rollout took %v: it waited for the stopped canary", took)
 	}
-	for _, want := range []string{"wave 0: web-1 deferred revision 2: offline: it did not answer the push", "wave 1: web-2 converged", "wave 1: web-3 converged",
+	for _, want := range []string{"wave 0: web-1 deferred revision 2: offline when its wave started: offline, the host is stopping", "wave 1: web-2 converged", "wave 1: web-3 converged",
 		"done: 2 converged, 0 unchanged, 0 failed, 1 deferred (outstanding: web-1)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("rollout lacks %q:\n%s", want, out)
@@ -41,7 +41,7 @@ func TestRolloutDefersAStoppedNode(t *testing.T) {
 		}
 	}
 	status := bed.MustMeshctl("rollout", "status")
-	if !strings.Contains(status, "deferred web-1 (wave 0, revision 2): offline: it did not answer the push") {
+	if !strings.Contains(status, "deferred web-1 (wave 0, revision 2): offline when its wave started: offline, the host is stopping") {
 		t.Errorf("status does not list web-1 deferred:\n%s", status)
 	}
 

@@ -559,8 +559,12 @@ func TestBinary(t *testing.T) {
 	if f.Section(".symtab") != nil {
 		t.Error("the binary has a symbol table: it is not stripped")
 	}
-	if out := run(t, a1.Binary, "version"); out != "1.0.0\n" {
-		t.Errorf("mesh-host version: %q", out)
+	digest, err := upgrade.FileDigest(a1.Binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(t, a1.Binary, "version"); out != "1.0.0\nexecutable sha256:"+digest+"\n" {
+		t.Errorf("mesh-host version: %q; want the label, then the binary's digest", out)
 	}
 
 	rf, err := os.Open(a1.Release)

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -365,12 +366,31 @@ func mustKV(t *testing.T, b *bed) jetstream.KeyValue {
 func (n *node) heartbeat(t *testing.T, hb linkproto.Heartbeat) {
 	t.Helper()
 	hb.Protocol, hb.Mesh, hb.Node = linkproto.ProtocolVersion, testMesh, n.name
-	if err := n.nc.Publish(linkproto.HeartbeatSubject(testMesh, n.name), linkproto.Marshal(hb)); err != nil {
+	data := linkproto.Marshal(hb)
+	subject := linkproto.HeartbeatSubject(testMesh, n.name)
+	if err := n.nc.Publish(subject, data); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	// The broker has it; the stream stores it a moment later. A read
+	// right after would find the one before.
+	ctx := context.Background()
+	stream, err := n.js.Stream(ctx, linkproto.HeartbeatsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	basetest.Eventually(t, 10*time.Second, func() error {
+		m, err := stream.GetLastMsgForSubject(ctx, subject)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(m.Data, data) {
+			return errors.New("the stream's last heartbeat is an earlier one")
+		}
+		return nil
+	})
 }
 
 // kv opens a bucket as the control user.

@@ -88,7 +88,7 @@ func TestRolloutDefersOfflineNodes(t *testing.T) {
 	if got, want := steps(r), "web-1:deferred web-2:pending web-3:pending"; got != want || r.State != rollout.Running {
 		t.Fatalf("after wave 0: %s, %s (%s); want %s, running", got, r.State, r.Reason, want)
 	}
-	if n := r.Nodes[0]; n.Revision != 1 || !strings.Contains(n.Reason, "offline when its wave started (silent)") {
+	if n := r.Nodes[0]; n.Revision != 1 || !strings.Contains(n.Reason, "offline when its wave started: silent") {
 		t.Errorf("web-1 deferred at revision %d: %q", n.Revision, n.Reason)
 	}
 	if stored, err := o.c.storedFor(ctx, "web-1"); err != nil || stored == nil || stored.Revision != 1 {
@@ -143,7 +143,7 @@ func TestRolloutOfflineFails(t *testing.T) {
 	if got, want := steps(r), "web-1:failed web-2:pending web-3:pending"; got != want || r.State != rollout.Halted {
 		t.Fatalf("%s, %s; want %s, halted", got, r.State, want)
 	}
-	if !strings.HasPrefix(r.Reason, "canary web-1 failed in wave 0: offline when its wave started (silent)") || r.HaltedAt.IsZero() {
+	if !strings.HasPrefix(r.Reason, "canary web-1 failed in wave 0: offline when its wave started: silent") || r.HaltedAt.IsZero() {
 		t.Errorf("halted at %v: %q", r.HaltedAt, r.Reason)
 	}
 	if stored, _ := o.c.storedFor(context.Background(), "web-1"); stored != nil {

@@ -353,7 +353,7 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 			return
 		case offline != "" && r.OfflineFails:
 			// Nothing stored: the node fails the rollout as it is.
-			o.step, o.err = rollout.StepFailed, fmt.Errorf("offline when its wave started (%s); nothing declared to it (--offline fail)", offline)
+			o.step, o.err = rollout.StepFailed, fmt.Errorf("offline when its wave started: %s; nothing declared to it (--offline fail)", offline)
 			return
 		case decl == nil:
 			// What it should have is stored already: unchanged if
@@ -366,7 +366,7 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 				if done, _, _, _ := converged(r, &rollout.Node{Node: node, Revision: stored.Revision}, d.heartbeat(ctx, node)); !done {
 					o.step, o.already = rollout.StepPushed, true
 					if offline != "" {
-						o.step, o.deferred = rollout.StepDeferred, fmt.Sprintf("offline when its wave started (%s); stored already", offline)
+						o.step, o.deferred = rollout.StepDeferred, fmt.Sprintf("offline when its wave started: %s; stored already", offline)
 					}
 				}
 			}
@@ -385,7 +385,7 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 		}
 		o.step, o.revision = rollout.StepPushed, push.Revision
 		if offline != "" {
-			o.step, o.deferred = rollout.StepDeferred, fmt.Sprintf("offline when its wave started (%s)", offline)
+			o.step, o.deferred = rollout.StepDeferred, fmt.Sprintf("offline when its wave started: %s", offline)
 			return
 		}
 		ack, err := c.pushStored(node, push, 2*time.Second)

@@ -19,14 +19,23 @@ func reachable(state string) bool {
 }
 
 // offlineState is node's state when hb, its latest heartbeat, says it is
-// offline at now; "" when it may be reachable. A node never heard is
-// pushed to: whether it answers says whether it is there.
+// offline at now, with the reason `meshctl nodes` gives for it ("offline,
+// the host is stopping (…)"); "" when it may be reachable. A node never
+// heard is pushed to: whether it answers says whether it is there.
 func offlineState(node string, hb *linkproto.Heartbeat, now time.Time) string {
 	if hb == nil {
 		return ""
 	}
-	if state := stateOf(NodeStatus{Node: node, Heartbeat: hb}, now); !reachable(state) {
-		return state
+	s := NodeStatus{Node: node, Heartbeat: hb}
+	if s.State = stateOf(s, now); reachable(s.State) {
+		return ""
 	}
-	return ""
+	why := reasonOf(s, now)
+	if s.State == StateLocal {
+		why = localReason(hb.Local, now)
+	}
+	if why == "" {
+		return s.State
+	}
+	return s.State + ", " + why
 }
