@@ -69,6 +69,11 @@ type Observation struct {
 	// Note says something a person should know, e.g. "enablement only: no
 	// service manager runs".
 	Note string
+	// Refused, when not nil, is the error Apply would return for what is
+	// there (a directory where a file is declared, which the host never
+	// replaces): a plan shows it as the step's foreseen failure, rather
+	// than plan an update its apply refuses.
+	Refused error `json:"-"`
 }
 
 // ErrLeftInPlace is wrapped by a Remove that found at the resource's path

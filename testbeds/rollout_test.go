@@ -101,12 +101,18 @@ func TestRolloutCanaryHaltsAndRevertRestores(t *testing.T) {
 	}
 	writeProfile(t, bed, "motd", "resources:\n  - file: {path: /etc/motd, content: \"v2 ${node}\\n\"}\n  - file: {path: /etc/app.conf, content: \"x\\n\"}\n", "--select", "role=web")
 	// The fleet's dry run plans what the profiles render now: each node's
-	// motd differs, so each node's plan is its own, with its diff.
-	plan := bed.MustMeshctl("plan", "--select", "role=web")
-	for _, want := range []string{"1 node: 2 to change, 0 unchanged\n  web-2\n", "created     file:/etc/app.conf", "differs: content", "    -v1 web-3\n    +v2 web-3\n"} {
+	// motd differs, so each node's plan is its own, with its diff; and
+	// it gates: the canary's failure is foreseen, in the apply's words.
+	pr := bed.Meshctl("plan", "--select", "role=web")
+	plan := pr.Stdout
+	for _, want := range []string{"1 node: 2 to change, 0 unchanged\n  web-2\n", "created     file:/etc/app.conf", "differs: content", "    -v1 web-3\n    +v2 web-3\n",
+		"file /etc/app.conf: not a regular file: a directory is there; the host does not replace it", "1 foresees failures: web-1"} {
 		if !strings.Contains(plan, want) {
 			t.Errorf("meshctl plan lacks %q:\n%s", want, plan)
 		}
+	}
+	if pr.Code != 1 {
+		t.Errorf("meshctl plan of a canary foreseen to fail: exit %d, want 1", pr.Code)
 	}
 	if got := content(t, hosts[1], "etc/motd"); got != "v1 web-2\n" {
 		t.Errorf("web-2 changed by a plan: motd %q", got)

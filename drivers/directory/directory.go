@@ -65,6 +65,12 @@ func (d *Driver) IsDirectory(drivers.Spec) bool { return true }
 // New returns the directory driver for root.
 func New(root *rootfs.Root) *Driver { return &Driver{root: root} }
 
+// notReplaced is Apply's refusal of the kind of thing at path, which the
+// host does not replace with a directory.
+func notReplaced(path, kind string) error {
+	return fmt.Errorf("directory %s: %w: a %s is there; the host does not replace it", path, ErrNotDirectory, kind)
+}
+
 // Observe reports how the directory at spec's path stands against spec;
 // anything else there, a symlink included, is a "type" difference.
 func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observation, error) {
@@ -80,7 +86,7 @@ func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observ
 	case f == nil:
 		return drivers.Observation{Differs: []string{"absent"}}, nil
 	case f.kind != "directory":
-		return drivers.Observation{Exists: true, Differs: []string{"type"}, Seen: "type:" + f.kind}, nil
+		return drivers.Observation{Exists: true, Differs: []string{"type"}, Seen: "type:" + f.kind, Refused: notReplaced(s.Path, f.kind)}, nil
 	}
 	w, err := d.want(s)
 	if err != nil {
@@ -126,7 +132,7 @@ func (d *Driver) Apply(ctx context.Context, spec drivers.Spec) (drivers.Action, 
 		}
 		return drivers.Created, d.sync(path.Dir(s.Path))
 	case f.kind != "directory":
-		return drivers.Unchanged, fmt.Errorf("directory %s: %w: a %s is there; the host does not replace it", s.Path, ErrNotDirectory, f.kind)
+		return drivers.Unchanged, notReplaced(s.Path, f.kind)
 	case len(w.differs(f)) == 0:
 		return drivers.Unchanged, nil
 	}

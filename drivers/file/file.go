@@ -82,13 +82,13 @@ func (d *Driver) Observe(ctx context.Context, spec drivers.Spec) (drivers.Observ
 		return drivers.Observation{}, err
 	}
 	if f == nil || f.kind != "file" {
-		return observation(f, nil), nil
+		return observation(s.Path, f, nil), nil
 	}
 	w, err := d.want(s)
 	if err != nil {
 		return drivers.Observation{}, err
 	}
-	return observation(f, w.differs(f)), nil
+	return observation(s.Path, f, w.differs(f)), nil
 }
 
 // Apply writes the file if its content differs, or sets its mode and
@@ -251,14 +251,23 @@ func (d *Driver) find(s *drivers.FileSpec) (*found, error) {
 	}, nil
 }
 
-// observation reports f (nil: absent), with differs when it is a regular
-// file.
-func observation(f *found, differs []string) drivers.Observation {
+// notReplaced is Apply's refusal of the kind of thing at path, which the
+// host does not replace with a file.
+func notReplaced(path, kind string) error {
+	return fmt.Errorf("file %s: %w: a %s is there; the host does not replace it", path, ErrNotRegular, kind)
+}
+
+// observation reports f (nil: absent) at path, with differs when it is a
+// regular file.
+func observation(path string, f *found, differs []string) drivers.Observation {
 	switch {
 	case f == nil:
 		return drivers.Observation{Differs: []string{"absent"}}
-	case f.kind != "file":
+	case f.kind == "symlink":
+		// Apply renames over the link, never touching its target.
 		return drivers.Observation{Exists: true, Differs: []string{"type"}, Seen: "type:" + f.kind}
+	case f.kind != "file":
+		return drivers.Observation{Exists: true, Differs: []string{"type"}, Seen: "type:" + f.kind, Refused: notReplaced(path, f.kind)}
 	}
 	return drivers.Observation{Exists: true, InSync: len(differs) == 0, Differs: differs, Seen: f.digest}
 }
@@ -302,7 +311,7 @@ func (d *Driver) plan(ctx context.Context, spec drivers.Spec, durable bool) (*pe
 		// Renaming over the link replaces the link itself; its target,
 		// which may be anywhere, is never touched.
 	case f.kind != "file":
-		return nil, fmt.Errorf("file %s: %w: a %s is there; the host does not replace it", s.Path, ErrNotRegular, f.kind)
+		return nil, notReplaced(s.Path, f.kind)
 	default:
 		differs := w.differs(f)
 		if len(differs) == 0 {

@@ -147,6 +147,11 @@ func (rc *Reconciler) observe(ctx context.Context, s *Step) {
 	switch {
 	case err != nil:
 		s.Planned, s.Err = event.ActionUpdate, fmt.Errorf("observe: %w", err)
+	case s.Observation.Refused != nil:
+		// What is there the driver never replaces: the plan says the
+		// apply's failure, not an update (apply tries it again, as it
+		// does every step whose observation failed).
+		s.Planned, s.Err = event.ActionUpdate, s.Observation.Refused
 	case s.Observation.InSync:
 		// Before Exists: a package declared absent is in sync when
 		// it does not exist.
@@ -156,7 +161,9 @@ func (rc *Reconciler) observe(ctx context.Context, s *Step) {
 	default:
 		s.Planned = event.ActionUpdate
 	}
-	if o := s.owned; o != nil && s.Planned != event.ActionUnchanged && s.Err == nil &&
+	// Something the driver refuses to replace, where an owned resource
+	// was as declared, is drift as much as an edit is.
+	if o := s.owned; o != nil && s.Planned != event.ActionUnchanged && (s.Err == nil || s.Observation.Refused != nil) &&
 		o.digest == s.Digest && !o.failed {
 		s.Drift = true
 	}
