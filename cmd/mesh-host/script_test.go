@@ -252,8 +252,11 @@ func cmdMesh(ts *testscript.TestScript, neg bool, args []string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	svc := &nodeservice.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: slog.New(slog.DiscardHandler),
 		Issuer: &nodeservice.Accounts{A: a, Sys: sys, Now: time.Now}}
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	var runErr error
+	done := make(chan struct{}) // closed when Run returns, with runErr
+	ready := make(chan struct{})
+	svc.Ready = func() { close(ready) }
+	go func() { runErr = svc.Run(ctx); close(done) }()
 	var once sync.Once
 	m := &scriptMesh{a: a, url: b.URL(), broker: b, stop: func() {
 		once.Do(func() {
@@ -267,6 +270,14 @@ func cmdMesh(ts *testscript.TestScript, neg bool, args []string) {
 	meshes.Store(work, m)
 	ts.Defer(m.stop)
 	ts.Check(svc.Ensure(ctx))
+	// A command right after (an enrolment) must find it answering.
+	select {
+	case <-ready:
+	case <-done:
+		ts.Fatalf("the control service ended: %v", runErr)
+	case <-time.After(30 * time.Second):
+		ts.Fatalf("the control service did not subscribe within 30s")
+	}
 	ts.Setenv("NATS_URL", b.URL())
 	ts.Setenv("SIGNING_KEY", a.SigningKey())
 }

@@ -62,9 +62,17 @@ func newMeshBed(t *testing.T, ttl time.Duration) *meshBed {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	var runErr error
+	done := make(chan struct{}) // closed when Run returns, with runErr
+	ready := make(chan struct{})
+	svc.Ready = func() { close(ready) }
+	go func() { runErr = svc.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-ready:
+	case <-done:
+		t.Fatalf("the control service ended: %v", runErr)
+	}
 	return m
 }
 

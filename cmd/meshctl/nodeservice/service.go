@@ -44,6 +44,11 @@ type Service struct {
 	CredentialTTL time.Duration
 	// Now is the clock tokens' expiry is judged by; time.Now when nil.
 	Now func() time.Time
+	// Ready, when set, is called once every subscription is in place at
+	// the broker: whoever started Run (a test, a script's mesh) knows from
+	// then on that an enrolment or a hello is answered, not met by "no
+	// responders".
+	Ready func()
 	// RetryEvery is how long to wait after failing to set up the streams
 	// (the broker not reachable yet) before trying again; zero means 2 s.
 	RetryEvery time.Duration
@@ -181,6 +186,13 @@ func (s *Service) Run(ctx context.Context) error {
 			return fmt.Errorf("subscribe to renewals: %w", err)
 		}
 		defer renews.Unsubscribe()
+	}
+	if s.Ready != nil {
+		// The subscriptions are the broker's once it answered a flush.
+		if err := s.Conn.FlushTimeout(dialTimeout); err != nil {
+			return fmt.Errorf("subscribe: %w", err)
+		}
+		s.Ready()
 	}
 	s.Log.Info("answering hellos", "mesh", s.Mesh, "subject", linkproto.AllHellos(s.Mesh))
 	<-ctx.Done()
