@@ -30,7 +30,8 @@ import (
 //     (8 MiB, the broker's max_payload), which carries the document and
 //     well under 2 KiB besides. A declaration larger than that (some
 //     80,000 such files) is refused by meshctl declare, naming that limit:
-//     it travels only by `mesh-host apply FILE` on the node today. The
+//     it travels only by `mesh-host apply FILE` on the node today (`--local`
+//     on an enrolled node: a local override until the mesh reclaims it). The
 //     host parses a push with these same limits, after the link's decoder
 //     has held it to the message's.
 //   - A declaration.received record, whose document and list of resource

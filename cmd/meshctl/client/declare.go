@@ -217,7 +217,7 @@ func Push(d *declaration.Declaration, mesh, node string) (*linkproto.Declaration
 	if n := len(linkproto.Marshal(push)); n > linkproto.MaxDeclarationSize-welcomeRoom {
 		// declaration.MaxBytes is larger than a message: a declaration
 		// between the two is one a node takes only from a file.
-		return nil, fmt.Errorf("%w: it is %d bytes; a declaration travels in one message of at most %d, the limit for a push (a larger one, up to %d bytes, is applied on the node with `mesh-host apply FILE`)",
+		return nil, fmt.Errorf("%w: it is %d bytes; a declaration travels in one message of at most %d, the limit for a push (a larger one, up to %d bytes, is applied on the node with `mesh-host apply --local FILE`, a local override until the mesh reclaims it)",
 			ErrDeclarationRefused, n, linkproto.MaxDeclarationSize-welcomeRoom, declaration.MaxBytes)
 	}
 	return push, nil
