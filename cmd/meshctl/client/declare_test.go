@@ -144,7 +144,7 @@ func TestDeclareAtTheLimits(t *testing.T) {
 	// Under MaxBytes but over a push: refused, naming the push's limit
 	// and the door it can take.
 	err = c.Declare(ctx, &bytes.Buffer{}, "a", declarationtest.Maximal(testMesh, "a", 1), DeclareOptions{PushTimeout: 100 * time.Millisecond})
-	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "the limit for a push") || !strings.Contains(err.Error(), "mesh-host apply FILE") {
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "the limit for a push") || !strings.Contains(err.Error(), "mesh-host apply --local FILE") {
 		t.Fatalf("over a push: got %.300v", err)
 	}
 	if stored, err := b.storedPush(ctx, "a"); stored != nil || err != nil {
