@@ -126,3 +126,50 @@ func TestStartRolloutAfterOneEnds(t *testing.T) {
 		t.Errorf("the slot holds %s; want it naming %s", e.Value(), third.ID)
 	}
 }
+
+// The active rollout, running or paused, refuses another start by name
+// and state, and each state change it cannot make is refused so: the
+// lifecycle an operator drives with pause, resume and abort. (No driver
+// runs here: the rollout stays where its commands put it.)
+func TestActiveRolloutLifecycle(t *testing.T) {
+	b := newBed(t)
+	ctx := context.Background()
+	c := b.client(time.Date(2026, 12, 5, 6, 0, 0, 0, time.UTC))
+	if _, err := c.LabelNew(ctx, "web-1", "tester@bed", []string{"role=web"}); err != nil {
+		t.Fatal(err)
+	}
+	release := &drivers.ArchiveSpec{Path: "/opt/mesh-host/${version}", Source: "file:///srv/r.tar",
+		Digest: "sha256:" + strings.Repeat("cd", 32), Format: "tar"}
+	start := func() error {
+		_, err := c.StartRollout(ctx, rollout.Options{Selector: "role=web", Release: release})
+		return err
+	}
+	if err := start(); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(err error, want string) {
+		t.Helper()
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v; want refused, saying %q", err, want)
+		}
+	}
+	all, err := c.Rollouts(ctx)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("rollouts %v, %v", all, err)
+	}
+	id := all[0].ID
+	refused(start(), "is running; resume and finish it, or abort it, first")
+	refused(func() error { _, err := c.SetRolloutState(ctx, id, rollout.Running, "again"); return err }(), "is running already")
+	if r, err := c.SetRolloutState(ctx, id, rollout.Paused, "paused"); err != nil || r.State != rollout.Paused {
+		t.Fatalf("pause: %v, %v", r, err)
+	}
+	refused(func() error { _, err := c.SetRolloutState(ctx, id, rollout.Paused, "again"); return err }(), "is paused already")
+	refused(start(), "is paused; resume and finish it, or abort it, first")
+	if r, err := c.SetRolloutState(ctx, id, rollout.Aborted, "aborted"); err != nil || r.State != rollout.Aborted {
+		t.Fatalf("abort: %v, %v", r, err)
+	}
+	refused(func() error { _, err := c.SetRolloutState(ctx, id, rollout.Aborted, "again"); return err }(), "is aborted already")
+	if err := start(); err != nil {
+		t.Errorf("a start once the active one was aborted: %v", err)
+	}
+}

@@ -339,6 +339,24 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 	defer func() {
 		d.log.Info("rollout wave pushed", "rollout", r.ID, "wave", wave, "nodes", len(pending), "took", time.Since(started).Round(time.Millisecond))
 	}()
+	// pushAndSee pushes a stored declaration to node and sees whether it
+	// answers: one that does not is offline, deferred (or failed, with
+	// --offline fail) rather than waited for.
+	pushAndSee := func(node string, push *linkproto.Declaration, o *outcome) {
+		ack, err := c.pushStored(node, push, 2*time.Second)
+		switch {
+		case err != nil:
+			o.step, o.err = rollout.StepFailed, err
+		case ack == nil && r.OfflineFails:
+			o.step, o.err = rollout.StepFailed, fmt.Errorf("offline: it did not answer the push of revision %d (--offline fail)", push.Revision)
+		case ack == nil:
+			// Gone since its last heartbeat (stopped, or its link
+			// down), or never heard: nothing answered, so it is
+			// offline.
+			o.step, o.deferred = rollout.StepDeferred, "offline: it did not answer the push"
+		}
+		o.online = ack != nil
+	}
 	pushed := fanout.Each(ctx, pushParallel, pending, func(k, i int) {
 		node := r.Nodes[i].Node
 		o := &outcomes[k]
@@ -357,19 +375,25 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 			return
 		case decl == nil:
 			// What it should have is stored already: unchanged if
-			// the node has converged it, else waited for as if
-			// pushed now (it may have been, by a step whose record
-			// was lost to a pause).
+			// the node has converged it, else pushed again (it may
+			// have been pushed by a step whose record was lost to a
+			// pause, or be offline since an earlier rollout deferred
+			// it) and waited for. The node takes the same
+			// declaration again as nothing new.
 			o.step = rollout.StepUnchanged
-			if stored != nil {
-				o.revision = stored.Revision
-				if done, _, _, _ := converged(r, &rollout.Node{Node: node, Revision: stored.Revision}, d.heartbeat(ctx, node)); !done {
-					o.step, o.already = rollout.StepPushed, true
-					if offline != "" {
-						o.step, o.deferred = rollout.StepDeferred, fmt.Sprintf("offline when its wave started: %s; stored already", offline)
-					}
-				}
+			if stored == nil {
+				return
 			}
+			o.revision = stored.Revision
+			if done, _, _, _ := converged(r, &rollout.Node{Node: node, Revision: stored.Revision}, d.heartbeat(ctx, node)); done {
+				return
+			}
+			o.step, o.already = rollout.StepPushed, true
+			if offline != "" {
+				o.step, o.deferred = rollout.StepDeferred, fmt.Sprintf("offline when its wave started: %s; stored already", offline)
+				return
+			}
+			pushAndSee(node, read.Push, o)
 			return
 		}
 		if stored != nil {
@@ -388,18 +412,7 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 			o.step, o.deferred = rollout.StepDeferred, fmt.Sprintf("offline when its wave started: %s", offline)
 			return
 		}
-		ack, err := c.pushStored(node, push, 2*time.Second)
-		switch {
-		case err != nil:
-			o.step, o.err = rollout.StepFailed, err
-		case ack == nil && r.OfflineFails:
-			o.step, o.err = rollout.StepFailed, fmt.Errorf("offline: it did not answer the push of revision %d (--offline fail)", push.Revision)
-		case ack == nil:
-			// Gone since its last heartbeat (stopped, or its link
-			// down): nothing answered, so it is offline.
-			o.step, o.deferred = rollout.StepDeferred, "offline: it did not answer the push"
-		}
-		o.online = ack != nil
+		pushAndSee(node, push, o)
 	})
 	if pushed < len(pending) {
 		return ctx.Err()
