@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
 )
 
 // LocalReport is a local override as a heartbeat carries it.
@@ -48,18 +47,4 @@ func ValidLocalUser(s string) error {
 		return fmt.Errorf("user: %q holds a space", s)
 	}
 	return printable("user", s, MaxLocalUserLen)
-}
-
-// printable refuses s over max bytes, not UTF-8, or holding a character
-// that is not printable: what a node says is shown on a terminal.
-func printable(field, s string, max int) error {
-	if len(s) > max || !utf8.ValidString(s) {
-		return fmt.Errorf("%s: at most %d bytes of UTF-8 text", field, max)
-	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return fmt.Errorf("%s: holds a character that is not printable", field)
-		}
-	}
-	return nil
 }

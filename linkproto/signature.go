@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/nats-io/nkeys"
 )
@@ -74,15 +72,7 @@ func ValidOperator(s string) error {
 	if s == "" {
 		return errors.New("operator: required (who made the declaration)")
 	}
-	if len(s) > MaxOperatorLen || !utf8.ValidString(s) {
-		return fmt.Errorf("operator: at most %d bytes of UTF-8 text", MaxOperatorLen)
-	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return fmt.Errorf("operator: %q holds a character that is not printable", s)
-		}
-	}
-	return nil
+	return printable("operator", s, MaxOperatorLen)
 }
 
 // signedBytes is the unambiguous encoding of context and fields: each

@@ -43,21 +43,27 @@ import (
 //     answered with its credentials (Credential); a node renews them
 //     before they expire (Renew).
 //
-// Added without a new version, as nothing said before changes meaning:
-//   - 2026-12-02: mesh.MESH.down.NODE.plan carries a PlanRequest (a
+// Added without a new version, as nothing said before changes meaning
+// (oldest first):
+//   - Planning: mesh.MESH.down.NODE.plan carries a PlanRequest (a
 //     declaration signed for planning only), answered with a PlanAnswer:
 //     the plan the node computes against its machine, changing nothing. A
 //     node that does not know the subject does not answer, and counts as
 //     offline to the asker.
-//   - 2026-12-05: a heartbeat's stopping says the host is stopping on
-//     purpose (its last heartbeat before its link closes). A control
-//     plane that does not know it sees the node silent later, as before.
-//   - 2026-12-05: a Declaration may be a reclaim (reclaim: true, inside its
-//     signature); a Hello says local when the node holds a local override,
-//     and the Welcome then carries a stored reclaim whatever its revision;
-//     a Heartbeat carries the override (local). A node that does not know
-//     reclaims refuses one as a bad signature; a control plane that does
-//     not know local shows such a node by its revisions.
+//   - A plan step's digest and diff: what it would write, so that plans
+//     are grouped by content. A control plane that does not know them
+//     groups by steps alone; a node that does not send them is a plan of
+//     its own.
+//   - A heartbeat's stopping: the host is stopping on purpose (its last
+//     heartbeat before its link closes). A control plane that does not
+//     know it sees the node silent later, as before.
+//   - Local overrides and reclaims: a Declaration may be a reclaim
+//     (reclaim: true, inside its signature); a Hello says local when the
+//     node holds a local override, and the Welcome then carries a stored
+//     reclaim whatever its revision; a Heartbeat carries the override
+//     (local). A node that does not know reclaims refuses one as a bad
+//     signature; a control plane that does not know local shows such a
+//     node by its revisions.
 const ProtocolVersion = 3
 
 // Subjects. MESH and NODE are names (see ValidName); the functions below

@@ -119,36 +119,37 @@ func (c *journalCmd) why(e *env, j *journal.Journal) error {
 			break
 		}
 	}
+	// The declaration in force, from the projection: what holds a
+	// repaired resource, and whether a later one dropped it.
+	var cur *projector.Desired
+	err = j.Projection(func(v journal.View, _ uint64) error {
+		var err error
+		cur, err = projector.LoadDesired(v)
+		return err
+	})
+	if err != nil {
+		return failed("%v", hostjournal.AsDamage(j, err))
+	}
 	why := journalview.Why{Chain: chain}
-	if why.HeldBy, err = heldBy(j, c.Why, chain); err != nil {
+	if why.HeldBy, err = heldBy(j, c.Why, chain, cur); err != nil {
 		return failed("%v", err)
 	}
-	if why.DroppedBy, err = droppedBy(j, c.Why, latest.Seq); err != nil {
+	if why.DroppedBy, err = droppedBy(j, c.Why, latest.Seq, cur); err != nil {
 		return failed("%v", err)
 	}
 	return journalview.PrintWhy(e.stdout, c.Why, why, c.JSON, "was compacted away")
 }
 
 // droppedBy is the first declaration after record after that no longer
-// declares resource (journalview.Why.DroppedBy); nil when the declaration
-// in force still declares it, and then nothing is read past the
-// projection.
-func droppedBy(j *journal.Journal, resource string, after uint64) (*event.Record, error) {
-	var cur *projector.Desired
-	err := j.Projection(func(v journal.View, _ uint64) error {
-		var err error
-		cur, err = projector.LoadDesired(v)
-		return err
-	})
-	if err != nil {
-		return nil, hostjournal.AsDamage(j, err)
-	}
+// declares resource (journalview.Why.DroppedBy); nil when cur, the
+// declaration in force, still declares it, and then no record is read.
+func droppedBy(j *journal.Journal, resource string, after uint64, cur *projector.Desired) (*event.Record, error) {
 	if cur == nil || cur.Seq <= after || slices.ContainsFunc(cur.Resources, func(d event.DeclaredResource) bool { return d.ID == resource }) {
 		return nil, nil
 	}
 	var dropped *event.Record
 	stop := errors.New("found")
-	err = j.ScanKind(event.DeclarationReceived, after+1, func(r event.Record) error {
+	err := j.ScanKind(event.DeclarationReceived, after+1, func(r event.Record) error {
 		if !journalview.Declares(r, resource) {
 			dropped = &r
 			return stop
@@ -161,22 +162,13 @@ func droppedBy(j *journal.Journal, resource string, after uint64) (*event.Record
 	return dropped, nil
 }
 
-// heldBy is the declaration in force when chain is a repaired drift and
-// that declaration declares resource as the repair restored it; nil
-// otherwise, or when its record was compacted away.
-func heldBy(j *journal.Journal, resource string, chain []event.Record) (*event.Record, error) {
+// heldBy is cur, the declaration in force, when chain is a repaired drift
+// and cur declares resource as the repair restored it; nil otherwise, or
+// when its record was compacted away.
+func heldBy(j *journal.Journal, resource string, chain []event.Record, cur *projector.Desired) (*event.Record, error) {
 	spec, ok := journalview.Restored(chain)
-	if !ok {
+	if !ok || cur == nil || cur.Seq == 0 {
 		return nil, nil
-	}
-	var cur *projector.Desired
-	err := j.Projection(func(v journal.View, _ uint64) error {
-		var err error
-		cur, err = projector.LoadDesired(v)
-		return err
-	})
-	if err != nil || cur == nil || cur.Seq == 0 {
-		return nil, hostjournal.AsDamage(j, err)
 	}
 	r, ok, err := j.Get(cur.Seq)
 	if err != nil || !ok || !journalview.HeldBy(r, resource, spec) {

@@ -62,7 +62,7 @@ func localUser(getenv func(string) string, uid int) string {
 	return uidName(uint32(uid))
 }
 
-// uidName is the name of uid on this machine, or "uid N".
+// uidName is uid's name in the password database, or "uid N".
 func uidName(uid uint32) string {
 	id := strconv.FormatUint(uint64(uid), 10)
 	if u, err := user.LookupId(id); err == nil && linkproto.ValidLocalUser(u.Username) == nil {

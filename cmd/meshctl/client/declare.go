@@ -326,12 +326,12 @@ func (c *Client) waitApplied(ctx context.Context, sub *nats.Subscription, node s
 		if err != nil {
 			return nil, err
 		}
-		var hb linkproto.Heartbeat
-		if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb); err != nil {
+		hb, err := decodeHeartbeat(m.Data)
+		if err != nil {
 			continue
 		}
-		if reached(&hb) {
-			return &hb, nil
+		if reached(hb) {
+			return hb, nil
 		}
 	}
 }
@@ -350,9 +350,5 @@ func (c *Client) lastHeartbeat(ctx context.Context, node string) (*linkproto.Hea
 	if err != nil {
 		return nil, err
 	}
-	var hb linkproto.Heartbeat
-	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb); err != nil {
-		return nil, err
-	}
-	return &hb, nil
+	return decodeHeartbeat(m.Data)
 }

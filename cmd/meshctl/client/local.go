@@ -37,13 +37,21 @@ func ago(d time.Duration) string {
 	return d.Round(time.Second).String() + " ago"
 }
 
-// checkHeartbeat refuses what a node says in its heartbeat that no host
-// would say: it is shown on the operator's terminal.
-func checkHeartbeat(hb *linkproto.Heartbeat) error {
+// decodeHeartbeat is every read of a heartbeat here: what a node says in
+// one is shown on the operator's terminal, kept in a rollout's record and
+// its reasons, so it is decoded within the report's bound, a local
+// override no host would report is refused, and the reason for stopping
+// is fit to show (linkproto.FitPrintable).
+func decodeHeartbeat(data []byte) (*linkproto.Heartbeat, error) {
+	var hb linkproto.Heartbeat
+	if err := linkproto.Decode(data, linkproto.MaxReportSize, &hb); err != nil {
+		return nil, err
+	}
 	if hb.Local != nil {
 		if err := hb.Local.Check(); err != nil {
-			return fmt.Errorf("local: %w", err)
+			return nil, fmt.Errorf("local: %w", err)
 		}
 	}
-	return nil
+	hb.Stopping = linkproto.FitPrintable(hb.Stopping, linkproto.MaxStoppingBytes)
+	return &hb, nil
 }

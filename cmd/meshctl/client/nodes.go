@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -208,15 +206,11 @@ func (c *Client) lastHeartbeats(ctx context.Context, fn func(node string, hb *li
 		if md, err := m.Metadata(); err == nil {
 			heard = md.Timestamp
 		}
-		var hb linkproto.Heartbeat
-		if err := linkproto.Decode(m.Data(), linkproto.MaxReportSize, &hb); err != nil {
+		hb, err := decodeHeartbeat(m.Data())
+		if err != nil {
 			return beat{node: node, heard: heard, problem: err.Error()}
 		}
-		if err := checkHeartbeat(&hb); err != nil {
-			return beat{node: node, heard: heard, problem: err.Error()}
-		}
-		hb.Stopping = fitStopping(hb.Stopping)
-		return beat{node: node, hb: &hb, heard: heard}
+		return beat{node: node, hb: hb, heard: heard}
 	}, func(b beat) {
 		if b.node != "" {
 			fn(b.node, b.hb, b.heard, b.problem)
@@ -429,23 +423,6 @@ func Select(nodes []NodeStatus, sel labels.Selector) []NodeStatus {
 	return out
 }
 
-// fitStopping is a heartbeat's Stopping fit to show: what a node sends is
-// its own to choose, so printable characters only, at most
-// linkproto.MaxStoppingBytes.
-func fitStopping(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			return -1
-		}
-		return r
-	}, s)
-	for len(s) > linkproto.MaxStoppingBytes {
-		_, size := utf8.DecodeLastRuneInString(s)
-		s = s[:len(s)-size]
-	}
-	return s
-}
-
 // presences is every node's presence as the broker last told it; none
 // when the bucket is not there (a control plane from before presence).
 func (c *Client) presences(ctx context.Context) (map[string]store.Presence, error) {
@@ -505,12 +482,11 @@ func (c *Client) Away(ctx context.Context, node string) (*Away, error) {
 	case err != nil:
 		return nil, fmt.Errorf("the heartbeat of %s: %w", node, err)
 	}
-	var hb linkproto.Heartbeat
-	if err := linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb); err != nil {
+	hb, err := decodeHeartbeat(m.Data)
+	if err != nil {
 		return nil, nil // unreadable: nothing to say of its link
 	}
-	hb.Stopping = fitStopping(hb.Stopping)
-	s.Heartbeat, s.Heard = &hb, m.Time
+	s.Heartbeat, s.Heard = hb, m.Time
 	if ps, err := c.store.Presences(ctx, c.Mesh); err == nil {
 		if p, _, err := ps.Get(ctx, node); err == nil && p != nil && p.Node == node {
 			s.Presence = p

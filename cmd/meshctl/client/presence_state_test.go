@@ -52,8 +52,12 @@ func TestOfflineAndDisconnected(t *testing.T) {
 // What a node says of its stopping is cut to the bound, and only
 // printable characters are kept.
 func TestStoppingIsFit(t *testing.T) {
-	got := fitStopping("bye\x1b[2J\n" + strings.Repeat("é", linkproto.MaxStoppingBytes))
-	if len(got) > linkproto.MaxStoppingBytes || strings.ContainsAny(got, "\x1b\n") || !strings.HasPrefix(got, "bye[2J") {
-		t.Errorf("fitStopping: %q (%d bytes)", got, len(got))
+	hb, err := decodeHeartbeat(linkproto.Marshal(linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion,
+		Stopping: "bye\x1b[2J\n" + strings.Repeat("é", linkproto.MaxStoppingBytes)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hb.Stopping; len(got) > linkproto.MaxStoppingBytes || strings.ContainsAny(got, "\x1b\n") || !strings.HasPrefix(got, "bye[2J") {
+		t.Errorf("stopping as decoded: %q (%d bytes)", got, len(got))
 	}
 }

@@ -119,8 +119,8 @@ func (rd *RolloutDriver) drive(ctx context.Context, holder string) error {
 	// Every heartbeat of the mesh as it arrives: a wave's nodes are
 	// looked up here rather than asked of the stream one by one.
 	sub, err := rd.Conn.Subscribe(linkproto.AllHeartbeats(rd.Mesh), func(m *nats.Msg) {
-		var hb linkproto.Heartbeat
-		if linkproto.Decode(m.Data, linkproto.MaxReportSize, &hb) != nil {
+		hb, err := decodeHeartbeat(m.Data)
+		if err != nil {
 			return
 		}
 		_, node, err := linkproto.NodeOf(m.Subject)
@@ -128,7 +128,7 @@ func (rd *RolloutDriver) drive(ctx context.Context, holder string) error {
 			return // a node speaks for itself only
 		}
 		d.mu.Lock()
-		d.heartbeats[node] = &hb
+		d.heartbeats[node] = hb
 		d.mu.Unlock()
 	})
 	if err != nil {

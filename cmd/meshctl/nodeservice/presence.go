@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
@@ -203,30 +200,14 @@ func (p *Presence) presenceOf(ctx context.Context, nodes jetstream.KeyValue, e h
 		Node:      node,
 		Connected: e.connected,
 		At:        ev.Time.UTC(),
-		Server:    shown(ev.Server.Name, store.MaxPresenceText),
-		Conn:      shown(fmt.Sprintf("%s/%d", ev.Server.ID, c.ID), store.MaxPresenceText),
+		Server:    linkproto.FitPrintable(ev.Server.Name, store.MaxPresenceText),
+		Conn:      linkproto.FitPrintable(fmt.Sprintf("%s/%d", ev.Server.ID, c.ID), store.MaxPresenceText),
 	}
 	if c.Start != nil {
 		rec.Since = c.Start.UTC()
 	}
 	if !e.connected {
-		rec.Reason = shown(ev.Reason, store.MaxPresenceText)
+		rec.Reason = linkproto.FitPrintable(ev.Reason, store.MaxPresenceText)
 	}
 	return rec, nil
-}
-
-// shown is s fit to record and show: printable characters only, at most
-// n bytes.
-func shown(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			return -1
-		}
-		return r
-	}, s)
-	for len(s) > n {
-		_, size := utf8.DecodeLastRuneInString(s)
-		s = s[:len(s)-size]
-	}
-	return s
 }

@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,10 +22,7 @@ type LabelRecord struct {
 }
 
 // Labels is the labels bucket of one mesh: key MESH.NODE, a LabelRecord.
-type Labels struct {
-	kv   jetstream.KeyValue
-	mesh string
-}
+type Labels struct{ meshBucket }
 
 // Labels is mesh's labels bucket.
 func (s *Store) Labels(ctx context.Context, mesh string) (*Labels, error) {
@@ -35,37 +30,18 @@ func (s *Store) Labels(ctx context.Context, mesh string) (*Labels, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Labels{kv: kv, mesh: mesh}, nil
-}
-
-// Each hands put every node's entry as it is now, for Decode.
-func (ls *Labels) Each(ctx context.Context, put func(jetstream.KeyValueEntry)) error {
-	return EachEntry(ctx, ls.kv, Key(ls.mesh, "*"), put)
+	return &Labels{meshBucket{kv, mesh}}, nil
 }
 
 // Decode reads a node's entry.
 func (ls *Labels) Decode(e jetstream.KeyValueEntry) (LabelRecord, error) {
-	var rec LabelRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return rec, fmt.Errorf("the labels %s: %w", e.Key(), err)
-	}
-	return rec, nil
+	return decodeJSON[LabelRecord](e, "the labels")
 }
 
 // Get is node's record and its revision; revision 0 when there is none.
 func (ls *Labels) Get(ctx context.Context, node string) (LabelRecord, uint64, error) {
-	var rec LabelRecord
-	e, err := ls.kv.Get(ctx, Key(ls.mesh, node))
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return rec, 0, nil
-	case err != nil:
-		return rec, 0, fmt.Errorf("read the labels of %s: %w", node, err)
-	}
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return rec, 0, fmt.Errorf("the labels of %s: %w", node, err)
-	}
-	return rec, e.Revision(), nil
+	rec, revision, _, err := getJSON[LabelRecord](ctx, ls.meshBucket, node, "the labels")
+	return rec, revision, err
 }
 
 // Exists says whether node has labels on record.
@@ -100,10 +76,7 @@ type ProfileRecord struct {
 // Profiles is the profiles bucket of one mesh: key MESH.NAME, a
 // ProfileRecord; a removed profile is a record saying so, so the history
 // keeps who removed it.
-type Profiles struct {
-	kv   jetstream.KeyValue
-	mesh string
-}
+type Profiles struct{ meshBucket }
 
 // Profiles is mesh's profiles bucket.
 func (s *Store) Profiles(ctx context.Context, mesh string) (*Profiles, error) {
@@ -111,22 +84,14 @@ func (s *Store) Profiles(ctx context.Context, mesh string) (*Profiles, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Profiles{kv: kv, mesh: mesh}, nil
-}
-
-// Each hands put every profile's entry as it is now, for Decode.
-func (ps *Profiles) Each(ctx context.Context, put func(jetstream.KeyValueEntry)) error {
-	return EachEntry(ctx, ps.kv, Key(ps.mesh, "*"), put)
+	return &Profiles{meshBucket{kv, mesh}}, nil
 }
 
 // Decode reads a profile's entry.
 func (ps *Profiles) Decode(e jetstream.KeyValueEntry) (ProfileRecord, error) {
-	var rec ProfileRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return rec, fmt.Errorf("the profile %s: %w", e.Key(), err)
-	}
+	rec, err := decodeJSON[ProfileRecord](e, "the profile")
 	rec.Revision = e.Revision()
-	return rec, nil
+	return rec, err
 }
 
 // History is every record of the profile called name the bucket keeps,

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -39,10 +38,7 @@ const MaxPresenceText = 128
 const maxPresenceRecord = 3*6*MaxPresenceText + 512
 
 // Presences is the presence bucket of one mesh: key MESH.NODE, a Presence.
-type Presences struct {
-	kv   jetstream.KeyValue
-	mesh string
-}
+type Presences struct{ meshBucket }
 
 // Presences is mesh's presence bucket.
 func (s *Store) Presences(ctx context.Context, mesh string) (*Presences, error) {
@@ -50,37 +46,21 @@ func (s *Store) Presences(ctx context.Context, mesh string) (*Presences, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Presences{kv: kv, mesh: mesh}, nil
-}
-
-// Each hands put every node's entry as it is now, for Decode.
-func (ps *Presences) Each(ctx context.Context, put func(jetstream.KeyValueEntry)) error {
-	return EachEntry(ctx, ps.kv, Key(ps.mesh, "*"), put)
+	return &Presences{meshBucket{kv, mesh}}, nil
 }
 
 // Decode reads a node's entry.
 func (ps *Presences) Decode(e jetstream.KeyValueEntry) (Presence, error) {
-	var p Presence
-	if err := json.Unmarshal(e.Value(), &p); err != nil {
-		return p, fmt.Errorf("%w: the presence %s: %v", ErrUndecodable, e.Key(), err)
-	}
-	return p, nil
+	return decodeJSON[Presence](e, "the presence")
 }
 
 // Get is node's record and its revision; nil and 0 when there is none.
 func (ps *Presences) Get(ctx context.Context, node string) (*Presence, uint64, error) {
-	e, err := ps.kv.Get(ctx, Key(ps.mesh, node))
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return nil, 0, nil
-	case err != nil:
-		return nil, 0, fmt.Errorf("read the presence of %s: %w", node, err)
+	p, revision, found, err := getJSON[Presence](ctx, ps.meshBucket, node, "the presence")
+	if !found || err != nil {
+		return nil, revision, err
 	}
-	p, err := ps.Decode(e)
-	if err != nil {
-		return nil, e.Revision(), err
-	}
-	return &p, e.Revision(), nil
+	return &p, revision, nil
 }
 
 // Record stores p as its node's presence unless it says nothing newer

@@ -16,6 +16,43 @@ import (
 // where NAME is a node, a profile, a rollout, or a token's id.
 func Key(mesh, name string) string { return mesh + "." + name }
 
+// meshBucket is one mesh's records in a bucket whose keys are Key(mesh,
+// NAME), each a JSON record: the labels, profiles and presence buckets.
+type meshBucket struct {
+	kv   jetstream.KeyValue
+	mesh string
+}
+
+// Each hands put every record of the mesh as it is now, for a Decode.
+func (b meshBucket) Each(ctx context.Context, put func(jetstream.KeyValueEntry)) error {
+	return EachEntry(ctx, b.kv, Key(b.mesh, "*"), put)
+}
+
+// decodeJSON reads an entry as a T; what names the record in the error
+// (ErrUndecodable) when it does not decode.
+func decodeJSON[T any](e jetstream.KeyValueEntry, what string) (T, error) {
+	var rec T
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return rec, fmt.Errorf("%w: %s %s: %v", ErrUndecodable, what, e.Key(), err)
+	}
+	return rec, nil
+}
+
+// getJSON reads name's record as a T, with its revision; found is false,
+// and the revision 0, when there is none. what names the record in
+// errors.
+func getJSON[T any](ctx context.Context, b meshBucket, name, what string) (rec T, revision uint64, found bool, err error) {
+	e, err := b.kv.Get(ctx, Key(b.mesh, name))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return rec, 0, false, nil
+	case err != nil:
+		return rec, 0, false, fmt.Errorf("read %s of %s: %w", what, name, err)
+	}
+	rec, err = decodeJSON[T](e, what)
+	return rec, e.Revision(), true, err
+}
+
 // RefusedKey is the key of node's TokensRefused in the tokens bucket (a
 // token's id is hex, so it is never "refused").
 func RefusedKey(mesh, node string) string { return mesh + ".refused." + node }
