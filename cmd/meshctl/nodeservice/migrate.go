@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,7 +55,7 @@ func (s *Service) migrateEvents(ctx context.Context, js jetstream.JetStream) err
 	}
 	// Purge the old copies only once every new one is there.
 	for _, subj := range moved {
-		if _, err := st.GetLastMsgForSubject(ctx, subj); err != nil {
+		if err := awaitStored(ctx, st, subj); err != nil {
 			return fmt.Errorf("the moved record %s: %w", subj, err)
 		}
 	}
@@ -108,6 +109,25 @@ func (s *Service) copyLegacyEvents(ctx context.Context, js jetstream.JetStream, 
 		return nil, err
 	}
 	return moved, nc.FlushTimeout(dialTimeout)
+}
+
+// awaitStored waits until the stream holds a message on subj. A flush
+// says the broker has a publication, not that the stream has stored it:
+// the stream takes it from a queue of its own a moment later.
+func awaitStored(ctx context.Context, st jetstream.Stream, subj string) error {
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		_, err := st.GetLastMsgForSubject(ctx, subj)
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // legacySeq is the sequence of a legacy events message: its header and its
