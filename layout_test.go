@@ -126,7 +126,7 @@ func TestDependencyDirection(t *testing.T) {
 	}
 	forbidden := func(path string) []string {
 		switch path {
-		case "cmd/meshctl/client", "cmd/meshctl/nodeservice", "cmd/meshctl/authority", "cmd/meshctl/broker", "cmd/meshctl/store", "cmd/meshctl/rollout", "cmd/internal/fanout", "cmd/internal/fleetview", hostSvc:
+		case "cmd/meshctl/client", "cmd/meshctl/nodeservice", "cmd/meshctl/web", "cmd/meshctl/authority", "cmd/meshctl/broker", "cmd/meshctl/store", "cmd/meshctl/rollout", "cmd/internal/fanout", "cmd/internal/fleetview", hostSvc:
 			return []string{kong, completion}
 		case "cmd/mesh-host/agent", "cmd/mesh-host/link", "cmd/mesh-host/localsock",
 			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment", "cmd/mesh-host/facts":

@@ -62,6 +62,7 @@ type cli struct {
 	Replay     replayCmd          `cmd:"" help:"Rebuild a node's state from its records in the events stream; --verify compares it with what the node reported."`
 	JournalCmd journalCmd         `cmd:"" name:"journal" help:"Show a node's journal as the events stream holds it."`
 	Release    releaseCmd         `cmd:"" help:"Deliver a host build to nodes: store it, serve it, and declare it as each node's next host version."`
+	Web        webCmd             `cmd:"" help:"The web view of meshctl serve --http-listen: web token prints an operator's token."`
 	Secret     secretCmd          `cmd:"" help:"Keep the values of secrets that declarations name (content: {secret: NAME}); each is sealed to its node when declared."`
 	Version    command.Version    `cmd:"" help:"Print this binary's version."`
 	Completion command.Completion `cmd:"" help:"Print the script that completes this command in a shell: eval \"$(meshctl completion bash)\"."`

@@ -43,8 +43,10 @@ type serveConfig struct {
 	// ReleasesListen is where to serve the releases directory over HTTP;
 	// "off": not at all.
 	ReleasesListen string
-	Log            *slog.Logger
-	Now            func() time.Time
+	// Web is the web view's; its Listen empty: none.
+	Web webConfig
+	Log *slog.Logger
+	Now func() time.Time
 }
 
 // serveMesh runs the control service of a: the embedded broker (without
@@ -106,6 +108,11 @@ func serveMesh(ctx context.Context, a *authority.Authority, cfg serveConfig) err
 		}
 	} else if err := a.SetReleasesURL(""); err != nil {
 		return fmt.Errorf("record the releases address: %w", err)
+	}
+	if cfg.Web.Listen != "" && cfg.Web.Listen != "off" {
+		if err := serveWeb(&g, a, cfg, nc, log); err != nil {
+			return fmt.Errorf("serve the web view: %w", err)
+		}
 	}
 	secrets, err := a.Secrets()
 	if err != nil {

@@ -25,6 +25,8 @@ type serveCmd struct {
 	LogLevel      slog.Level    `name:"log-level" default:"info" placeholder:"LEVEL" help:"Least level logged: debug, info, warn or error."`
 	// Releases are files nodes fetch, beside the broker rather than
 	// through it: an archive is larger than any message the link carries.
+	HTTPListen     string `name:"http-listen" default:"off" placeholder:"HOST:PORT" help:"Where to serve the read-only web view and the fleet's /metrics (\"off\": nowhere). A loopback address serves HTTP; any other serves TLS only, with a certificate from the mesh's CA. Every page asks for a token of meshctl web token."`
+	MetricsOpen    bool   `name:"metrics-open" help:"Serve /metrics of --http-listen without a token (a scraper on a trusted network); otherwise it asks for one as a bearer token."`
 	ReleasesListen string `name:"releases-listen" default:"127.0.0.1:4280" placeholder:"HOST:PORT" help:"Where to serve DATA/releases over HTTP for nodes to fetch host releases (port 0: any free port; \"off\": not at all)."`
 }
 
@@ -46,6 +48,7 @@ func (c *serveCmd) Run(e *env) error {
 		CredentialTTL:  c.CredentialTTL,
 		PingInterval:   c.PingInterval,
 		ReleasesListen: c.ReleasesListen,
+		Web:            webConfig{Listen: c.HTTPListen, MetricsOpen: c.MetricsOpen},
 		Log:            log,
 		Now:            time.Now,
 	}
