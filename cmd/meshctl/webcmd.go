@@ -10,7 +10,23 @@ import (
 
 // webCmd is the web view's side of the operator's tool: its tokens.
 type webCmd struct {
-	Token webTokenCmd `cmd:"" help:"Print a token of the web view for the operator (--operator, default USER@HOSTNAME): signed by the mesh, naming the operator, expiring."`
+	Token  webTokenCmd  `cmd:"" help:"Print a token of the web view for the operator (--operator, default USER@HOSTNAME): signed by the mesh, naming the operator, expiring."`
+	Revoke webRevokeCmd `cmd:"" help:"Refuse every web token issued until now, at once (a token that leaked); tokens made after it are accepted."`
+}
+
+type webRevokeCmd struct{}
+
+func (c *webRevokeCmd) Run(e *env) error {
+	a, err := e.authority()
+	if err != nil {
+		return err
+	}
+	now := e.now()
+	if err := a.RevokeWebTokens(now); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "every web token of mesh %s issued before %s is refused from now on\n", a.Mesh, now.UTC().Format(time.RFC3339))
+	return nil
 }
 
 type webTokenCmd struct {

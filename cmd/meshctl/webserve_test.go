@@ -81,6 +81,16 @@ func TestWebServedOnLoopbackOverHTTP(t *testing.T) {
 	if strings.Contains(log.String(), tok) {
 		t.Error("the service's log holds the token")
 	}
+	// A revocation holds at once for the running service.
+	if code, stdout, stderr := meshctl(t, "--data", data, "web", "revoke"); code != command.ExitOK || !strings.Contains(stdout, "every web token of mesh home issued before ") {
+		t.Fatalf("web revoke: exit %d %s%s", code, stdout, stderr)
+	}
+	if code, body := get(t, http.DefaultClient, url+"/api/nodes", tok); code != http.StatusUnauthorized || !strings.Contains(body, "revoked") {
+		t.Errorf("/api/nodes with a revoked token: %d %q", code, body)
+	}
+	if code, _ := get(t, http.DefaultClient, url+"/api/nodes", webToken(t, data)); code != http.StatusOK {
+		t.Errorf("/api/nodes with a token made after the revocation: %d", code)
+	}
 }
 
 // Off loopback the view speaks TLS only, with a certificate the mesh's

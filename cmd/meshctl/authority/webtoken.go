@@ -8,6 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 	"unicode"
@@ -20,6 +23,10 @@ import (
 // and so that it can be replaced (every web token with it) without
 // touching what nodes trust.
 const webSeedFile = "web.nk"
+
+// webNotBeforeFile holds the time before which no web token is accepted
+// (meshctl web revoke): a token that leaked is refused without a new key.
+const webNotBeforeFile = "web-not-before"
 
 // webTokenPrefix starts every web token: its format, and what it is for.
 const webTokenPrefix = "meshweb1."
@@ -68,7 +75,7 @@ func (a *Authority) IssueWebToken(operator string, now time.Time, ttl time.Durat
 	if _, err := rand.Read(id); err != nil {
 		return "", WebClaims{}, err
 	}
-	now = now.UTC().Truncate(time.Second)
+	now = now.UTC()
 	c := WebClaims{Mesh: a.Mesh, Operator: operator, Issued: now, Expires: now.Add(ttl), ID: hex.EncodeToString(id)}
 	body, err := json.Marshal(c)
 	if err != nil {
@@ -91,6 +98,9 @@ func (a *Authority) IssueWebToken(operator string, now time.Time, ttl time.Durat
 type WebVerifier struct {
 	mesh string
 	key  nkeys.KeyPair // its public half is what verifies
+	// notBefore is read from dir at each check, as a revocation made by
+	// another process (meshctl web revoke) must hold at once.
+	dir string
 }
 
 // WebVerifier returns the checker of this mesh's web tokens, making the
@@ -108,7 +118,7 @@ func (a *Authority) WebVerifier() (*WebVerifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &WebVerifier{mesh: a.Mesh, key: verify}, nil
+	return &WebVerifier{mesh: a.Mesh, key: verify, dir: a.Dir}, nil
 }
 
 // Verify checks tok (signed by this mesh's web key, for this mesh, issued
@@ -158,7 +168,32 @@ func (v *WebVerifier) Verify(tok string, now time.Time) (WebClaims, error) {
 	case !now.Before(c.Expires):
 		return bad("it expired at %s", c.Expires.Format(time.RFC3339))
 	}
+	nb, err := readWebNotBefore(v.dir)
+	if err != nil {
+		// Not knowing what was revoked refuses everything.
+		return bad("the revocation record does not read: %v", err)
+	}
+	if c.Issued.Before(nb) {
+		return bad("every web token issued before %s was revoked", nb.Format(time.RFC3339))
+	}
 	return c, nil
+}
+
+// RevokeWebTokens refuses, from now on, every web token issued before now.
+func (a *Authority) RevokeWebTokens(now time.Time) error {
+	return writeFile(filepath.Join(a.Dir, webNotBeforeFile), []byte(now.UTC().Format(time.RFC3339Nano)+"\n"))
+}
+
+// readWebNotBefore is the time of the latest revocation; zero for none.
+func readWebNotBefore(dir string) (time.Time, error) {
+	b, err := os.ReadFile(filepath.Join(dir, webNotBeforeFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
 }
 
 // validWebOperator: an operator's name is shown on every page and in the

@@ -116,3 +116,33 @@ func TestWebTokenRefusals(t *testing.T) {
 		}
 	}
 }
+
+func TestWebTokensRevoked(t *testing.T) {
+	a, _, err := Init(t.TempDir(), "home")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)
+	before, _, err := a.IssueWebToken("alice", now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := a.WebVerifier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RevokeWebTokens(now.Add(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	after, _, err := a.IssueWebToken("alice", now.Add(2*time.Millisecond), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The verifier made before the revocation (a running serve) sees it.
+	if _, err := v.Verify(before, now.Add(time.Minute)); !errors.Is(err, ErrBadWebToken) || !strings.Contains(err.Error(), "revoked") {
+		t.Errorf("a token issued before the revocation: %v", err)
+	}
+	if _, err := v.Verify(after, now.Add(time.Minute)); err != nil {
+		t.Errorf("a token issued after the revocation: %v", err)
+	}
+}
