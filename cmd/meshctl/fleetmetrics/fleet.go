@@ -122,7 +122,7 @@ func newFleetCollector(m *Metrics) *fleetCollector {
 			"1 for the state a rollout is in (running, paused, halted, done, aborted), 0 for the others; active is 1 for the mesh's active rollout.",
 			[]string{"rollout", "kind", "state", "active"}, nil),
 		rolloutWave: prometheus.NewDesc("mesh_rollout_current_wave",
-			"The wave a rollout is at (0 is the canaries); -1 when every node is done with.",
+			"The first wave of a rollout with a node not yet done with (0 is the canaries; a halted rollout names the wave it would go on with); -1 when every node is done with.",
 			[]string{"rollout"}, nil),
 		rolloutCreated: prometheus.NewDesc("mesh_rollout_created_timestamp_seconds",
 			"When a rollout was started, in seconds since the epoch.",
