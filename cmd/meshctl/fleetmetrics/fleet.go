@@ -255,7 +255,10 @@ func (f *fleetCollector) countNodes(s *snapshot, nodes []client.NodeStatus, now 
 			}
 		}
 		if slices.Contains(problemStates, n.State) {
-			if len(s.problems) < cfg.MaxProblemNodes {
+			// Every source names nodes by checked names but the
+			// credentials, whose records only the control plane writes;
+			// a label is checked all the same.
+			if len(s.problems) < cfg.MaxProblemNodes && linkproto.ValidName(n.Node) == nil {
 				s.problems = append(s.problems, problem{n.Node, n.State})
 			} else {
 				s.omitted++

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode"
@@ -123,6 +124,17 @@ func TestScrapesReuseTheSnapshot(t *testing.T) {
 	want(t, scrape(t, m.Registry()), 1, "mesh_nodes", "state=ok") // within MaxAge: the same read
 	clock = clock.Add(5 * time.Second)
 	want(t, scrape(t, m.Registry()), 2, "mesh_nodes", "state=ok")
+
+	// Scrapes at once share one read (run with -race).
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := m.Registry().Gather(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // The declarations the nodes journal are counted as the events stream
