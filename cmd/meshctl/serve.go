@@ -18,6 +18,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/broker"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/fleetmetrics"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
 )
 
@@ -47,6 +48,15 @@ type serveConfig struct {
 	Web webConfig
 	Log *slog.Logger
 	Now func() time.Time
+	// Started, when set, is handed what serveMesh made for the HTTP side
+	// to serve, before anything runs.
+	Started func(serveParts)
+}
+
+// serveParts are what serveMesh makes that the HTTP side serves.
+type serveParts struct {
+	// Metrics are the fleet's series (/metrics): its Registry.
+	Metrics *fleetmetrics.Metrics
 }
 
 // serveMesh runs the control service of a: the embedded broker (without
@@ -109,19 +119,33 @@ func serveMesh(ctx context.Context, a *authority.Authority, cfg serveConfig) err
 	} else if err := a.SetReleasesURL(""); err != nil {
 		return fmt.Errorf("record the releases address: %w", err)
 	}
-	if cfg.Web.Listen != "" && cfg.Web.Listen != "off" {
-		if err := serveWeb(&g, a, cfg, nc, log); err != nil {
-			return fmt.Errorf("serve the web view: %w", err)
-		}
-	}
 	secrets, err := a.Secrets()
 	if err != nil {
 		return err
 	}
+	parts := serveParts{
+		Metrics: fleetmetrics.New(fleetmetrics.Config{Conn: nc, Mesh: a.Mesh, Log: log, Now: cfg.Now}),
+	}
+	if cfg.Started != nil {
+		cfg.Started(parts)
+	}
+	if cfg.Web.Listen != "" && cfg.Web.Listen != "off" {
+		cfg.Web.Metrics = parts.Metrics.Handler(log)
+		if err := serveWeb(&g, a, cfg, nc, log); err != nil {
+			return fmt.Errorf("serve the web view: %w", err)
+		}
+	}
+	{ // The declarations the nodes journal, counted as the events stream stores them.
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error {
+			return parts.Metrics.Run(ctx)
+		}, func(error) { cancel() })
+	}
 	{ // Streams and bucket in place, then every node's hello answered.
 		ctx, cancel := context.WithCancel(ctx)
 		svc := &nodeservice.Service{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Log: log, EventsMaxAge: cfg.EventsMaxAge,
-			Issuer: &nodeservice.Accounts{A: a, Sys: sys, Now: cfg.Now}, CredentialTTL: cfg.CredentialTTL}
+			Issuer: &nodeservice.Accounts{A: a, Sys: sys, Now: cfg.Now}, CredentialTTL: cfg.CredentialTTL,
+			Enrolled: parts.Metrics.Enrolled}
 		g.Add(func() error {
 			return svc.Run(ctx)
 		}, func(error) { cancel() })
@@ -135,7 +159,8 @@ func serveMesh(ctx context.Context, a *authority.Authority, cfg serveConfig) err
 	}
 	{ // The rollouts: this service drives those whose lease it holds.
 		ctx, cancel := context.WithCancel(ctx)
-		d := &client.RolloutDriver{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Secrets: secrets, Log: log}
+		d := &client.RolloutDriver{Conn: nc, Mesh: a.Mesh, Key: a.DeclarationKey(), Secrets: secrets, Log: log,
+			Pushed: parts.Metrics.Pushed}
 		g.Add(func() error {
 			return d.Run(ctx)
 		}, func(error) { cancel() })

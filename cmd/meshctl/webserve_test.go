@@ -78,6 +78,15 @@ func TestWebServedOnLoopbackOverHTTP(t *testing.T) {
 	if code, body := get(t, http.DefaultClient, url+"/api/nodes", tok); code != http.StatusOK || !strings.HasPrefix(body, "[") {
 		t.Errorf("/api/nodes with a token: %d %q", code, body)
 	}
+	if code, _ := get(t, http.DefaultClient, url+"/metrics", ""); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without a token: %d", code)
+	}
+	basetest.Eventually(t, 10*time.Second, func() error {
+		if code, body := get(t, http.DefaultClient, url+"/metrics", tok); code != http.StatusOK || !strings.Contains(body, `mesh_nodes{state="ok"} 0`) || !strings.Contains(body, "# HELP mesh_enrolments_total") {
+			return fmt.Errorf("/metrics with a token: %d\n%s", code, body)
+		}
+		return nil
+	})
 	if strings.Contains(log.String(), tok) {
 		t.Error("the service's log holds the token")
 	}

@@ -51,6 +51,8 @@ type driver struct {
 
 	mu         sync.Mutex
 	heartbeats map[string]*linkproto.Heartbeat // latest by node
+
+	pushed func(outcome string) // RolloutDriver.Pushed; nil: not told
 }
 
 // RolloutDriver drives the mesh's rollouts on behalf of one control
@@ -75,6 +77,39 @@ type RolloutDriver struct {
 	// Holder names it in the rollouts it drives (default: the host name,
 	// the process id and a random tail).
 	Holder string
+	// Pushed, when set, is told the outcome of every push it makes
+	// (PushAccepted, PushRefused, PushUnanswered, PushFailed): what the
+	// control service's metrics count. It must not block.
+	Pushed func(outcome string)
+}
+
+// The outcomes of a push, as RolloutDriver.Pushed is told them.
+const (
+	// PushAccepted: the node acknowledged the declaration.
+	PushAccepted = "accepted"
+	// PushRefused: the node answered, refusing it (its reason is in its
+	// journal and the rollout's record).
+	PushRefused = "refused"
+	// PushUnanswered: no node answered in time (offline, or its link
+	// down): it is stored for the node's next hello.
+	PushUnanswered = "unanswered"
+	// PushFailed: the push itself failed, or the answer was not the
+	// node's ack of that revision.
+	PushFailed = "error"
+)
+
+// pushOutcome names the outcome of a push that pushStored answered with
+// ack and err.
+func pushOutcome(ack *linkproto.Ack, err error) string {
+	switch {
+	case errors.Is(err, ErrDeclarationRefused):
+		return PushRefused
+	case err != nil:
+		return PushFailed
+	case ack == nil:
+		return PushUnanswered
+	}
+	return PushAccepted
 }
 
 // Run drives the rollouts until ctx ends. A drive that fails (the broker
@@ -115,7 +150,7 @@ func (rd *RolloutDriver) drive(ctx context.Context, holder string) error {
 	if rd.Now != nil {
 		c.Now = rd.Now
 	}
-	d := &driver{c: c, holder: holder, log: rd.Log, heartbeats: map[string]*linkproto.Heartbeat{}}
+	d := &driver{c: c, holder: holder, log: rd.Log, heartbeats: map[string]*linkproto.Heartbeat{}, pushed: rd.Pushed}
 	// Every heartbeat of the mesh as it arrives: a wave's nodes are
 	// looked up here rather than asked of the stream one by one.
 	sub, err := rd.Conn.Subscribe(linkproto.AllHeartbeats(rd.Mesh), func(m *nats.Msg) {
@@ -344,6 +379,9 @@ func (d *driver) push(ctx context.Context, c *Client, r *rollout.Rollout, wave i
 	// --offline fail) rather than waited for.
 	pushAndSee := func(node string, push *linkproto.Declaration, o *outcome) {
 		ack, err := c.pushStored(node, push, 2*time.Second)
+		if d.pushed != nil {
+			d.pushed(pushOutcome(ack, err))
+		}
 		switch {
 		case err != nil:
 			o.step, o.err = rollout.StepFailed, err

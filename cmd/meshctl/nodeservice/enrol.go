@@ -54,6 +54,9 @@ func (s *Service) enrol(ctx context.Context, b *store.Handles, m *nats.Msg) {
 		},
 		answer: func(ctx context.Context, id string) (linkproto.Credential, error) {
 			node, answer, err := s.redeem(ctx, b, id, req)
+			if s.Enrolled != nil {
+				s.Enrolled(err == nil)
+			}
 			if err != nil {
 				s.Log.Warn("enrolment refused", "token", id, "node", node, "reason", err)
 				answer = linkproto.Credential{Node: node, Refused: err.Error()}

@@ -49,6 +49,10 @@ type Service struct {
 	// then on that an enrolment or a hello is answered, not met by "no
 	// responders".
 	Ready func()
+	// Enrolled, when set, is told the outcome of every enrolment token
+	// presented (redeemed, or refused): what the control service's
+	// metrics count. It must not block.
+	Enrolled func(accepted bool)
 	// RetryEvery is how long to wait after failing to set up the streams
 	// (the broker not reachable yet) before trying again; zero means 2 s.
 	RetryEvery time.Duration
