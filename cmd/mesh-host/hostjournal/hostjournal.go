@@ -40,6 +40,17 @@ func Open(path string) (*journal.Journal, error) {
 	})
 }
 
+// OpenAppended is Open, telling appended of every append committed, with
+// the records as stored (journal.Options.Appended): the service's metrics
+// count what it does as it journals it.
+func OpenAppended(path string, appended func([]event.Record)) (*journal.Journal, error) {
+	return journal.Open(path, journal.Options{
+		Fold: storedFold, Timeout: LockWait,
+		Documents: recordDocuments, Optional: planDocuments, StoredDocuments: storedDocuments, Expand: expand,
+		Appended: appended,
+	})
+}
+
 // OpenReadOnly opens the journal to read it, beside other readers.
 func OpenReadOnly(path string) (*journal.Journal, error) {
 	return journal.Open(path, journal.Options{ReadOnly: true, Timeout: LockWait, Documents: recordDocuments, Expand: expand})
