@@ -34,10 +34,7 @@ const LockWait = 3 * time.Second
 // Open opens the journal for writing, with the projection folded in
 // every append, waiting up to LockWait for another process to let go.
 func Open(path string) (*journal.Journal, error) {
-	return journal.Open(path, journal.Options{
-		Fold: storedFold, Timeout: LockWait,
-		Documents: recordDocuments, Optional: planDocuments, StoredDocuments: storedDocuments, Expand: expand,
-	})
+	return OpenAppended(path, nil)
 }
 
 // OpenAppended is Open, telling appended of every append committed, with
