@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -231,4 +232,92 @@ func TestServeMetricsAddressInUse(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "journal.db")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a journal was made by a refused start (%v)", err)
 	}
+}
+
+// procStatus is a process's VmRSS and VmHWM (peak resident), in KiB.
+func procStatus(tb testing.TB, pid int) (rss, hwm float64) {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var v float64
+		if _, err := fmt.Sscanf(line, "VmRSS: %g kB", &v); err == nil {
+			rss = v
+		}
+		if _, err := fmt.Sscanf(line, "VmHWM: %g kB", &v); err == nil {
+			hwm = v
+		}
+	}
+	if rss == 0 || hwm == 0 {
+		tb.Fatalf("no VmRSS or VmHWM in /proc/%d/status", pid)
+	}
+	return rss, hwm
+}
+
+// metricsRSS runs a real serve on a fresh sandbox, with metrics on addr
+// (off when empty): a declaration of files applied through it, then
+// checks that each repair a drift, a scrape after every reconcile when
+// metrics are on. It returns the service's VmRSS and VmHWM after.
+func metricsRSS(b *testing.B, bin string, files, checks int, on bool) (rss, hwm float64) {
+	b.Helper()
+	root, state := sandbox(b)
+	decl := filepath.Join(b.TempDir(), "decl.yaml")
+	writeFilesDeclaration(b, decl, files)
+	global := []string{"--root", root, "--state-dir", state}
+	addr := ""
+	if on {
+		addr = freeAddr(b)
+	}
+	s := startMetricsServe(b, bin, global, state, addr)
+	mesh := func(args ...string) {
+		b.Helper()
+		if out, err := exec.Command(bin, append(global, args...)...).CombinedOutput(); err != nil {
+			b.Fatalf("mesh-host %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	scraped := func() {
+		if on {
+			scrape(b, s.url)
+		}
+	}
+	scraped()
+	mesh("apply", decl)
+	scraped()
+	for i := range checks {
+		if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("etc/app/f%05d.conf", i)), []byte("by hand\n"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		mesh("check")
+		scraped()
+	}
+	rss, hwm = procStatus(b, s.cmd.Process.Pid)
+	s.stop(b)
+	return rss, hwm
+}
+
+// BenchmarkServeMetricsRSS: the resident memory of a real `mesh-host
+// serve` with --metrics-listen against without, after it applied a
+// declaration of 3,000 files and repaired drift in 5 checks, scraped after
+// every reconcile. Target: at most 1 MiB more. Figures in KiB.
+func BenchmarkServeMetricsRSS(b *testing.B) {
+	bin := binary(b)
+	const files, checks = 3000, 5
+	var offRSS, offHWM, onRSS, onHWM float64
+	n := 0
+	for b.Loop() {
+		r, h := metricsRSS(b, bin, files, checks, false)
+		offRSS, offHWM = offRSS+r, offHWM+h
+		r, h = metricsRSS(b, bin, files, checks, true)
+		onRSS, onHWM = onRSS+r, onHWM+h
+		n++
+	}
+	f := float64(n)
+	b.ReportMetric(offRSS/f, "off-rss-KiB")
+	b.ReportMetric(onRSS/f, "on-rss-KiB")
+	b.ReportMetric((onRSS-offRSS)/f, "more-rss-KiB")
+	b.ReportMetric(offHWM/f, "off-hwm-KiB")
+	b.ReportMetric(onHWM/f, "on-hwm-KiB")
+	b.ReportMetric((onHWM-offHWM)/f, "more-hwm-KiB")
 }

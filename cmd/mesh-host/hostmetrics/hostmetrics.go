@@ -204,7 +204,7 @@ func (m *Metrics) Attach(j *journal.Journal) error {
 	var last *projector.Reconcile
 	drifted := make(map[string]struct{})
 	err := j.Projection(func(v journal.View, _ uint64) error {
-		s, err := projector.LoadCore(v)
+		s, err := projector.LoadSummary(v)
 		if err != nil {
 			return err
 		}
@@ -320,6 +320,9 @@ func (m *Metrics) Handler() http.Handler {
 		MaxRequestsInFlight: 2,
 		Timeout:             scrapeTimeout,
 		ErrorHandling:       promhttp.HTTPErrorOnError,
+		// A scrape is a few kilobytes: a compressor's buffers would be
+		// most of what the metrics cost the host's memory.
+		DisableCompression: true,
 	})
 }
 

@@ -128,7 +128,8 @@ func readCounts(j *journal.Journal) (storedCounts, uint64, error) {
 	var head uint64
 	err := j.Projection(func(v journal.View, at uint64) error {
 		head = at
-		s, err := projector.LoadCore(v)
+		// Not LoadCore: that decodes a line for every resource declared.
+		s, err := projector.LoadSummary(v)
 		if err != nil {
 			return err
 		}
