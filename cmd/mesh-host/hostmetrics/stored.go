@@ -8,7 +8,6 @@ import (
 
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/journal"
-	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/projector"
 )
 
@@ -143,17 +142,15 @@ func readCounts(j *journal.Journal) (storedCounts, uint64, error) {
 		if s.LastGood != nil {
 			n.lastGood = s.LastGood.Revision
 		}
-		return projector.EachOwned(v, func(_ string, o projector.Owned) error {
-			n.owned++
-			if o.Drifted {
-				n.drifted++
-			}
-			// As the heartbeat counts it (linkproto.HeartbeatOf).
-			if o.LastOutcome == event.ActionFailed {
-				n.failing++
-			}
-			return nil
-		})
+		// Counted in place, nothing copied: a scrape after each reconcile
+		// of a large host must not leave a copy of its owned set behind.
+		owned, err := projector.CountOwned(v)
+		if err != nil {
+			return err
+		}
+		// Failed as the heartbeat counts them (linkproto.HeartbeatOf).
+		n.owned, n.drifted, n.failing = owned.Owned, owned.Drifted, n.failing+owned.Failed
+		return nil
 	})
 	if err != nil {
 		return n, 0, hostjournal.AsDamage(j, err)
