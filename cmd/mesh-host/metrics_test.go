@@ -234,33 +234,36 @@ func TestServeMetricsAddressInUse(t *testing.T) {
 	}
 }
 
-// procStatus is a process's VmRSS and VmHWM (peak resident), in KiB.
-func procStatus(tb testing.TB, pid int) (rss, hwm float64) {
+// memStatus is a process's resident memory from /proc/PID/status, in
+// KiB: VmRSS, VmHWM (its peak), and of VmRSS the anonymous part (heap,
+// stacks) and the part mapped from files (the binary's pages).
+type memStatus struct{ rss, hwm, anon, file float64 }
+
+func procStatus(tb testing.TB, pid int) memStatus {
 	tb.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		tb.Fatal(err)
 	}
+	var m memStatus
 	for _, line := range strings.Split(string(b), "\n") {
-		var v float64
-		if _, err := fmt.Sscanf(line, "VmRSS: %g kB", &v); err == nil {
-			rss = v
-		}
-		if _, err := fmt.Sscanf(line, "VmHWM: %g kB", &v); err == nil {
-			hwm = v
+		for name, v := range map[string]*float64{"VmRSS": &m.rss, "VmHWM": &m.hwm, "RssAnon": &m.anon, "RssFile": &m.file} {
+			if _, err := fmt.Sscanf(line, name+": %g kB", v); err == nil {
+				break
+			}
 		}
 	}
-	if rss == 0 || hwm == 0 {
+	if m.rss == 0 || m.hwm == 0 {
 		tb.Fatalf("no VmRSS or VmHWM in /proc/%d/status", pid)
 	}
-	return rss, hwm
+	return m
 }
 
 // metricsRSS runs a real serve on a fresh sandbox, with metrics on addr
 // (off when empty): a declaration of files applied through it, then
 // checks that each repair a drift, a scrape after every reconcile when
-// metrics are on. It returns the service's VmRSS and VmHWM after.
-func metricsRSS(b *testing.B, bin string, files, checks int, on bool) (rss, hwm float64) {
+// metrics are on. It returns the service's memory after.
+func metricsRSS(b *testing.B, bin string, files, checks int, on bool) memStatus {
 	b.Helper()
 	root, state := sandbox(b)
 	decl := filepath.Join(b.TempDir(), "decl.yaml")
@@ -292,9 +295,9 @@ func metricsRSS(b *testing.B, bin string, files, checks int, on bool) (rss, hwm 
 		mesh("check")
 		scraped()
 	}
-	rss, hwm = procStatus(b, s.cmd.Process.Pid)
+	m := procStatus(b, s.cmd.Process.Pid)
 	s.stop(b)
-	return rss, hwm
+	return m
 }
 
 // BenchmarkServeMetricsRSS: the resident memory of a real `mesh-host
@@ -304,20 +307,22 @@ func metricsRSS(b *testing.B, bin string, files, checks int, on bool) (rss, hwm 
 func BenchmarkServeMetricsRSS(b *testing.B) {
 	bin := binary(b)
 	const files, checks = 3000, 5
-	var offRSS, offHWM, onRSS, onHWM float64
+	var off, on memStatus
 	n := 0
 	for b.Loop() {
-		r, h := metricsRSS(b, bin, files, checks, false)
-		offRSS, offHWM = offRSS+r, offHWM+h
-		r, h = metricsRSS(b, bin, files, checks, true)
-		onRSS, onHWM = onRSS+r, onHWM+h
+		m := metricsRSS(b, bin, files, checks, false)
+		off = memStatus{off.rss + m.rss, off.hwm + m.hwm, off.anon + m.anon, off.file + m.file}
+		m = metricsRSS(b, bin, files, checks, true)
+		on = memStatus{on.rss + m.rss, on.hwm + m.hwm, on.anon + m.anon, on.file + m.file}
 		n++
 	}
 	f := float64(n)
-	b.ReportMetric(offRSS/f, "off-rss-KiB")
-	b.ReportMetric(onRSS/f, "on-rss-KiB")
-	b.ReportMetric((onRSS-offRSS)/f, "more-rss-KiB")
-	b.ReportMetric(offHWM/f, "off-hwm-KiB")
-	b.ReportMetric(onHWM/f, "on-hwm-KiB")
-	b.ReportMetric((onHWM-offHWM)/f, "more-hwm-KiB")
+	b.ReportMetric(off.rss/f, "off-rss-KiB")
+	b.ReportMetric(on.rss/f, "on-rss-KiB")
+	b.ReportMetric((on.rss-off.rss)/f, "more-rss-KiB")
+	b.ReportMetric(off.hwm/f, "off-hwm-KiB")
+	b.ReportMetric(on.hwm/f, "on-hwm-KiB")
+	b.ReportMetric((on.hwm-off.hwm)/f, "more-hwm-KiB")
+	b.ReportMetric((on.anon-off.anon)/f, "more-anon-KiB")
+	b.ReportMetric((on.file-off.file)/f, "more-file-KiB")
 }
