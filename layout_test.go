@@ -129,7 +129,7 @@ func TestDependencyDirection(t *testing.T) {
 		case "cmd/meshctl/client", "cmd/meshctl/nodeservice", "cmd/meshctl/web", "cmd/meshctl/authority", "cmd/meshctl/broker", "cmd/meshctl/store", "cmd/meshctl/rollout", "cmd/internal/fanout", "cmd/internal/fleetview", hostSvc:
 			return []string{kong, completion}
 		case "cmd/mesh-host/agent", "cmd/mesh-host/link", "cmd/mesh-host/localsock",
-			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment", "cmd/mesh-host/facts":
+			"cmd/mesh-host/hostjournal", "cmd/mesh-host/enrolment", "cmd/mesh-host/facts", "cmd/mesh-host/hostmetrics":
 			return []string{hostSvc, kong, completion}
 		}
 		return nil

@@ -30,8 +30,19 @@ func (j *Journal) Append(recs ...event.Record) ([]event.Record, error) {
 }
 
 // append is Append, storing docs (see AppendDocuments) in the same
-// transaction.
+// transaction, and then telling Options.Appended of the records stored:
+// after the commit and after the lock, so that what it does never holds up
+// a compaction.
 func (j *Journal) append(docs [][]byte, recs []event.Record) ([]event.Record, error) {
+	out, err := j.commit(docs, recs)
+	if err == nil && len(out) > 0 && j.opts.Appended != nil {
+		j.opts.Appended(out)
+	}
+	return out, err
+}
+
+// commit stores recs and docs in one transaction.
+func (j *Journal) commit(docs [][]byte, recs []event.Record) ([]event.Record, error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}

@@ -130,6 +130,14 @@ type Options struct {
 	// it puts nothing back. A document it asks for that is not there is
 	// damage.
 	Expand func(r event.Record, document func(Sum) ([]byte, error)) (event.Record, error)
+	// Appended, when set, is told of every append once it has committed,
+	// with the records as stored (numbered and stamped, documents not put
+	// back), in the order they were stored: what counts the host's own
+	// doings as they happen, rather than reading them back. It is called
+	// outside the journal's locks, but on the appender's goroutine, so it
+	// must be quick; it must neither keep nor change recs, and must not
+	// append. Appends from several goroutines may call it concurrently.
+	Appended func(recs []event.Record)
 }
 
 // Journal is an open journal file. Its methods are safe for concurrent use.

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -1155,5 +1156,47 @@ func TestOpenSystemErrorIsNotCorrupt(t *testing.T) {
 	_, err := journal.Open(path, journal.Options{})
 	if err == nil || errors.Is(err, journal.ErrCorrupt) || !strings.Contains(err.Error(), "open journal "+path) {
 		t.Errorf("got %v, want a plain open error naming %s", err, path)
+	}
+}
+
+// TestAppendedHook: Options.Appended is told of every committed append,
+// documents or not, with the records as stored, and of nothing that was
+// not stored.
+func TestAppendedHook(t *testing.T) {
+	fail := false
+	fold := func(prev []byte, recs []event.Record) ([]byte, error) {
+		if fail {
+			return nil, errors.New("projection is broken")
+		}
+		return blobFold(prev, recs)
+	}
+	var told [][]event.Record
+	j, _ := newJournal(t, journal.Options{Fold: foldInto(fold), Appended: func(recs []event.Record) {
+		told = append(told, slices.Clone(recs))
+	}})
+	first := mustAppend(t, j, rec(event.LinkUp, 0, "", ""), rec(event.DriftObserved, 0, "file:/etc/x", `{"differs":["mode"]}`))
+	second, err := j.AppendDocuments([][]byte{[]byte("doc")}, rec(event.ResourceApplied, 0, "file:/etc/x", `{"action":"updated"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail = true
+	if _, err := j.Append(rec(event.LinkDown, 0, "", "")); err == nil {
+		t.Fatal("an append the fold refused was stored")
+	}
+	if _, err := j.Append(rec("", 0, "", "")); err == nil {
+		t.Fatal("an invalid record was stored")
+	}
+	if len(told) != 2 {
+		t.Fatalf("told of %d appends, want 2 (the two committed)", len(told))
+	}
+	for i, want := range [][]event.Record{first, second} {
+		if len(told[i]) != len(want) {
+			t.Fatalf("append %d: told of %d records, want %d", i+1, len(told[i]), len(want))
+		}
+		for k := range want {
+			if !sameRecord(told[i][k], want[k]) {
+				t.Errorf("append %d record %d: told %+v, want %+v", i+1, k, told[i][k], want[k])
+			}
+		}
 	}
 }

@@ -45,41 +45,60 @@ func encodeOwned(o Owned) []byte {
 
 func decodeOwned(b []byte) (Owned, error) {
 	var o Owned
+	p, err := parseOwned(b)
+	if err != nil {
+		return o, err
+	}
+	o.Seq, o.GoodRevision, o.Drifted = p.seq, p.good, p.drifted
+	o.SpecDigest, o.LastOutcome, o.Error = string(p.fields[0]), event.Action(p.fields[1]), string(p.fields[2])
+	return o, nil
+}
+
+// parsedOwned is a stored owned entry as parseOwned reads it, its strings
+// still the stored bytes: spec digest, last outcome, error.
+type parsedOwned struct {
+	seq, good uint64
+	drifted   bool
+	fields    [3][]byte
+}
+
+// parseOwned reads and checks the form of a stored owned entry, copying
+// nothing.
+func parseOwned(b []byte) (parsedOwned, error) {
+	var p parsedOwned
 	if len(b) < 2 || b[0] != ownedFormat && b[0] != ownedFormat1 {
-		return o, errOwned
+		return p, errOwned
 	}
 	format := b[0]
 	b = b[1:]
 	seq, n := binary.Uvarint(b)
 	if n <= 0 || n >= len(b) {
-		return o, errOwned
+		return p, errOwned
 	}
-	o.Seq, b = seq, b[n:]
+	p.seq, b = seq, b[n:]
 	if format == ownedFormat {
 		good, n := binary.Uvarint(b)
 		if n <= 0 || n >= len(b) {
-			return o, errOwned
+			return p, errOwned
 		}
-		o.GoodRevision, b = good, b[n:]
+		p.good, b = good, b[n:]
 	}
 	if b[0]&^1 != 0 {
-		return o, errOwned
+		return p, errOwned
 	}
-	o.Drifted, b = b[0]&1 != 0, b[1:]
-	var fields [3]string
-	for i := range fields {
+	p.drifted, b = b[0]&1 != 0, b[1:]
+	for i := range p.fields {
 		l, n := binary.Uvarint(b)
 		if n <= 0 || uint64(len(b)-n) < l {
-			return o, errOwned
+			return p, errOwned
 		}
-		fields[i], b = string(b[n:n+int(l)]), b[n+int(l):]
-		if !utf8.ValidString(fields[i]) {
-			return o, errOwned
+		p.fields[i], b = b[n:n+int(l)], b[n+int(l):]
+		if !utf8.Valid(p.fields[i]) {
+			return p, errOwned
 		}
 	}
 	if len(b) != 0 {
-		return o, errOwned
+		return p, errOwned
 	}
-	o.SpecDigest, o.LastOutcome, o.Error = fields[0], event.Action(fields[1]), fields[2]
-	return o, nil
+	return p, nil
 }

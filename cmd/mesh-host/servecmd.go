@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"slices"
 	"time"
@@ -36,6 +37,7 @@ type serveCmd struct {
 	HeartbeatInterval time.Duration `name:"heartbeat-interval" default:"60s" help:"How often to report to the control plane while idle (when enrolled)."`
 	PingInterval      time.Duration `name:"ping-interval" default:"20s" help:"How often to ask the broker whether it still answers; when two go unanswered, the next tick ends the link and it reconnects (40-60 s at the default). (A dead network path nothing answers on is noticed by TCP keepalives in about 30 s whatever this is.)"`
 	ScrubInterval     time.Duration `name:"scrub-interval" default:"24h" help:"How often to re-read the whole journal for damage (journaled as journal.scrubbed; damage stops the service)."`
+	MetricsListen     string        `name:"metrics-listen" placeholder:"ADDR" help:"Serve the host's Prometheus series on http://ADDR/metrics (e.g. 127.0.0.1:9464); off when not given. Plain HTTP: bind it to loopback or a private address (the series carry no secrets)."`
 }
 
 func (c *serveCmd) Run(e *env) error {
@@ -49,6 +51,17 @@ func (c *serveCmd) Run(e *env) error {
 	tuning.HostService()
 	if !filepath.IsAbs(e.cli.Versions) {
 		return command.Refused("--versions %s: a path under --root must be absolute", e.cli.Versions)
+	}
+	// Opened here, before anything starts: an address in use is a
+	// refusal, not a service that runs without the metrics it was asked
+	// for.
+	var metricsListener net.Listener
+	if c.MetricsListen != "" {
+		ln, err := net.Listen("tcp", c.MetricsListen)
+		if err != nil {
+			return command.Refused("--metrics-listen %s: %v", c.MetricsListen, err)
+		}
+		metricsListener = ln
 	}
 	err := service.Run(e.ctx, service.Config{
 		Build:             version,
@@ -65,6 +78,7 @@ func (c *serveCmd) Run(e *env) error {
 		HeartbeatInterval: c.HeartbeatInterval,
 		PingInterval:      c.PingInterval,
 		ScrubInterval:     c.ScrubInterval,
+		MetricsListener:   metricsListener,
 		Log:               log,
 		// The CLI's questions, answered from the journal the service holds.
 		Handler: func(ctx context.Context, args []string, stdout, stderr io.Writer, held *service.Held) int {

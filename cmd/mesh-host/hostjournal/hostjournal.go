@@ -34,9 +34,17 @@ const LockWait = 3 * time.Second
 // Open opens the journal for writing, with the projection folded in
 // every append, waiting up to LockWait for another process to let go.
 func Open(path string) (*journal.Journal, error) {
+	return OpenAppended(path, nil)
+}
+
+// OpenAppended is Open, telling appended of every append committed, with
+// the records as stored (journal.Options.Appended): the service's metrics
+// count what it does as it journals it.
+func OpenAppended(path string, appended func([]event.Record)) (*journal.Journal, error) {
 	return journal.Open(path, journal.Options{
 		Fold: storedFold, Timeout: LockWait,
 		Documents: recordDocuments, Optional: planDocuments, StoredDocuments: storedDocuments, Expand: expand,
+		Appended: appended,
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/enrolment"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
+	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostmetrics"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/link"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/localsock"
 	"github.com/mesh-host/mesh-host/declaration"
@@ -98,6 +100,11 @@ type Config struct {
 	// runs, its bus went away) is logged and Watch is tried again a
 	// while later: the drift timer is the floor.
 	Watch func(ctx context.Context, j *journal.Journal, drifted func()) error
+	// MetricsListener, when set, is where the host's Prometheus series
+	// (package hostmetrics) are served on /metrics, opened by the caller
+	// so that an address in use is refused before anything starts. The
+	// service closes it. Nil serves none and counts nothing.
+	MetricsListener net.Listener
 	// ReturnHeap, when set, returns the process's freed heap to the
 	// system after each reconcile and a client's command: the process's
 	// one returner, which paces returns when many services share it. Nil
@@ -125,6 +132,9 @@ type Config struct {
 // newer one.
 func Run(ctx context.Context, c Config) error {
 	log := c.Log
+	if c.MetricsListener != nil {
+		defer c.MetricsListener.Close() // on a refusal, as on a stop
+	}
 	// Which executable this is, before anything could replace it.
 	hv := resolveVersion(c.Build, c.Root, c.Versions, c.StateDir, log)
 	enrolled, creds, linked, err := enrolment.Load(c.StateDir)
@@ -141,7 +151,14 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
-	j, err := hostjournal.Open(c.JournalPath)
+	// Without metrics the journal is opened as ever: no hook to call.
+	var metrics *hostmetrics.Metrics
+	open := hostjournal.Open
+	if c.MetricsListener != nil {
+		metrics = hostmetrics.New(hostmetrics.Build{Version: hv.name(), Label: c.Build})
+		open = func(path string) (*journal.Journal, error) { return hostjournal.OpenAppended(path, metrics.Appended) }
+	}
+	j, err := open(c.JournalPath)
 	if err != nil {
 		return err
 	}
@@ -149,6 +166,11 @@ func Run(ctx context.Context, c Config) error {
 	if err := hostjournal.Verify(j); err != nil {
 		log.Error("the journal is damaged; not starting", "err", err)
 		return err
+	}
+	if metrics != nil {
+		if err := metrics.Attach(j); err != nil {
+			return err
+		}
 	}
 	started, err := j.Append(append([]event.Record{event.New(event.HostStarted, 0, "", hv.startedPayload())}, tightened...)...)
 	if err != nil {
@@ -287,6 +309,15 @@ func Run(ctx context.Context, c Config) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error {
 			return scrubLoop(ctx, j, c.ScrubInterval, &maintenance, log)
+		}, func(error) { cancel() })
+	}
+	if metrics != nil { // The host's series, for Prometheus to scrape.
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error {
+			if err := metrics.Serve(ctx, c.MetricsListener); err != nil {
+				return fmt.Errorf("serve metrics on %s: %w", c.MetricsListener.Addr(), err)
+			}
+			return nil
 		}, func(error) { cancel() })
 	}
 	{ // ctx ends (SIGINT, SIGTERM); then the group stops.
