@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 
@@ -90,7 +91,7 @@ func (s *Server) rolloutView(w http.ResponseWriter, r *http.Request) (rolloutVie
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return rolloutView{}, false
 	}
-	v := rolloutView{Rollout: ro, Summary: ro.Summary(), SinceHalt: s.cfg.Client.SinceHalt(r.Context(), ro), Live: "/api/rollouts/" + ro.ID}
+	v := rolloutView{Rollout: ro, Summary: ro.Summary(), SinceHalt: s.cfg.Client.SinceHalt(r.Context(), ro), Live: "/api/rollouts/" + url.PathEscape(ro.ID)}
 	if v.SinceHalt == nil {
 		v.SinceHalt = []string{}
 	}
