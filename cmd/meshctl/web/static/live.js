@@ -21,7 +21,7 @@
 
   function setStep(el, step) {
     // The step is the rollout's word; as a class it is one of a few.
-    el.className = el.className.replace(/\bstep-[a-z]+\b/g, "").trim() + " step-" + step.replace(/[^a-z]/g, "");
+    el.className = "step-state step-" + String(step).replace(/[^a-z]/g, "");
   }
 
   function update(v) {
