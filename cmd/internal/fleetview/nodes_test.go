@@ -102,3 +102,19 @@ func TestNodeColumns(t *testing.T) {
 		t.Errorf("an unknown column: got %v, want it refused naming the columns", err)
 	}
 }
+
+// TestNodeCellIsTheTablesCell: the web view's cells are the table's, in
+// its words.
+func TestNodeCellIsTheTablesCell(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	n := client.NodeStatus{Node: "web-1", State: client.StateFailed, Reason: "1 failed", Desired: 3, Labels: labels.Set{"role": "web"},
+		Heartbeat: &linkproto.Heartbeat{Protocol: linkproto.ProtocolVersion, Node: "web-1", Applied: 3, Failed: 1, Drifted: 2, Sent: now.Add(-90 * time.Second), Build: "next", Version: "next"}}
+	for name, want := range map[string]string{
+		"node": "web-1", "desired": "3", "applied": "3", "failed": "1", "drifted": "2", "last-heard": "1m30s ago",
+		"version": "next", "labels": "role=web", "state": "failed: 1 failed", "no-such-column": "",
+	} {
+		if got := NodeCell(name, n, now); got != want {
+			t.Errorf("NodeCell(%q) = %q, want %q", name, got, want)
+		}
+	}
+}

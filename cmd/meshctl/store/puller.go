@@ -52,6 +52,10 @@ func NewPuller(ctx context.Context, stream jetstream.Stream, cfg jetstream.Consu
 // pending is how many messages the consumer had to deliver when made.
 func (p *Puller) pending() uint64 { return p.cons.CachedInfo().NumPending }
 
+// Pending is how many messages the consumer had to deliver when made: a
+// reader bounded by a count can tell, before reading, that there are more.
+func (p *Puller) Pending() uint64 { return p.pending() }
+
 // Close deletes the consumer.
 func (p *Puller) Close(ctx context.Context) {
 	_ = p.stream.DeleteConsumer(context.WithoutCancel(ctx), p.cons.CachedInfo().Name)
