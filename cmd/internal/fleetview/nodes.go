@@ -154,6 +154,17 @@ func ParseNodeColumns(list string) ([]string, error) {
 	return out, nil
 }
 
+// NodeCell is node n's value in the column called name (NodeColumns), as
+// the table shows it: what the web view's table shows too, in the same
+// words. An unknown column is "".
+func NodeCell(name string, n client.NodeStatus, now time.Time) string {
+	i := slices.IndexFunc(nodeColumns, func(c nodeColumn) bool { return c.name == name })
+	if i < 0 {
+		return ""
+	}
+	return nodeColumns[i].value(n, now)
+}
+
 // PrintNodeTable prints nodes as a table of columns (NodeColumns names),
 // in that order, then the summary line when there is more than one node.
 // Ages are measured from now.

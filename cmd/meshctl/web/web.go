@@ -70,6 +70,7 @@ func New(cfg Config) (*Server, error) {
 	// Open: what a probe or the login page needs.
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	s.mux.HandleFunc("GET /favicon.ico", s.favicon)
 	s.mux.HandleFunc("GET /login", s.loginPage)
 	s.mux.HandleFunc("POST /login", s.login)
 	s.mux.HandleFunc("POST /logout", s.logout)
@@ -104,6 +105,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // contentSecurityPolicy: nothing inline, nothing from elsewhere; a page
 // may only fetch its own JSON and submit its own forms.
 const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// favicon is the view's icon where a browser asks for it by default, so
+// that no page's console shows a 404 for it.
+func (s *Server) favicon(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "max-age=86400")
+	http.ServeFileFS(w, r, staticFiles, "static/favicon.svg")
+}
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
