@@ -580,7 +580,11 @@ func (tb *tab) screenshot(name string) {
 	path := filepath.Join(tb.t.ArtifactDir(), name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		tb.t.Error(err)
+		return
 	}
+	// The directory's name is go test's choice (random, under
+	// -artifacts): say where, for whoever looks at a failure.
+	tb.t.Logf("screenshot: %s", path)
 }
 
 // evalIn evaluates the JavaScript expression expr in tab's page.
