@@ -163,8 +163,13 @@ func TestWeb(t *testing.T) {
 	t.Run("NodeFailing", func(t *testing.T) {
 		tab := openTab(t, browser)
 		id := "file:" + dbFailing
-		tab.load(w.Control.WebURL()+"/nodes/db-1", "db-1's page names its failing resource",
-			fmt.Sprintf(`Array.from(document.querySelectorAll('section#failing li.failing .resource')).some(e => e.textContent.includes(%q))`, id))
+		// The failure comes with the heartbeat, the history with the
+		// events stream, which may follow it by a moment: the page is
+		// ready once it has both, and replay --verify could be checked.
+		tab.load(w.Control.WebURL()+"/nodes/db-1", "db-1's page names its failing resource, in its failures and its history",
+			fmt.Sprintf(`Array.from(document.querySelectorAll('section#failing li.failing .resource')).some(e => e.textContent.includes(%[1]q)) &&
+				Array.from(document.querySelectorAll('section#history li.record .resource')).some(e => e.textContent.includes(%[1]q)) &&
+				/^(holds|differs)/.test((document.querySelector('#verify') || {}).textContent?.trim())`, id))
 		tab.screenshot("node-db-1")
 		if got := evalIn[string](t, tab, jsText("h1")); !strings.Contains(got, "db-1") {
 			t.Errorf("db-1's page is headed %q", got)
@@ -539,7 +544,7 @@ func (tb *tab) load(url, what, ready string) {
 		case err != nil:
 			return fmt.Errorf("%s: %w", url, err)
 		case !ok:
-			return fmt.Errorf("%s shows %.300q", url, tb.bodyText())
+			return fmt.Errorf("%s shows %.2000q", url, tb.bodyText())
 		}
 		return nil
 	})
@@ -557,7 +562,7 @@ func (tb *tab) poll(what, cond string) {
 		case err != nil:
 			return err
 		case !ok:
-			return fmt.Errorf("the page shows %.300q", tb.bodyText())
+			return fmt.Errorf("the page shows %.2000q", tb.bodyText())
 		}
 		return nil
 	})
