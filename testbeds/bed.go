@@ -234,7 +234,31 @@ type Control struct {
 	// NATS are the brokers of a cluster it serves on (serve --nats);
 	// none: it embeds one, listening on Listen.
 	NATS []string
-	proc process
+	// HTTPListen is where it serves the web view (serve --http-listen),
+	// kept across restarts; "": nowhere.
+	HTTPListen string
+	proc       process
+}
+
+// NewWeb is New with the control's web view served on a loopback port
+// of its own: plain HTTP at WebURL.
+func NewWeb(tb TB, bins Binaries) *Bed {
+	tb.Helper()
+	b := &Bed{tb: tb, bins: bins, Dir: tb.TempDir()}
+	b.Control = &Control{bed: b, DataDir: filepath.Join(b.Dir, "control"), Listen: freeAddr(tb), HTTPListen: freeAddr(tb)}
+	tb.Cleanup(b.cleanup)
+	b.Control.Start()
+	return b
+}
+
+// WebURL is the web view's base URL ("http://127.0.0.1:PORT").
+func (c *Control) WebURL() string { return "http://" + c.HTTPListen }
+
+// WebToken is an operator's token for the web view, as `meshctl web
+// token` prints it.
+func (b *Bed) WebToken() string {
+	b.tb.Helper()
+	return strings.TrimSpace(b.MustMeshctl("web", "token", "--ttl", "1h"))
 }
 
 // Start starts `meshctl serve` and waits until it answers `meshctl nodes`.
@@ -244,6 +268,9 @@ func (c *Control) Start(extra ...string) {
 	args := []string{"--data", c.DataDir, "serve", "--listen", c.Listen, "--releases-listen", "127.0.0.1:0"}
 	if len(c.NATS) > 0 {
 		args = []string{"--data", c.DataDir, "--nats", strings.Join(c.NATS, ","), "serve", "--releases-listen", "127.0.0.1:0"}
+	}
+	if c.HTTPListen != "" {
+		args = append(args, "--http-listen", c.HTTPListen)
 	}
 	args = append(args, extra...)
 	c.proc.start(c.bed.tb, "meshctl", c.bed.bins.Meshctl, filepath.Join(c.bed.Dir, "meshctl.log"), args)
@@ -276,6 +303,9 @@ type Host struct {
 	Name     string
 	Root     string
 	StateDir string
+	// Hostname, when not "", is the machine's name as serve sees it:
+	// serve runs in a UTS namespace of its own so named (root only).
+	Hostname string
 	proc     process
 }
 
@@ -311,7 +341,17 @@ func (h *Host) Start(extra ...string) {
 	h.bed.tb.Helper()
 	args := append(h.global(), "serve")
 	args = append(args, extra...)
-	h.proc.start(h.bed.tb, "mesh-host "+h.Name, h.bed.bins.MeshHost, filepath.Join(h.bed.Dir, h.Name+".log"), args)
+	bin := h.bed.bins.MeshHost
+	h.proc.ownUTS = h.Hostname != ""
+	if h.Hostname != "" {
+		// The namespace is made by the kernel at clone; its name is set
+		// by writing it in the new namespace, before serve starts, by a
+		// shell that then becomes serve (the same process, so the bed
+		// stops and kills it as any other).
+		args = append([]string{"-c", `printf %s "$0" >/proc/sys/kernel/hostname && exec "$@"`, h.Hostname, bin}, args...)
+		bin = "/bin/sh"
+	}
+	h.proc.start(h.bed.tb, "mesh-host "+h.Name, bin, filepath.Join(h.bed.Dir, h.Name+".log"), args)
 	Eventually(h.bed.tb, 30*time.Second, h.Name+" serves", func() error {
 		if !h.proc.running() {
 			return Fatal(fmt.Errorf("mesh-host serve exited: %s", h.proc.exit()))
@@ -409,6 +449,9 @@ type process struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	state   *os.ProcessState
+	// ownUTS starts the process in a UTS namespace of its own: its
+	// hostname is then its own to set.
+	ownUTS bool
 }
 
 func (p *process) start(tb TB, name, bin, logPath string, args []string) {
@@ -439,6 +482,9 @@ func (p *process) startEnv(tb TB, name, bin, logPath string, args, env []string)
 	// A group of its own, which kill ends whole: a launcher's `mesh-host
 	// serve` outlived the launcher killed at a test's end, for minutes.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if p.ownUTS {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUTS
+	}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		tb.Fatalf("start %s: %v", name, err)

@@ -43,6 +43,7 @@ var tools = []tool{
 	{name: "puppet", debian: "puppet", tests: "the Puppet manifest of the side-by-side comparison, run for real (testbeds/versus)"},
 	{name: "debootstrap", debian: "debootstrap", tests: "the real-systemd test bed's Debian tree (testbeds/systemd)"},
 	{name: "systemd-nspawn", debian: "systemd-container", tests: "the real-systemd test bed, systemd booted as PID 1 (testbeds/systemd)"},
+	{name: "chromium", debian: "chromium", tests: "the web view in a real browser, headless (testbeds TestWeb)"},
 	{name: "nats", get: "go install github.com/nats-io/natscli/nats@v0.5.0", tests: "the events stream's forgery test with the stock CLI (cmd/meshctl/client)"},
 }
 

@@ -133,6 +133,13 @@ func (s *Server) cookie(tok string, maxAge int) *http.Cookie {
 // sends Origin with every POST, and another site's page cannot forge it.
 func sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
+	if o == "null" {
+		// What a browser sends for this view's own forms, whose
+		// Referrer-Policy is no-referrer, and for a page of an opaque
+		// origin (a sandboxed frame, a data: URL): only Sec-Fetch-Site,
+		// which no page can set, tells them apart.
+		return r.Header.Get("Sec-Fetch-Site") == "same-origin"
+	}
 	if o == "" {
 		// Not a browser's form (a script): it can send any header anyway.
 		return r.Header.Get("Sec-Fetch-Site") == "" || r.Header.Get("Sec-Fetch-Site") == "same-origin"

@@ -162,3 +162,34 @@ func TestLocalPath(t *testing.T) {
 		}
 	}
 }
+
+// A browser posts the view's own forms with Origin "null": the view's
+// Referrer-Policy (no-referrer) has it say so. Its Sec-Fetch-Site, which
+// no page can set, still tells the view's own form from another site's
+// or from an opaque origin's (a sandboxed frame, a data: URL).
+func TestSameOriginUnderNoReferrer(t *testing.T) {
+	for _, c := range []struct {
+		origin, fetchSite string
+		want              bool
+	}{
+		{"http://view.example:8080", "same-origin", true},
+		{"null", "same-origin", true},
+		{"null", "cross-site", false},
+		{"null", "same-site", false},
+		{"null", "", false},
+		{"https://evil.example", "same-origin", false},
+		{"", "", true}, // not a browser: a script can send any header anyway
+		{"", "cross-site", false},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "http://view.example:8080/login", nil)
+		if c.origin != "" {
+			r.Header.Set("Origin", c.origin)
+		}
+		if c.fetchSite != "" {
+			r.Header.Set("Sec-Fetch-Site", c.fetchSite)
+		}
+		if got := sameOrigin(r); got != c.want {
+			t.Errorf("Origin %q, Sec-Fetch-Site %q: sameOrigin %v, want %v", c.origin, c.fetchSite, got, c.want)
+		}
+	}
+}
