@@ -33,10 +33,12 @@ const followBytes = 8 << 20
 
 // Run counts the declaration records the nodes journal
 // (mesh_node_declarations_total) until ctx ends: an actor of the control
-// service's run group. It follows the events stream from now on through an
-// ordered consumer, so it sees each record once, as the stream stores it:
-// the stream keeps one message per record's subject and refuses a node's
-// resends, so no record is counted twice and a node cannot replay another's.
+// service's run group. It follows the events stream through an ordered
+// consumer from the time New was called (a consumer that starts later, as
+// the node service makes the stream, misses nothing since), so it sees
+// each record once, as the stream stores it: the stream keeps one message
+// per record's subject and refuses a node's resends, so no record is
+// counted twice and a node cannot replay another's.
 // Until the stream is there (the node service makes it) it waits.
 func (m *Metrics) Run(ctx context.Context) error {
 	if m.cfg.Conn == nil {
@@ -71,10 +73,17 @@ func (m *Metrics) follow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{linkproto.NodeEvents(m.cfg.Mesh, "*")},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
+	// From where the last consumer stopped, or from when the metrics
+	// began: the stream may come to be after that (a new mesh), and a
+	// consumer made again must not count a record twice.
+	from := jetstream.OrderedConsumerConfig{FilterSubjects: []string{linkproto.NodeEvents(m.cfg.Mesh, "*")}}
+	if seq := m.followed.Load(); seq > 0 {
+		from.DeliverPolicy, from.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+	} else {
+		since := m.since
+		from.DeliverPolicy, from.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	cons, err := s.OrderedConsumer(ctx, from)
 	if err != nil {
 		return err
 	}
@@ -82,6 +91,9 @@ func (m *Metrics) follow(ctx context.Context) error {
 	// connection, from the next record it has not delivered.
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		m.countRecord(msg.Subject(), msg.Data())
+		if md, err := msg.Metadata(); err == nil {
+			m.followed.Store(md.Sequence.Stream)
+		}
 	}, jetstream.PullMaxBytes(followBytes))
 	if err != nil {
 		return err

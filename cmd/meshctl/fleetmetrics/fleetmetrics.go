@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,6 +83,13 @@ type Metrics struct {
 	declarations *prometheus.CounterVec
 
 	fleet *fleetCollector
+
+	// since is when the metrics began: the nodes' records stored from
+	// then on are counted, however late the events stream's consumer
+	// starts. followed is the stream sequence of the last record counted,
+	// where a consumer made again goes on from.
+	since    time.Time
+	followed atomic.Uint64
 }
 
 // New returns the fleet's metrics over cfg.Conn. It starts nothing: Run
@@ -99,7 +107,8 @@ func New(cfg Config) *Metrics {
 	cfg.MaxProblemNodes = orDefault(cfg.MaxProblemNodes, DefaultMaxProblemNodes)
 	cfg.MaxRollouts = orDefault(cfg.MaxRollouts, DefaultMaxRollouts)
 	cfg.MaxWaves = orDefault(cfg.MaxWaves, DefaultMaxWaves)
-	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry()}
+	since := cfg.Now()
+	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry(), since: since}
 	if cfg.Conn != nil {
 		// NewClient fails only when JetStream cannot be set up on the
 		// connection, which it does without a round trip: never here.
