@@ -148,25 +148,33 @@ func LoadCore(r Reader) (State, error) {
 	return load(r, false)
 }
 
-func load(r Reader, keepOwned bool) (State, error) {
-	sealed, err := layout(r)
-	if err != nil {
-		return State{}, err
+// loadCoreOnly reads the stored State's core alone: no Desired, no owned
+// set. sealed says the store's layout.
+func loadCoreOnly(r Reader) (s State, sealed bool, err error) {
+	if sealed, err = layout(r); err != nil {
+		return State{}, false, err
 	}
-	var s State
 	core, err := get(r, keyCore, sealed)
 	if err != nil {
-		return State{}, err
+		return State{}, false, err
 	}
 	if sealed && core == nil {
-		return State{}, errNoCore
+		return State{}, false, errNoCore
 	}
 	if len(core) > 0 {
 		if err := json.Unmarshal(core, &s); err != nil {
-			return State{}, fmt.Errorf("%w: core: %w", ErrCorrupt, err)
+			return State{}, false, fmt.Errorf("%w: core: %w", ErrCorrupt, err)
 		}
 	}
 	s.Desired, s.Owned = nil, nil
+	return s, sealed, nil
+}
+
+func load(r Reader, keepOwned bool) (State, error) {
+	s, sealed, err := loadCoreOnly(r)
+	if err != nil {
+		return State{}, err
+	}
 	if s.Desired, err = loadDesired(r, sealed); err != nil {
 		return State{}, err
 	}

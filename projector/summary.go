@@ -2,7 +2,6 @@ package projector
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"hash/crc32"
 
@@ -17,24 +16,10 @@ import (
 // resource declared. Unlike LoadCore it reads and checks only what it
 // returns.
 func LoadSummary(r Reader) (State, error) {
-	sealed, err := layout(r)
+	s, sealed, err := loadCoreOnly(r)
 	if err != nil {
 		return State{}, err
 	}
-	var s State
-	core, err := get(r, keyCore, sealed)
-	if err != nil {
-		return State{}, err
-	}
-	if sealed && core == nil {
-		return State{}, errNoCore
-	}
-	if len(core) > 0 {
-		if err := json.Unmarshal(core, &s); err != nil {
-			return State{}, fmt.Errorf("%w: core: %w", ErrCorrupt, err)
-		}
-	}
-	s.Desired, s.Owned = nil, nil
 	if s.Desired, err = loadDesiredRef(r, sealed); err != nil {
 		return State{}, err
 	}

@@ -1,70 +1,19 @@
 package testbeds_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
+	"github.com/mesh-host/mesh-host/internal/promtest"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/testbeds"
 )
-
-// series is one scrape, by "name{k=v,...}" (labels sorted); a histogram
-// by its count. tok, when set, is sent as the web view's bearer token.
-func series(t *testing.T, url, tok string) map[string]float64 {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %v\n%s", url, resp.StatusCode, err, body)
-	}
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("parse %s: %v", url, err)
-	}
-	out := map[string]float64{}
-	for name, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var l []string
-			for _, p := range m.GetLabel() {
-				l = append(l, p.GetName()+"="+p.GetValue())
-			}
-			sort.Strings(l)
-			key := "{" + strings.Join(l, ",") + "}"
-			switch mf.GetType() {
-			case dto.MetricType_COUNTER:
-				out[name+key] = m.GetCounter().GetValue()
-			case dto.MetricType_GAUGE:
-				out[name+key] = m.GetGauge().GetValue()
-			case dto.MetricType_HISTOGRAM:
-				out[name+"_count"+key] = float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return out
-}
 
 // moved is what changed from a to b among the series named by prefix,
 // by how much.
@@ -113,7 +62,7 @@ func TestMetricsFollowTheJournal(t *testing.T) {
 		t.Fatalf("first rollout:\n%s", out)
 	}
 	head := len(h.Records())
-	before := series(t, hostURL, "")
+	before := promtest.Scrape(t, hostURL, "")
 
 	// Drift, repaired.
 	if err := os.WriteFile(filepath.Join(h.Root, "etc/motd"), []byte("edited\n"), 0o644); err != nil {
@@ -122,7 +71,7 @@ func TestMetricsFollowTheJournal(t *testing.T) {
 	if r := h.Run("check"); r.Code != 0 {
 		t.Fatalf("check: %s", r)
 	}
-	repaired := series(t, hostURL, "")
+	repaired := promtest.Scrape(t, hostURL, "")
 	recs := h.Records()[head:]
 	if kinds := recordKinds(recs, "file:/etc/motd"); kinds != "drift.observed resource.applied:updated" {
 		t.Fatalf("the journal of the repair: %q", kinds)
@@ -137,7 +86,7 @@ func TestMetricsFollowTheJournal(t *testing.T) {
 	if out := bed.MustMeshctl("rollout", "--select", "role=web", "--wait-healthy", "30s"); !strings.Contains(out, "done: 1 converged") {
 		t.Fatalf("second rollout:\n%s", out)
 	}
-	rolled := series(t, hostURL, "")
+	rolled := promtest.Scrape(t, hostURL, "")
 	if kinds := recordKinds(h.Records()[head:], "file:/etc/motd"); kinds != "resource.applied:updated" {
 		t.Fatalf("the journal of the rollout: %q", kinds)
 	}
@@ -155,7 +104,7 @@ func TestMetricsFollowTheJournal(t *testing.T) {
 	tok := bed.WebToken()
 	var fleet map[string]float64
 	testbeds.Eventually(t, 20*time.Second, "the control plane counts the rollouts", func() error {
-		fleet = series(t, bed.Control.WebURL()+"/metrics", tok)
+		fleet = promtest.Scrape(t, bed.Control.WebURL()+"/metrics", tok)
 		for k, want := range map[string]float64{
 			`mesh_nodes{state=ok}`:                                    1,
 			`mesh_rollout_pushes_total{outcome=accepted}`:             2,

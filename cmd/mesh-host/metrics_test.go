@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,11 +13,8 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/mesh-host/mesh-host/internal/basetest"
+	"github.com/mesh-host/mesh-host/internal/promtest"
 )
 
 // metricsServe is a `mesh-host serve --metrics-listen` process on a
@@ -87,42 +82,7 @@ func (s *metricsServe) stop(t testing.TB) {
 
 // scrape is the series of one scrape, by "name{k=v,...}" (labels sorted),
 // a histogram by its count.
-func scrape(t testing.TB, url string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %v\n%s", url, resp.StatusCode, err, body)
-	}
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("parse %s: %v\n%s", url, err, body)
-	}
-	out := map[string]float64{}
-	for name, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var l []string
-			for _, p := range m.GetLabel() {
-				l = append(l, p.GetName()+"="+p.GetValue())
-			}
-			key := "{" + strings.Join(l, ",") + "}"
-			switch mf.GetType() {
-			case dto.MetricType_COUNTER:
-				out[name+key] = m.GetCounter().GetValue()
-			case dto.MetricType_GAUGE:
-				out[name+key] = m.GetGauge().GetValue()
-			case dto.MetricType_HISTOGRAM:
-				out[name+"_count"+key] = float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return out
-}
+func scrape(t testing.TB, url string) map[string]float64 { return promtest.Scrape(t, url, "") }
 
 // TestServeMetrics: a real service's /metrics says what the journal says:
 // a drift repaired by a check forwarded to the service is one corrective

@@ -124,7 +124,7 @@ func Print(out io.Writer, s projector.State, o Options) error {
 			first, more, _ := strings.Cut(r.Error, "\n")
 			failed, rest = fmt.Sprintf("; last try failed (#%d): %s", r.FailedSeq, first), more
 		}
-		line("refresh owed", "%s %s since #%d, %s: %s%s", orNone(r.Refresh), id, r.Seq, r.Since.Format(journalview.TimeLayout), sources(r), failed)
+		line("refresh owed", "%s %s since #%d, %s: %s%s", orNone(r.Refresh), id, r.Seq, r.Since.Format(journalview.TimeLayout), RefreshSources(r), failed)
 		// The rest of the message (a failed unit's journal lines) under
 		// it, indented: a message is never cut.
 		for l := range strings.Lines(rest) {
@@ -215,8 +215,9 @@ func behind(s projector.State) (bool, string) {
 	return true, why
 }
 
-// sources says which changes owe a refresh.
-func sources(r projector.OwedRefresh) string {
+// RefreshSources says which changes owe a refresh, in one line: what
+// both status commands and the web view show.
+func RefreshSources(r projector.OwedRefresh) string {
 	var names []string
 	for _, src := range r.Sources {
 		what := src.Resource + " " + string(src.Change)

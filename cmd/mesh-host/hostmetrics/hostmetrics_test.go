@@ -12,10 +12,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/agent"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostjournal"
 	"github.com/mesh-host/mesh-host/cmd/mesh-host/hostmetrics"
@@ -23,6 +19,7 @@ import (
 	"github.com/mesh-host/mesh-host/drivers/directory"
 	"github.com/mesh-host/mesh-host/drivers/file"
 	"github.com/mesh-host/mesh-host/drivers/rootfs"
+	"github.com/mesh-host/mesh-host/internal/promtest"
 	"github.com/mesh-host/mesh-host/journal"
 	"github.com/mesh-host/mesh-host/journal/event"
 )
@@ -111,29 +108,7 @@ func (h *host) gather() map[string]float64 {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			key := mf.GetName() + labels(m)
-			switch mf.GetType() {
-			case dto.MetricType_COUNTER:
-				out[key] = m.GetCounter().GetValue()
-			case dto.MetricType_GAUGE:
-				out[key] = m.GetGauge().GetValue()
-			case dto.MetricType_HISTOGRAM:
-				out[mf.GetName()+"_count"+labels(m)] = float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return out
-}
-
-func labels(m *dto.Metric) string {
-	var l []string
-	for _, p := range m.GetLabel() {
-		l = append(l, p.GetName()+"="+p.GetValue())
-	}
-	return "{" + strings.Join(l, ",") + "}"
+	return promtest.Series(mfs)
 }
 
 // want checks each series in want against got.
@@ -332,11 +307,7 @@ func TestServe(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d\n%s", code, body)
 	}
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	mfs, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("parse the exposition: %v\n%s", err, body)
-	}
+	mfs := promtest.Parse(t, []byte(body))
 	for _, name := range []string{
 		"mesh_host_reconcile_duration_seconds", "mesh_host_reconciles_total", "mesh_host_changes_total",
 		"mesh_host_drift_found_total", "mesh_host_resources", "mesh_host_refresh_owed",

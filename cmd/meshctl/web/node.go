@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mesh-host/mesh-host/cmd/internal/journalview"
+	"github.com/mesh-host/mesh-host/cmd/internal/statusview"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
 	"github.com/mesh-host/mesh-host/journal/event"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -188,27 +189,8 @@ func (d *nodeData) fromState(st projector.State) {
 	slices.SortFunc(d.Failing, func(a, b failing) int { return strings.Compare(a.Resource, b.Resource) })
 	for _, id := range slices.Sorted(maps.Keys(st.Refreshes)) {
 		o := st.Refreshes[id]
-		d.Refreshes = append(d.Refreshes, refresh{Resource: id, Refresh: o.Refresh, Since: o.Since, Seq: o.Seq, Sources: sources(o), Error: o.Error})
+		d.Refreshes = append(d.Refreshes, refresh{Resource: id, Refresh: o.Refresh, Since: o.Since, Seq: o.Seq, Sources: statusview.RefreshSources(o), Error: o.Error})
 	}
-}
-
-// sources says which changes owe a refresh, as `meshctl status` does.
-func sources(r projector.OwedRefresh) string {
-	var names []string
-	for _, src := range r.Sources {
-		what := src.Resource + " " + string(src.Change)
-		switch {
-		case src.Repair:
-			what += " (drift repaired)"
-		case src.Interrupted != 0:
-			what = fmt.Sprintf("%s (the reconcile at #%d stopped before saying whether it changed)", src.Resource, src.Interrupted)
-		}
-		names = append(names, what)
-	}
-	if r.More > 0 {
-		names = append(names, fmt.Sprintf("%d more", r.More))
-	}
-	return strings.Join(names, ", ")
 }
 
 // history is the node's latest maxHistory records, newest first.
