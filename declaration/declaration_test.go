@@ -50,6 +50,8 @@ func TestParseYAML(t *testing.T) {
 			[]drivers.Spec{&drivers.FileSpec{Path: "/etc/empty"}}},
 		{"three-digit and setuid modes", head + "resources:\n- directory: {path: /srv, mode: \"755\"}\n- file: {path: /usr/local/bin/x, content: x, mode: \"4755\", special_bits: true}\n",
 			[]drivers.Spec{&drivers.DirectorySpec{Path: "/srv", Mode: mode(0o755)}, &drivers.FileSpec{Path: "/usr/local/bin/x", Content: "x", Mode: mode(0o4755), SpecialBits: true}}},
+		{"a setgid directory, said", head + "resources:\n- directory: {path: /srv/shared, mode: \"2775\", group: staff, special_bits: true}\n",
+			[]drivers.Spec{&drivers.DirectorySpec{Path: "/srv/shared", Mode: mode(0o2775), Group: "staff", SpecialBits: true}}},
 		{"directory without mode", head + "resources:\n- directory: {path: /srv/app}\n",
 			[]drivers.Spec{&drivers.DirectorySpec{Path: "/srv/app"}}},
 		{"package state defaults to present", head + "resources:\n- package: {name: nginx}\n- package: {name: libstdc++6, state: absent}\n",

@@ -476,11 +476,22 @@ func (d *decoder) spec(kd kind, n *yaml.Node, path string) (drivers.Spec, *yaml.
 		if fspec.Secret != nil && fspec.Content != "" {
 			d.fail(fs["content"].value, join(path, "content"), "give content or a secret, not both")
 		}
-		if m := fspec.Mode; m != nil && *m&0o7000 != 0 && !fspec.SpecialBits {
-			d.fail(fs["mode"].value, join(path, "mode"), "%04o sets setuid, setgid or the sticky bit: say special_bits: true to mean it", uint32(*m))
-		}
+		d.specialBits(fs, path, fspec.Mode, fspec.SpecialBits)
+	}
+	if dspec, ok := spec.(*drivers.DirectorySpec); ok {
+		d.specialBits(fs, path, dspec.Mode, dspec.SpecialBits)
 	}
 	return spec, key, join(path, keyName)
+}
+
+// specialBits refuses a mode that sets setuid, setgid or the sticky bit
+// unless the resource says special_bits: true: a setuid file is a root
+// shell for whoever runs it, and a setgid or sticky directory changes who
+// owns what others put in it.
+func (d *decoder) specialBits(fs map[string]field, path string, m *drivers.Mode, allowed bool) {
+	if m != nil && *m&0o7000 != 0 && !allowed {
+		d.fail(fs["mode"].value, join(path, "mode"), "%04o sets setuid, setgid or the sticky bit: say special_bits: true to mean it", uint32(*m))
+	}
 }
 
 // secretRef decodes content: {secret: NAME}.

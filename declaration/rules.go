@@ -102,6 +102,8 @@ var rules = map[drivers.Kind]map[string]rule{
 		"mode":  modeRule("Permission mode as an octal string; defaults to \"0755\"."),
 		"owner": nameRule("User owning the directory, by name; defaults to root."),
 		"group": nameRule("Group owning the directory, by name; defaults to root."),
+		"special_bits": {desc: "Allows the mode to set setuid, setgid (a shared group directory) or the sticky bit; " +
+			"without it such a mode is refused. Defaults to false."},
 	}),
 	drivers.KindArchive: withRelations(map[string]rule{
 		"path": {desc: "Absolute, clean path of the directory the archive unpacks into; " +

@@ -109,6 +109,10 @@ type DirectorySpec struct {
 	Mode  *Mode  `json:"mode,omitempty"`
 	Owner string `json:"owner,omitempty"`
 	Group string `json:"group,omitempty"`
+	// SpecialBits allows Mode to set setuid, setgid or the sticky bit, as
+	// a file's does: a shared group directory (setgid) or a world-writable
+	// one (sticky) only when the declaration says so.
+	SpecialBits bool `json:"special_bits,omitempty"`
 	Relations
 }
 

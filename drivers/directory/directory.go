@@ -234,6 +234,10 @@ func (d *Driver) spec(ctx context.Context, spec drivers.Spec) (*drivers.Director
 	}
 	if m := drivers.ModeOr(s.Mode, DefaultMode); m > 0o7777 {
 		return nil, fmt.Errorf("directory %s: %w: mode %o has bits above 07777", s.Path, drivers.ErrInvalidSpec, uint32(m))
+	} else if m&0o7000 != 0 && !s.SpecialBits {
+		// As a file's: a setgid directory hands its group to all that is
+		// made in it, a sticky one changes who may delete there.
+		return nil, fmt.Errorf("directory %s: %w: mode %04o sets setuid, setgid or sticky; say special_bits: true to mean it", s.Path, drivers.ErrInvalidSpec, uint32(m))
 	}
 	return s, nil
 }

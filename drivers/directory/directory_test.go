@@ -2,6 +2,7 @@ package directory_test
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,7 +36,7 @@ func TestConformance(t *testing.T) {
 		name   string
 		change func(s *drivers.DirectorySpec)
 	}{
-		{"mode", func(s *drivers.DirectorySpec) { s.Mode = mode(0o2770) }},
+		{"mode", func(s *drivers.DirectorySpec) { s.Mode = mode(0o2770); s.SpecialBits = true }},
 		{"owner and group", func(s *drivers.DirectorySpec) { s.Owner = "app"; s.Group = "staff" }},
 	}
 	for _, c := range changes {
@@ -60,6 +61,25 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// A mode with setuid, setgid or the sticky bit is refused unless the
+// spec says special_bits, as a file's is: nothing is made.
+func TestSpecialBitsNeedSaying(t *testing.T) {
+	for _, m := range []drivers.Mode{0o7777, 0o4755, 0o2775, 0o1777} {
+		r := newRoot(t)
+		d := directory.New(r)
+		spec := &drivers.DirectorySpec{Path: "/srv/shared", Mode: mode(m)}
+		if _, err := d.Apply(t.Context(), spec); !errors.Is(err, drivers.ErrInvalidSpec) || !strings.Contains(err.Error(), "special_bits: true") {
+			t.Errorf("mode %04o without special_bits: %v", uint32(m), err)
+		}
+		if _, err := os.Lstat(r.Host(spec.Path)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("mode %04o without special_bits: the directory was made (%v)", uint32(m), err)
+		}
+		if _, err := d.Observe(t.Context(), spec); !errors.Is(err, drivers.ErrInvalidSpec) {
+			t.Errorf("mode %04o without special_bits: observed (%v)", uint32(m), err)
+		}
+	}
+}
+
 func TestOwnerAndMode(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -70,8 +90,8 @@ func TestOwnerAndMode(t *testing.T) {
 	}{
 		{"defaults", drivers.DirectorySpec{}, 0o755, 0, 0},
 		{"owner and group", drivers.DirectorySpec{Owner: "app", Group: "app", Mode: mode(0o700)}, 0o700, 1234, 1234},
-		{"setgid with group", drivers.DirectorySpec{Group: "staff", Mode: mode(0o2775)}, 0o2775, 0, 50},
-		{"sticky", drivers.DirectorySpec{Mode: mode(0o1777)}, 0o1777, 0, 0},
+		{"setgid with group", drivers.DirectorySpec{Group: "staff", Mode: mode(0o2775), SpecialBits: true}, 0o2775, 0, 50},
+		{"sticky", drivers.DirectorySpec{Mode: mode(0o1777), SpecialBits: true}, 0o1777, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
