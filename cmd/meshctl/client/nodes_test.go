@@ -74,6 +74,21 @@ func TestNodes(t *testing.T) {
 		}
 		return nil
 	})
+	// One node read alone is what the listing says of it.
+	for _, n := range nodes {
+		one, known, err := c.Node(ctx, n.Node)
+		if err != nil || !known {
+			t.Errorf("Node(%s): known %v, %v", n.Node, known, err)
+		} else if a, b := mustJSON(one), mustJSON(n); !bytes.Equal(a, b) || !one.Heard.Equal(n.Heard) {
+			t.Errorf("Node(%s) differs from Nodes:\n got %s\nwant %s", n.Node, a, b)
+		}
+	}
+	if _, known, err := c.Node(ctx, "nosuch"); known || err != nil {
+		t.Errorf("Node of a node the mesh does not know: known %v, %v", known, err)
+	}
+	if _, _, err := c.Node(ctx, "web-*"); err == nil {
+		t.Error("Node of a wildcard: no error")
+	}
 	var got []string
 	for _, n := range nodes {
 		got = append(got, n.Node+"="+n.State)
@@ -195,5 +210,48 @@ func TestNodesNamesWhatDoesNotRead(t *testing.T) {
 	}
 	if _, err := c.Nodes(ctx); err != nil {
 		t.Errorf("every entry mended: %v", err)
+	}
+}
+
+// A node read alone carries its labels and the broker's word on its
+// connection, as the listing does; a node the mesh knows only by its
+// labels is known.
+func TestNodeAloneIsTheListing(t *testing.T) {
+	b := newBed(t)
+	ctx := context.Background()
+	now := time.Now()
+	c := b.client(now)
+	if err := c.Declare(ctx, &bytes.Buffer{}, "web-1", decl(t, "web-1", 1, "x"), DeclareOptions{PushTimeout: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Label(ctx, "web-1", "alice", []string{"role=web"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.LabelNew(ctx, "db-1", "alice", []string{"role=db"}); err != nil {
+		t.Fatal(err)
+	}
+	b.node("web-1").heartbeat(t, linkproto.Heartbeat{Version: "v1", Sent: now.Add(-time.Minute), Interval: linkproto.Duration(time.Minute), Desired: 1, Applied: 1})
+	ps, err := c.store.Presences(ctx, testMesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []NodeStatus
+	basetest.Eventually(t, 5*time.Second, func() error {
+		if _, err := ps.Record(ctx, store.Presence{Node: "web-1", Connected: false, At: time.Now(), Reason: "Client Closed"}); err != nil {
+			return err
+		}
+		if nodes, err = c.Nodes(ctx); err != nil {
+			return err
+		}
+		if len(nodes) != 2 || nodes[1].Presence == nil || nodes[1].State != StateDisconnected {
+			return fmt.Errorf("nodes %+v", nodes)
+		}
+		return nil
+	})
+	for _, n := range nodes {
+		one, known, err := c.Node(ctx, n.Node)
+		if a, b := mustJSON(one), mustJSON(n); err != nil || !known || !bytes.Equal(a, b) {
+			t.Errorf("Node(%s): known %v, %v\n got %s\nwant %s", n.Node, known, err, a, b)
+		}
 	}
 }

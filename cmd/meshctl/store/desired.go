@@ -82,6 +82,23 @@ func (d *Desired) Get(ctx context.Context, node string) (*Entry, error) {
 	return d.entry(e.Value(), e.Revision(), node)
 }
 
+// Revision is the revision stored for node, read from the envelope
+// alone (as Listed with EnvelopeOnly); ok is false when there is none.
+func (d *Desired) Revision(ctx context.Context, node string) (revision uint64, ok bool, err error) {
+	e, err := d.kv.Get(ctx, linkproto.DesiredKey(d.mesh, node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read the desired state of %s: %w", node, err)
+	}
+	push, err := d.decode(e.Value(), node, EnvelopeOnly)
+	if err != nil {
+		return 0, false, err
+	}
+	return push.Revision, true, nil
+}
+
 // Exists says whether node has an entry.
 func (d *Desired) Exists(ctx context.Context, node string) (bool, error) {
 	_, err := d.kv.Get(ctx, linkproto.DesiredKey(d.mesh, node))

@@ -127,3 +127,29 @@ func BenchmarkFleetPage(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNodePage: one node's page among 1,000 and 10,000 stored nodes.
+// The node has no records (the seeded fleet sends none): what is
+// measured is what the page reads of the fleet to draw one node.
+func BenchmarkNodePage(b *testing.B) {
+	for _, n := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			bed := newBed(b)
+			seedFleet(b, bed, n)
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodGet, bed.srv.URL+"/nodes/node-00042", nil)
+				req.Header.Set("Accept", "text/html")
+				req.AddCookie(&http.Cookie{Name: cookieName, Value: bed.token})
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				size, err := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || size == 0 {
+					b.Fatalf("%s, %d bytes: %v", resp.Status, size, err)
+				}
+			}
+		})
+	}
+}

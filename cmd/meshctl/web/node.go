@@ -128,11 +128,10 @@ func (s *Server) nodeData(w http.ResponseWriter, r *http.Request) (nodeData, boo
 	}
 	ctx := r.Context()
 	now := s.cfg.Now()
-	if nodes, err := s.cfg.Client.Nodes(ctx); err == nil {
-		if i := slices.IndexFunc(nodes, func(n client.NodeStatus) bool { return n.Node == node }); i >= 0 {
-			row := rowOf(nodes[i], now)
-			d.Status = &row
-		}
+	// Its own entries, not the fleet's listing: one node of 10,000.
+	if st, ok, err := s.cfg.Client.Node(ctx, node); err == nil && ok {
+		row := rowOf(st, now)
+		d.Status = &row
 	}
 	rep, err := s.cfg.Client.Report(ctx, node)
 	if err != nil {
