@@ -33,7 +33,7 @@ func sameAsWhole(t interface {
 		t.Fatalf("%s: declarations differ:\nchunked: %+v\nwhole:   %+v\n%s", name, got, want, data)
 	}
 	if l, ok := listOf(data); ok {
-		_, err := parseInChunks(name, l)
+		_, err, _ := parseInChunks(name, l, MaxResources)
 		return err == nil
 	}
 	return false
