@@ -296,9 +296,11 @@ func (d *decoder) tooMany(e *yaml.Node) {
 // is.
 //
 // A list of more entries than the limit is refused as the whole parse
-// refuses it, once the chunks up to the entry one past the limit have
-// parsed, each as a list of exactly the entries found: the entries after
-// it are never parsed, and no chunk is decoded. That is the only use of a
+// refuses it, once the chunks up to the entry one past the limit, and the
+// list's last chunk, have parsed, each as a list of exactly the entries
+// found: the entries between are never parsed, and no chunk is decoded.
+// What only they could show (a syntax error) is not reported: the limit
+// is. That is the only use of a
 // list in flow style (flowListOf): one within the limit is parsed whole.
 func (d *decoder) resourcesInChunks(key, n *yaml.Node, decl *Declaration) {
 	const field = "resources"
@@ -318,6 +320,12 @@ func (d *decoder) resourcesInChunks(key, n *yaml.Node, decl *Declaration) {
 				past = entries[i]
 			}
 		})
+		// The list's last chunk too, which ends where the head goes on:
+		// the head's errors are the whole parse's only if the list ends
+		// where it was found to.
+		if last := (len(l.items) - 1) / chunkItems; err == nil && last*chunkItems > d.most {
+			err = l.parse(last).err
+		}
 		if err != nil || past == nil {
 			d.fail(n, field, "the list did not parse as found: %v", err)
 			return

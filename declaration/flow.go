@@ -34,16 +34,19 @@ func flowListOf(data []byte) (resourceList, bool) {
 		return resourceList{}, false
 	}
 	l := resourceList{data: data, flow: true, keyLine: s.keyLine, keyColumn: s.keyColumn, items: items, end: s.off}
-	// The head keeps every line and column, the list blanked.
-	head := make([]byte, 0, len(data))
-	head = append(head, data[:open]...)
-	for _, r := range string(data[open:l.end]) {
-		if r == '\n' || r == '\r' {
-			head = append(head, byte(r))
-		} else {
-			head = append(head, ' ')
-		}
+	// The head keeps every line, the list cut out but for its line
+	// breaks; what follows it on its last line is moved back to its
+	// columns once parsed (headColumns).
+	list := data[open:l.end]
+	breaks := bytes.Count(list, []byte("\n"))
+	l.cutLine = s.line
+	l.cutColumn, l.cutWidth = 1, utf8.RuneCount(list[bytes.LastIndexByte(list, '\n')+1:])
+	if breaks == 0 {
+		l.cutColumn = int(l.items[0].column) - utf8.RuneCount(data[open:l.items[0].off])
 	}
+	head := make([]byte, 0, open+breaks+len(data)-l.end)
+	head = append(head, data[:open]...)
+	head = append(head, bytes.Repeat([]byte("\n"), breaks)...)
 	l.head = append(head, data[l.end:]...)
 	return l, true
 }
@@ -326,7 +329,7 @@ func (s *flowScanner) list() ([]item, bool) {
 			s.off++
 			return items, true
 		}
-		it := item{off: s.off, line: s.line, column: s.column()}
+		it := item{off: int32(s.off), line: int32(s.line), column: int32(s.column())}
 		if !s.value() || !s.space() || s.off >= len(s.data) {
 			return nil, false
 		}
@@ -340,7 +343,7 @@ func (s *flowScanner) list() ([]item, bool) {
 				return nil, false
 			}
 		}
-		it.sep = s.off
+		it.sep = int32(s.off)
 		items = append(items, it)
 		switch s.data[s.off] {
 		case ']':
@@ -361,7 +364,7 @@ func (s *flowScanner) list() ([]item, bool) {
 // parseFlow parses the entries first to last of a list in flow style, as
 // a list by itself, and places them where they are in the document.
 func (l resourceList) parseFlow(first, last int) chunkResult {
-	start, end := l.items[first].off, l.items[last-1].sep
+	start, end := int(l.items[first].off), int(l.items[last-1].sep)
 	chunk := make([]byte, 0, end-start+2)
 	chunk = append(chunk, '[')
 	chunk = append(chunk, l.data[start:end]...)
@@ -375,7 +378,7 @@ func (l resourceList) parseFlow(first, last int) chunkResult {
 		return chunkResult{err: errChunk}
 	}
 	// The chunk's first line is "[" and the rest of the entry's line.
-	shiftFlow(seq, l.items[first].line-1, l.items[first].column-2)
+	shiftFlow(seq, int(l.items[first].line)-1, int(l.items[first].column)-2)
 	return chunkResult{entries: seq.Content}
 }
 
@@ -388,5 +391,16 @@ func shiftFlow(n *yaml.Node, lines, columns int) {
 	n.Line += lines
 	for _, c := range n.Content {
 		shiftFlow(c, lines, columns)
+	}
+}
+
+// headColumns moves what follows a list in flow style on its last line,
+// in the head's tree, back to the columns it has in the document.
+func (l resourceList) headColumns(n *yaml.Node) {
+	if n.Line == l.cutLine && n.Column >= l.cutColumn {
+		n.Column += l.cutWidth
+	}
+	for _, c := range n.Content {
+		l.headColumns(c)
 	}
 }

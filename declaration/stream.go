@@ -44,15 +44,21 @@ type resourceList struct {
 	keyLine, keyColumn int
 	// flow is set for a list in flow style, found by flowListOf.
 	flow bool
+	// cutLine and cutColumn place where the head's list was cut out, and
+	// cutWidth is how many characters of that line went with it.
+	cutLine, cutColumn, cutWidth int
 }
 
 // item is one list entry: the offset of its first line and that line's
 // number (from 1). In a list in flow style, off is the entry's own
 // offset, column its column and sep the offset of the "," or "]" after
 // it.
+//
+// Its fields are 32 bits, which a document of at most MaxBytes needs: a
+// list over the limit is held to its last entry before it is refused.
 type item struct {
-	off, line   int
-	column, sep int
+	off, line   int32
+	column, sep int32
 }
 
 // listOf finds the resources list of a document written as a block
@@ -102,9 +108,9 @@ func listOf(data []byte) (resourceList, bool) {
 				return resourceList{}, false // a flow list, or none
 			}
 			indent = spaces
-			l.items = append(l.items, item{off: off, line: line})
+			l.items = append(l.items, item{off: int32(off), line: int32(line)})
 		case spaces == indent && isEntry(rest):
-			l.items = append(l.items, item{off: off, line: line})
+			l.items = append(l.items, item{off: int32(off), line: int32(line)})
 		case spaces > indent:
 			// More of the entry.
 		case spaces == 0:
@@ -238,7 +244,7 @@ func (l resourceList) parse(k int) chunkResult {
 	}
 	end := l.end
 	if last < len(l.items) {
-		end = l.items[last].off
+		end = int(l.items[last].off)
 	}
 	doc, err := oneDocument(l.data[l.items[first].off:end])
 	if err != nil {
@@ -248,7 +254,7 @@ func (l resourceList) parse(k int) chunkResult {
 	if seq.Kind != yaml.SequenceNode || seq.Style != 0 || seq.Anchor != "" || len(seq.Content) != last-first {
 		return chunkResult{err: errChunk}
 	}
-	shift(seq, l.items[first].line-1)
+	shift(seq, int(l.items[first].line)-1)
 	return chunkResult{entries: seq.Content}
 }
 
@@ -284,6 +290,9 @@ func parseInChunks(name string, l resourceList, most int) (decl *Declaration, er
 	doc, err := oneDocument(l.head)
 	if err != nil {
 		return nil, err, false
+	}
+	if l.flow {
+		l.headColumns(doc)
 	}
 	d := &decoder{file: name, chunked: &l, most: most}
 	decl, err = decodeWith(d, doc.Content[0])
