@@ -28,8 +28,12 @@ type jsonError struct {
 // told first by flowItems, which only scans, and then by the reader: if
 // the list turns out not to be over, it is read again, all of it.
 func jsonNode(data []byte, most int) (*yaml.Node, *jsonError) {
+	// Valid checks without the copy Unmarshal makes; Unmarshal only says
+	// where a document that is not valid goes wrong.
 	var raw json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
+	if json.Valid(data) {
+		// Read below.
+	} else if err := json.Unmarshal(data, &raw); err != nil {
 		var se *json.SyntaxError
 		if !errors.As(err, &se) {
 			return nil, &jsonError{0, "invalid JSON: " + err.Error()}
