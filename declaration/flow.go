@@ -42,7 +42,7 @@ func flowListOf(data []byte) (resourceList, bool) {
 	l.cutLine = s.line
 	l.cutColumn, l.cutWidth = 1, utf8.RuneCount(list[bytes.LastIndexByte(list, '\n')+1:])
 	if breaks == 0 {
-		l.cutColumn = int(l.items[0].column) - utf8.RuneCount(data[open:l.items[0].off])
+		l.cutColumn = s.line0Column(open)
 	}
 	head := make([]byte, 0, open+breaks+len(data)-l.end)
 	head = append(head, data[:open]...)
@@ -105,6 +105,11 @@ func (s *flowScanner) column() int {
 	s.col += utf8.RuneCount(s.data[s.colOff:s.off])
 	s.colOff = s.off
 	return s.col
+}
+
+// line0Column is the column of off, on the scanner's line.
+func (s *flowScanner) line0Column(off int) int {
+	return utf8.RuneCount(s.data[s.lineStart:off]) + 1
 }
 
 // newline moves past the line break at off.
