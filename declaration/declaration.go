@@ -41,18 +41,18 @@ type Declaration struct {
 // ParseYAML parses and checks a declaration written in YAML. name is the
 // file name messages give. The error, if any, is Errors.
 func ParseYAML(name string, data []byte) (*Declaration, error) {
-	if err := checkSize(name, data); err != nil {
-		return nil, err
-	}
-	if err := checkUTF8(name, data); err != nil {
-		return nil, err
-	}
 	return parseYAML(name, data, MaxResources)
 }
 
 // parseYAML is ParseYAML with a limit of most resources, which tests
 // lower to reach it with small documents.
 func parseYAML(name string, data []byte, most int) (*Declaration, error) {
+	if err := checkSize(name, data); err != nil {
+		return nil, err
+	}
+	if err := checkUTF8(name, data); err != nil {
+		return nil, err
+	}
 	if l, ok := listOf(data); ok {
 		if decl, err, refused := parseInChunks(name, l, most); err == nil || refused {
 			return decl, err
