@@ -41,6 +41,12 @@ type Declaration struct {
 // ParseYAML parses and checks a declaration written in YAML. name is the
 // file name messages give. The error, if any, is Errors.
 func ParseYAML(name string, data []byte) (*Declaration, error) {
+	return parseYAML(name, data, MaxResources)
+}
+
+// parseYAML is ParseYAML with a limit of most resources, which tests
+// lower to reach it with small documents.
+func parseYAML(name string, data []byte, most int) (*Declaration, error) {
 	if err := checkSize(name, data); err != nil {
 		return nil, err
 	}
@@ -48,16 +54,25 @@ func ParseYAML(name string, data []byte) (*Declaration, error) {
 		return nil, err
 	}
 	if l, ok := listOf(data); ok {
-		if decl, err := parseInChunks(name, l); err == nil {
-			return decl, nil
+		if decl, err, refused := parseInChunks(name, l, most); err == nil || refused {
+			return decl, err
 		}
 		// Parsed whole again, for its errors as they always were.
+	} else if l, ok := flowListOf(data); ok && len(l.items) > most {
+		if _, err, refused := parseInChunks(name, l, most); refused {
+			return nil, err
+		}
 	}
-	return parseWhole(name, data)
+	return parseWholeAt(name, data, most)
 }
 
 // parseWhole parses data as one tree.
 func parseWhole(name string, data []byte) (*Declaration, error) {
+	return parseWholeAt(name, data, MaxResources)
+}
+
+// parseWholeAt parses data as one tree, with a limit of most resources.
+func parseWholeAt(name string, data []byte, most int) (*Declaration, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); errors.Is(err, io.EOF) || err == nil && len(doc.Content) == 0 {
@@ -73,28 +88,29 @@ func parseWhole(name string, data []byte) (*Declaration, error) {
 	} else if !errors.Is(err, io.EOF) {
 		return nil, yamlSyntaxError(name, data, err)
 	}
-	return decode(name, doc.Content[0])
+	return decodeWith(&decoder{file: name, most: most}, doc.Content[0])
 }
 
 // ParseJSON parses and checks a declaration in its wire form, JSON of the
 // same shape as the YAML, with the same rules and messages.
 func ParseJSON(name string, data []byte) (*Declaration, error) {
+	return parseJSON(name, data, MaxResources)
+}
+
+// parseJSON is ParseJSON with a limit of most resources.
+func parseJSON(name string, data []byte, most int) (*Declaration, error) {
 	if err := checkSize(name, data); err != nil {
 		return nil, err
 	}
 	if err := checkUTF8(name, data); err != nil {
 		return nil, err
 	}
-	root, err := jsonNode(data)
+	root, err := jsonNode(data, most)
 	if err != nil {
 		line, col := position(data, err.offset)
 		return nil, Errors{{File: name, Line: line, Column: col, Msg: err.msg}}
 	}
-	return decode(name, root)
-}
-
-func decode(name string, root *yaml.Node) (*Declaration, error) {
-	return decodeWith(&decoder{file: name}, root)
+	return decodeWith(&decoder{file: name, most: most}, root)
 }
 
 func decodeWith(d *decoder, root *yaml.Node) (*Declaration, error) {
@@ -445,5 +461,5 @@ func ParseNode(name string, root *yaml.Node) (*Declaration, error) {
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
-	return decode(name, root)
+	return decodeWith(&decoder{file: name, most: MaxResources}, root)
 }

@@ -20,6 +20,12 @@ import (
 type decoder struct {
 	file string
 	errs Errors
+	// most is how many resources a declaration may hold: MaxResources,
+	// or fewer in tests.
+	most int
+	// refused is set once a list parsed in chunks was found to hold more
+	// than most resources: its refusal is the whole parse's.
+	refused bool
 	// chunked is the resources list to decode a chunk at a time, in place
 	// of the tree's (stream.go); nil to decode the tree's.
 	chunked *resourceList
@@ -226,7 +232,7 @@ func (d *decoder) document(root *yaml.Node) *Declaration {
 			decl.Revision = d.revision(f.value)
 		case "resources":
 			if d.chunked != nil {
-				d.resourcesInChunks(f.value, decl)
+				d.resourcesInChunks(f.key, f.value, decl)
 			} else {
 				d.resources(f.value, decl)
 			}
@@ -266,10 +272,8 @@ func (d *decoder) resources(n *yaml.Node, decl *Declaration) {
 		d.wrong(n, field, "a list of resources")
 		return
 	}
-	if len(n.Content) > MaxResources {
-		e := n.Content[MaxResources]
-		d.errs = append(d.errs, &Error{File: d.file, Line: e.Line, Column: e.Column, Field: fmt.Sprintf("resources[%d]", MaxResources),
-			Msg: fmt.Sprintf("one resource more than %s: %d", limitResources, MaxResources), sentinel: ErrLimit})
+	if len(n.Content) > d.most {
+		d.tooMany(n.Content[d.most])
 		return
 	}
 	c := d.claims(decl, len(n.Content))
@@ -278,21 +282,64 @@ func (d *decoder) resources(n *yaml.Node, decl *Declaration) {
 	}
 }
 
+// tooMany refuses a list of resources whose entry e is one more than the
+// limit.
+func (d *decoder) tooMany(e *yaml.Node) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: e.Line, Column: e.Column, Field: fmt.Sprintf("resources[%d]", d.most),
+		Msg: fmt.Sprintf("one resource more than %s: %d", limitResources, d.most), sentinel: ErrLimit})
+}
+
 // resourcesInChunks decodes the resources list found by listOf, a chunk
-// at a time; n is what the head holds for it, which must be nothing. Any
-// problem is a failure: the whole parse then says what it is.
-func (d *decoder) resourcesInChunks(n *yaml.Node, decl *Declaration) {
+// at a time; key is the head's resources key, which must be where the
+// list was found, and n what the head holds for it, which must be
+// nothing. Any problem is a failure: the whole parse then says what it
+// is.
+//
+// A list of more entries than the limit is refused as the whole parse
+// refuses it, once the chunks up to the entry one past the limit, and the
+// list's last chunk, have parsed, each as a list of exactly the entries
+// found: the entries between are never parsed, and no chunk is decoded.
+// What only they could show (a syntax error) is not reported: the limit
+// is. That is the only use of a
+// list in flow style (flowListOf): one within the limit is parsed whole.
+func (d *decoder) resourcesInChunks(key, n *yaml.Node, decl *Declaration) {
 	const field = "resources"
+	l := d.chunked
+	if key.Line != l.keyLine || key.Column != l.keyColumn {
+		d.fail(n, field, "not the key found")
+		return
+	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!null" || n.Value != "" || n.Style != 0 || n.Anchor != "" {
 		d.fail(n, field, "not the list found")
 		return
 	}
-	if len(d.chunked.items) > MaxResources {
-		d.fail(n, field, "too many resources")
+	if len(l.items) > d.most {
+		var past *yaml.Node
+		err := l.chunks(d.most+1, func(first int, entries []*yaml.Node) {
+			if i := d.most - first; i < len(entries) {
+				past = entries[i]
+			}
+		})
+		// The list's last chunk too, which ends where the head goes on:
+		// the head's errors are the whole parse's only if the list ends
+		// where it was found to.
+		if last := (len(l.items) - 1) / chunkItems; err == nil && last*chunkItems > d.most {
+			err = l.parse(last).err
+		}
+		if err != nil || past == nil {
+			d.fail(n, field, "the list did not parse as found: %v", err)
+			return
+		}
+		d.tooMany(past)
+		d.refused = true
 		return
 	}
-	c := d.claims(decl, len(d.chunked.items))
-	err := d.chunked.chunks(func(first int, entries []*yaml.Node) {
+	if l.flow {
+		d.fail(n, field, "a list in flow style within the limit is parsed whole")
+		return
+	}
+	c := d.claims(decl, len(l.items))
+	err := l.chunks(len(l.items), func(first int, entries []*yaml.Node) {
 		for j, e := range entries {
 			c.add(first+j, e)
 		}

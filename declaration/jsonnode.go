@@ -20,9 +20,20 @@ type jsonError struct {
 // placed at the offset of its first byte, so that one decoder serves both.
 // JSON is read by encoding/json rather than as YAML, whose reader refuses
 // some strings JSON allows (escaped surrogate pairs, raw C1 controls).
-func jsonNode(data []byte) (*yaml.Node, *jsonError) {
+//
+// A resources list of more than most entries costs no tree: the decoder
+// refuses it by the place of the entry one past the limit alone, so that
+// entry is the only one made a node; the others are read and skipped,
+// and stand in the list as one empty node. Whether the list is over is
+// told first by flowItems, which only scans, and then by the reader: if
+// the list turns out not to be over, it is read again, all of it.
+func jsonNode(data []byte, most int) (*yaml.Node, *jsonError) {
+	// Valid checks without the copy Unmarshal makes; Unmarshal only says
+	// where a document that is not valid goes wrong.
 	var raw json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
+	if json.Valid(data) {
+		// Read below.
+	} else if err := json.Unmarshal(data, &raw); err != nil {
 		var se *json.SyntaxError
 		if !errors.As(err, &se) {
 			return nil, &jsonError{0, "invalid JSON: " + err.Error()}
@@ -35,14 +46,28 @@ func jsonNode(data []byte) (*yaml.Node, *jsonError) {
 		}
 		return nil, &jsonError{off, "invalid JSON: " + se.Error()}
 	}
-	r := &jsonReader{data: data, dec: json.NewDecoder(bytes.NewReader(data)), at: cursor{data: data, line: 1, col: 1}}
-	r.dec.UseNumber()
-	n, err := r.value()
-	if err != nil {
-		return nil, &jsonError{r.start, "invalid JSON: " + err.Error()}
+	over := -1
+	if items, ok := flowItems(data); ok && len(items) > most {
+		over = most
 	}
-	return n, nil
+	for {
+		r := &jsonReader{data: data, dec: json.NewDecoder(bytes.NewReader(data)), at: cursor{data: data, line: 1, col: 1}, over: over}
+		r.dec.UseNumber()
+		n, err := r.value(0, false)
+		switch {
+		case errors.Is(err, errNotOver):
+			over = -1
+			continue
+		case err != nil:
+			return nil, &jsonError{r.start, "invalid JSON: " + err.Error()}
+		}
+		return n, nil
+	}
 }
+
+// errNotOver is returned by jsonReader.value when a resources list read
+// as over the limit is not.
+var errNotOver = errors.New("the resources list is not over the limit")
 
 type jsonReader struct {
 	data []byte
@@ -50,6 +75,9 @@ type jsonReader struct {
 	// start is the offset of the token read last.
 	start int
 	at    cursor
+	// over, if not -1, is the limit the resources list is over: only
+	// its entry at that index is made a node.
+	over int
 }
 
 // cursor turns offsets into line and column as they increase, counting only
@@ -91,7 +119,9 @@ func (r *jsonReader) token() (json.Token, *yaml.Node, error) {
 	return tok, &yaml.Node{Line: line, Column: col}, err
 }
 
-func (r *jsonReader) value() (*yaml.Node, error) {
+// value reads a value at depth (the document is at 0); list says it is
+// the document's resources list.
+func (r *jsonReader) value(depth int, list bool) (*yaml.Node, error) {
 	tok, n, err := r.token()
 	if err != nil {
 		return nil, err
@@ -107,7 +137,7 @@ func (r *jsonReader) value() (*yaml.Node, error) {
 					return nil, err
 				}
 				key.Kind, key.Tag, key.Style, key.Value = yaml.ScalarNode, "!!str", yaml.DoubleQuotedStyle, k.(string)
-				v, err := r.value()
+				v, err := r.value(depth+1, depth == 0 && key.Value == "resources")
 				if err != nil {
 					return nil, err
 				}
@@ -115,8 +145,14 @@ func (r *jsonReader) value() (*yaml.Node, error) {
 			}
 		case '[':
 			n.Kind, n.Tag, n.Style = yaml.SequenceNode, "!!seq", yaml.FlowStyle
+			if list && r.over >= 0 {
+				if err := r.overLimit(n, depth); err != nil {
+					return nil, err
+				}
+				break
+			}
 			for r.dec.More() {
-				v, err := r.value()
+				v, err := r.value(depth+1, false)
 				if err != nil {
 					return nil, err
 				}
@@ -143,4 +179,48 @@ func (r *jsonReader) value() (*yaml.Node, error) {
 		n.Kind, n.Tag, n.Value = yaml.ScalarNode, "!!null", "null"
 	}
 	return n, nil
+}
+
+// overLimit reads the entries of n, a resources list over the limit
+// r.over, making a node of the entry at that index alone.
+func (r *jsonReader) overLimit(n *yaml.Node, depth int) error {
+	skipped := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}
+	for r.dec.More() {
+		if len(n.Content) != r.over {
+			n.Content = append(n.Content, skipped)
+			if err := r.skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		v, err := r.value(depth+1, false)
+		if err != nil {
+			return err
+		}
+		n.Content = append(n.Content, v)
+	}
+	if len(n.Content) <= r.over {
+		return errNotOver
+	}
+	return nil
+}
+
+// skip reads one value and makes no node of it.
+func (r *jsonReader) skip() error {
+	depth := 0
+	for {
+		tok, err := r.dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+		if depth == 0 {
+			return nil
+		}
+	}
 }

@@ -1,8 +1,10 @@
 package declaration
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"strconv"
 	"strings"
@@ -211,10 +213,18 @@ func (d *decoder) sizeOK(n *yaml.Node, field string, limit sizeLimit, s string) 
 // ".json", as YAML otherwise. It reads at most MaxBytes+1 bytes, so that a
 // larger input is refused by the limit without being read whole.
 func Read(name string, r io.Reader) (*Declaration, error) {
-	data, err := io.ReadAll(io.LimitReader(r, MaxBytes+1))
-	if err != nil {
+	// A file says its size: read into a buffer of that size rather than
+	// one grown by doubling, which holds up to twice the document.
+	var buf bytes.Buffer
+	if f, ok := r.(interface{ Stat() (fs.FileInfo, error) }); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			buf.Grow(int(min(fi.Size(), MaxBytes)) + 1)
+		}
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(r, MaxBytes+1)); err != nil {
 		return nil, err
 	}
+	data := buf.Bytes()
 	if len(data) > MaxBytes {
 		return nil, Errors{{File: name, sentinel: ErrLimit,
 			Msg: fmt.Sprintf("the declaration is over %s: %d bytes (it was read no further than %d)", limitBytes, MaxBytes, len(data))}}

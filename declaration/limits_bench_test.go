@@ -169,3 +169,60 @@ func syntaxErrorAtEnd() string {
 	b.WriteString("  - package: {name: \"x}\n")
 	return b.String()
 }
+
+// TestRefusalInBoundedMemory: a declaration of 300,000 one-line resources,
+// over MaxResources, is refused when the limit is crossed, in every form
+// the parser takes, by a process whose peak resident set stays under
+// 64 MiB: it never holds the whole document's tree.
+func TestRefusalInBoundedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("parses 300,000 resources in a child, in five forms")
+	}
+	const n = 300_000
+	head := "mesh: lab\nnode: web-1\nrevision: 1\n"
+	var block, flow, json strings.Builder
+	block.WriteString(head + "resources:\n")
+	flow.WriteString(head + "resources: [\n")
+	json.WriteString(`{"mesh": "lab", "node": "web-1", "revision": 1, "resources": [`)
+	for i := range n {
+		fmt.Fprintf(&block, "  - package: {name: p%d}\n", i)
+		sep := ",\n"
+		if i == n-1 {
+			sep = "\n]\n"
+		}
+		fmt.Fprintf(&flow, "  {package: {name: p%d}}%s", i, sep)
+		if i > 0 {
+			json.WriteString(", ")
+		}
+		fmt.Fprintf(&json, `{"package": {"name": "p%d"}}`, i)
+	}
+	json.WriteString("]}")
+	dir := t.TempDir()
+	want := fmt.Sprintf("resources[%d]: one resource more than the limit of resources in a declaration: %d", declaration.MaxResources, declaration.MaxResources)
+	for _, f := range []struct{ name, data string }{
+		{"block.yaml", block.String()},
+		{"flow.yaml", flow.String()},
+		{"json.json", json.String()},
+		{"json-as-yaml.yaml", json.String()},
+	} {
+		path := filepath.Join(dir, f.name)
+		if err := os.WriteFile(path, []byte(f.data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestParseChild$", "-test.count", "1")
+		cmd.Env = append(os.Environ(), childFile+"="+path, childFile+"_WANT="+want)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: child: %v\n%s", f.name, err, out)
+		}
+		m := vmHWM.FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("%s: the child did not say its peak:\n%s", f.name, out)
+		}
+		kib, _ := strconv.ParseInt(string(m[1]), 10, 64)
+		t.Logf("%s: %.1f MB, refused at a peak RSS of %.1f MiB", f.name, float64(len(f.data))/1e6, float64(kib)/1024)
+		if kib > 64<<10 {
+			t.Errorf("%s: refusing %d resources took a peak RSS of %d KiB, over 64 MiB", f.name, n, kib)
+		}
+	}
+}

@@ -39,12 +39,26 @@ type resourceList struct {
 	head  []byte // data with the list's lines emptied: same line numbers
 	items []item
 	end   int // offset just past the list
+	// keyLine and keyColumn place the resources key the list is the
+	// value of, which the head's must be.
+	keyLine, keyColumn int
+	// flow is set for a list in flow style, found by flowListOf.
+	flow bool
+	// cutLine and cutColumn place where the head's list was cut out, and
+	// cutWidth is how many characters of that line went with it.
+	cutLine, cutColumn, cutWidth int
 }
 
 // item is one list entry: the offset of its first line and that line's
-// number (from 1).
+// number (from 1). In a list in flow style, off is the entry's own
+// offset, column its column and sep the offset of the "," or "]" after
+// it.
+//
+// Its fields are 32 bits, which a document of at most MaxBytes needs: a
+// list over the limit is held to its last entry before it is refused.
 type item struct {
-	off, line int
+	off, line   int32
+	column, sep int32
 }
 
 // listOf finds the resources list of a document written as a block
@@ -81,6 +95,7 @@ func listOf(data []byte) (resourceList, bool) {
 		case start < 0:
 			if spaces == 0 && isResourcesLine(text) {
 				start = next
+				l.keyLine, l.keyColumn = line, 1
 			} else if spaces == 0 && (bytes.HasPrefix(text, []byte("%")) || bytes.HasPrefix(text, []byte("..."))) {
 				return resourceList{}, false
 			}
@@ -93,9 +108,9 @@ func listOf(data []byte) (resourceList, bool) {
 				return resourceList{}, false // a flow list, or none
 			}
 			indent = spaces
-			l.items = append(l.items, item{off, line})
+			l.items = append(l.items, item{off: int32(off), line: int32(line)})
 		case spaces == indent && isEntry(rest):
-			l.items = append(l.items, item{off, line})
+			l.items = append(l.items, item{off: int32(off), line: int32(line)})
 		case spaces > indent:
 			// More of the entry.
 		case spaces == 0:
@@ -157,7 +172,7 @@ func isEntry(rest []byte) bool {
 }
 
 // chunks calls fn with each chunk's entries, in order, and the index of
-// the chunk's first entry. It stops at the first error: a chunk that does
+// the chunk's first entry, up to the chunk that holds entry count-1. It stops at the first error: a chunk that does
 // not parse by itself as a list of exactly its entries.
 //
 // Chunks are parsed ahead, parseAhead at a time, on other goroutines,
@@ -165,8 +180,8 @@ func isEntry(rest []byte) bool {
 // the time, and a host's other cores are idle while it reads a
 // declaration. At most parseAhead chunks' trees are alive beside the one
 // fn holds.
-func (l resourceList) chunks(fn func(first int, entries []*yaml.Node)) error {
-	n := (len(l.items) + chunkItems - 1) / chunkItems
+func (l resourceList) chunks(count int, fn func(first int, entries []*yaml.Node)) error {
+	n := (min(count, len(l.items)) + chunkItems - 1) / chunkItems
 	done := make(chan struct{})
 	defer close(done)
 	parsed := make([]chan chunkResult, n)
@@ -224,9 +239,12 @@ type chunkResult struct {
 func (l resourceList) parse(k int) chunkResult {
 	first := k * chunkItems
 	last := min(first+chunkItems, len(l.items))
+	if l.flow {
+		return l.parseFlow(first, last)
+	}
 	end := l.end
 	if last < len(l.items) {
-		end = l.items[last].off
+		end = int(l.items[last].off)
 	}
 	doc, err := oneDocument(l.data[l.items[first].off:end])
 	if err != nil {
@@ -236,7 +254,7 @@ func (l resourceList) parse(k int) chunkResult {
 	if seq.Kind != yaml.SequenceNode || seq.Style != 0 || seq.Anchor != "" || len(seq.Content) != last-first {
 		return chunkResult{err: errChunk}
 	}
-	shift(seq, l.items[first].line-1)
+	shift(seq, int(l.items[first].line)-1)
 	return chunkResult{entries: seq.Content}
 }
 
@@ -265,12 +283,18 @@ func shift(n *yaml.Node, lines int) {
 }
 
 // parseInChunks parses the document whose resources list is l: its head
-// whole, its list a chunk at a time. Any error means only that the whole
-// parse must say what is wrong.
-func parseInChunks(name string, l resourceList) (*Declaration, error) {
+// whole, its list a chunk at a time. An error means only that the whole
+// parse must say what is wrong, unless refused: the list holds more than
+// most entries, and err is what the whole parse would say of the document.
+func parseInChunks(name string, l resourceList, most int) (decl *Declaration, err error, refused bool) {
 	doc, err := oneDocument(l.head)
 	if err != nil {
-		return nil, err
+		return nil, err, false
 	}
-	return decodeWith(&decoder{file: name, chunked: &l}, doc.Content[0])
+	if l.flow {
+		l.headColumns(doc)
+	}
+	d := &decoder{file: name, chunked: &l, most: most}
+	decl, err = decodeWith(d, doc.Content[0])
+	return decl, err, d.refused && err != nil
 }

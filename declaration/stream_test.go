@@ -33,7 +33,7 @@ func sameAsWhole(t interface {
 		t.Fatalf("%s: declarations differ:\nchunked: %+v\nwhole:   %+v\n%s", name, got, want, data)
 	}
 	if l, ok := listOf(data); ok {
-		_, err := parseInChunks(name, l)
+		_, err, _ := parseInChunks(name, l, MaxResources)
 		return err == nil
 	}
 	return false
@@ -181,8 +181,12 @@ func FuzzChunkedParse(f *testing.F) {
 	f.Add([]byte("mesh: m\nnode: n\nrevision: 1\nresources:\n- file: {path: /etc/a, content: \"x\n- file: {path: /etc/b}\"}\n"))
 	f.Add([]byte("resources:\n  - package: {name: curl}\nmesh: m\nnode: n\nrevision: 2\n"))
 	f.Add([]byte("mesh: m\nnode: n\nrevision: 1\nresources:\n  - file: {path: /etc/a,\r content: x}\n  - file: {path: /etc/b, content: \"\u0085\"}\n"))
+	f.Add([]byte("mesh: m\nnode: n\nrevision: 1\nresources: [{file: {path: /etc/a}}, {file: {path: \"/etc/b,\"}},\n  {package: {name: c}}]\n"))
+	f.Add([]byte(`{"mesh": "m", "node": "n", "revision": 1, "resources": [{"package": {"name": "a"}}, {"package": {"name": "b"}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sameAsWhole(t, "f.yaml", data)
+		// At a limit of one resource, a longer list is refused early.
+		sameRefusalAtLimit(t, "f.yaml", data, 1)
 	})
 }
 
@@ -244,4 +248,104 @@ func TestSyntaxErrorDeepInALongListNamesItsLine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sameRefusalAtLimit fails t unless parseYAML at a limit of most
+// resources, which refuses a list over it without parsing the rest of the
+// document, says what the whole parse at that limit says; or, having
+// refused by the limit, the whole parse finds a syntax error in what the
+// early refusal never read. It never accepts what the whole parse
+// refuses. It says whether the list was refused early.
+func sameRefusalAtLimit(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, name string, data []byte, most int) (early bool) {
+	t.Helper()
+	got, gotErr := parseYAML(name, data, most)
+	want, wantErr := parseWholeAt(name, data, most)
+	if err := checkSize(name, data); err != nil {
+		want, wantErr = nil, err
+	} else if err := checkUTF8(name, data); err != nil {
+		want, wantErr = nil, err
+	}
+	if l, ok := listOf(data); ok && len(l.items) > most {
+		_, _, early = parseInChunks(name, l, most)
+	} else if l, ok := flowListOf(data); ok && len(l.items) > most {
+		_, _, early = parseInChunks(name, l, most)
+	}
+	if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+		if !early || wantErr == nil || !strings.Contains(wantErr.Error(), "invalid YAML") {
+			t.Fatalf("%s at a limit of %d: errors differ:\nearly: %v\nwhole: %v\n%s", name, most, gotErr, wantErr, data)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s at a limit of %d: declarations differ:\nearly: %+v\nwhole: %+v\n%s", name, most, got, want, data)
+	}
+	return early
+}
+
+// flowEntry writes one resource of a list in flow style.
+func flowEntry(form, i int) string {
+	switch form {
+	case 0:
+		return fmt.Sprintf(`{package: {name: p%d}}`, i)
+	case 1:
+		return fmt.Sprintf(`{"file": {"path": "/etc/f%d", "content": "a, b]\"}"}}`, i)
+	case 2:
+		return fmt.Sprintf("{file: {path: '/etc/it''s %d', # a comment, ]\n   content: x}}", i)
+	case 3:
+		return fmt.Sprintf(`package: {name: p%d}`, i)
+	default:
+		return fmt.Sprintf("{directory: {path: /srv/a b\n    c%d}}", i)
+	}
+}
+
+// TestRefusedWhenTheLimitIsCrossed: a list over the limit, in block style,
+// in flow style, and as JSON read as YAML, is refused as the whole parse
+// refuses it, at a limit small enough to reach; with hazards in it, the
+// refusal is still the whole parse's, or the whole parse is used.
+func TestRefusedWhenTheLimitIsCrossed(t *testing.T) {
+	early := 0
+	for _, most := range []int{1, 3, chunkItems, chunkItems + 1} {
+		for _, n := range []int{most, most + 1, most + 2, 2*chunkItems + 3} {
+			var block, flow, json strings.Builder
+			block.WriteString("mesh: m1\nnode: n1\nresources:\n")
+			flow.WriteString("mesh: m1\nnode: n1\nresources: [\n")
+			json.WriteString(`{"mesh": "m1", "node": "n1", "resources": [`)
+			for i := range n {
+				block.WriteString(entry(i%5, i, 2))
+				sep := ",\n  "
+				if i == n-1 {
+					sep = "\n]"
+				}
+				flow.WriteString(flowEntry(i%5, i) + sep)
+				if i > 0 {
+					json.WriteString(", ")
+				}
+				fmt.Fprintf(&json, `{"package": {"name": "p%d"}}`, i)
+			}
+			flow.WriteString("  # end\nrevision: 3\n")
+			json.WriteString(`], "revision": 3, "extra": 1}`)
+			for name, doc := range map[string]string{"block": block.String(), "flow": flow.String(), "json": json.String()} {
+				if sameRefusalAtLimit(t, fmt.Sprintf("%s-%d-of-%d.yaml", name, n, most), []byte(doc), most) {
+					early++
+				}
+			}
+		}
+	}
+	if early == 0 {
+		t.Fatal("no list was refused early: the test compares nothing")
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		g := generatedDoc{leadingMarker: rapid.Bool().Draw(t, "leading marker")}
+		g.indent = rapid.SampledFrom([]int{0, 2, 4}).Draw(t, "indent")
+		g.n = rapid.SampledFrom([]int{1, 2, 9, chunkItems + 1}).Draw(t, "entries")
+		g.hazard = rapid.IntRange(-1, len(hazards)-1).Draw(t, "hazard")
+		g.at = rapid.SampledFrom([]int{0, g.n / 3, g.n - 1}).Draw(t, "at")
+		g.form = func(int) int { return rapid.IntRange(0, 4).Draw(t, "form") }
+		g.crlf = rapid.Bool().Draw(t, "crlf")
+		g.revisionLast = rapid.Bool().Draw(t, "revision last")
+		most := rapid.IntRange(0, g.n).Draw(t, "limit")
+		sameRefusalAtLimit(t, "gen.yaml", g.text(), most)
+	})
 }
