@@ -199,6 +199,9 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 		}
 		defer e.held.AfterClientReconcile()
 		defer e.held.Reconciling.Unlock()
+		if err := e.held.Journal.Damage(); err != nil {
+			return damageStop(err)
+		}
 		return fn(e.held.Journal)
 	}
 	if e.cli.Journal == "" {

@@ -199,7 +199,7 @@ func TestDamageStopsEveryCommand(t *testing.T) {
 	}
 	for _, d := range damages {
 		t.Run(d.name, func(t *testing.T) {
-			if err := os.WriteFile(h.journal, good, 0o600); err != nil {
+			if err := restoreCopy(h.journal, good); err != nil {
 				t.Fatal(err)
 			}
 			d.damage(t, h.journal)
@@ -239,7 +239,7 @@ func TestDamageStopsEveryCommand(t *testing.T) {
 	// exits above are the damage's.
 	t.Run("undamaged", func(t *testing.T) {
 		for _, args := range h.damageCommands() {
-			if err := os.WriteFile(h.journal, good, 0o600); err != nil {
+			if err := restoreCopy(h.journal, good); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

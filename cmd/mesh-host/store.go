@@ -26,6 +26,11 @@ func (e *env) stateDir() string {
 // opened read-only here and read whole (hostjournal.Verify) before fn runs.
 func (e *env) withJournal(fn func(j *journal.Journal) error) error {
 	if e.held != nil {
+		// The service stops on damage; a question that reaches it
+		// meanwhile stops as every command does.
+		if err := e.held.Journal.Damage(); err != nil {
+			return damageStop(err)
+		}
 		return fn(e.held.Journal)
 	}
 	if e.cli.Journal == "" {
