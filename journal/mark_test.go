@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/mesh-host/mesh-host/journal/event"
 )
 
@@ -84,5 +86,42 @@ func TestDamageMark(t *testing.T) {
 	f.Close()
 	if _, err := os.Lstat(fresh + MarkSuffix); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a new journal kept a mark: %v", err)
+	}
+}
+
+// TestScanFindsAGap: a record missing from the middle of the file (its
+// key lost to damage) is damage to a scan that reads across it, as it is
+// to Check: records run gap-free from the first stored to head.
+func TestScanFindsAGap(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := j.Append(event.New("test.kind", 0, "", map[string]int{"n": i})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketRecords).Delete(event.Key(5)) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	j, err = Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if err := j.Scan(6, 0, func(event.Record) error { return nil }); err != nil {
+		t.Errorf("a scan after the gap: %v", err)
+	}
+	err = j.Scan(1, 0, func(event.Record) error { return nil })
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "record 5 is missing") {
+		t.Errorf("a scan across the gap: %v, want record 5 missing", err)
 	}
 }

@@ -404,3 +404,25 @@ func serverKey(t *testing.T) string {
 	}
 	return key
 }
+
+// TestCommandsReadWhatTheyNeed: no command reads the whole journal before
+// it answers (that is the scrub's, and journal --verify's): with an old
+// record damaged and not yet found, status and a listing of later records
+// answer, as nothing they read is damaged. A command that reads the record
+// finds it and marks the file; from then on every command stops.
+func TestCommandsReadWhatTheyNeed(t *testing.T) {
+	h := newLivedHost(t)
+	rec := storedValue(t, h.journal, "records", string(bin.BigEndian.AppendUint64(nil, 2)))
+	flipAll(t, h.journal, rec, len(rec)-3)
+	for _, args := range [][]string{{"status", "--owned"}, {"journal", "--since", "10"}, {"journal", "--why", "file:/etc/motd"}} {
+		if code, out, errs := h.exec(t, context.Background(), args...); code != 0 {
+			t.Errorf("%s, which reads nothing damaged: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+		}
+	}
+	code, _, stderr := h.exec(t, context.Background(), "journal")
+	if code != exitDamaged || !strings.Contains(stderr, "record 2") {
+		t.Fatalf("journal, which reads record 2: exit %d\n%s", code, stderr)
+	}
+	code, _, stderr = h.exec(t, context.Background(), "status")
+	wantDamageStop(t, "status once the damage was found", code, stderr, h.journal, "damage was found in it before")
+}
