@@ -396,9 +396,8 @@ func (j *Journal) Follow(ctx context.Context, from uint64, fn func(event.Record)
 
 // Check reads every record, verifying each one's checksum and that the
 // sequences run gap-free from the first stored to head. Open checks only
-// what it can without reading the whole file; a command checks the rest
-// before it reads or appends, a service when it starts and then in its
-// scrub. Records appended while it runs are not checked (head is read
+// what it can without reading the whole file, and every read checks what
+// it reads; the service's scrub and `journal --verify` check the rest. Records appended while it runs are not checked (head is read
 // first); a compaction must not run meanwhile, as it drops records.
 func (j *Journal) Check() error {
 	info, err := j.Info()
