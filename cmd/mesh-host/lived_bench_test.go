@@ -98,6 +98,11 @@ func measureLived(b *testing.B, bin, dir string, rev int) livedFigures {
 	writeLivedDeclaration(b, decl, livedFiles-1, rev)
 	f.apply = float64(runBin(b, bin, root, state, "apply", decl))
 
+	// A drifted file, so that the start's reconcile of all 10,000 changes
+	// one and says so in the log.
+	if err := os.WriteFile(filepath.Join(root, "etc/app/f00000.conf"), []byte("by hand\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
 	var stderr lockedBuffer
 	cmd := exec.Command(bin, "--root", root, "--state-dir", state, "serve", "--drift-interval", "1h")
 	cmd.Stderr = &stderr
