@@ -179,6 +179,9 @@ func Open(path string, opts Options) (*Journal, error) {
 	j := &Journal{path: path, opts: opts, notify: make(chan struct{}), damageFound: make(chan struct{})}
 	db, err := j.open()
 	if err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			writeMark(path, err)
+		}
 		return nil, err
 	}
 	j.db = db
@@ -188,6 +191,12 @@ func Open(path string, opts Options) (*Journal, error) {
 func (j *Journal) open() (*bolt.DB, error) {
 	_, err := os.Stat(j.path)
 	switch {
+	case err == nil:
+		// Before bbolt reads a page: damage found once stops every
+		// command, whatever it would read.
+		if err := checkMark(j.path, j.opts.ReadOnly); err != nil {
+			return nil, err
+		}
 	case errors.Is(err, os.ErrNotExist) && j.opts.ReadOnly:
 		return nil, fmt.Errorf("%w: %s", ErrNotExist, j.path)
 	case errors.Is(err, os.ErrNotExist):
@@ -207,6 +216,12 @@ func (j *Journal) open() (*bolt.DB, error) {
 			ReadOnly:       j.opts.ReadOnly,
 			FreelistType:   bolt.FreelistMapType,
 			NoFreelistSync: false,
+
+			// A writer's open reads the freelist's page; a reader's
+			// would not, and would answer from a file no writer can
+			// open. One page (and a map of the free pages, which a
+			// writer holds anyway).
+			PreLoadFreelist: true,
 		})
 		return err
 	})
@@ -271,7 +286,10 @@ func create(path string, timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("create journal %s: %w", path, err)
 	}
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+	switch err := os.Link(tmp, path); {
+	case err == nil:
+		clearMark(path)
+	case !errors.Is(err, os.ErrExist):
 		return fmt.Errorf("create journal %s: %w", path, err)
 	}
 	if err := syncDir(dir); err != nil {
@@ -430,6 +448,7 @@ func (j *Journal) Damaged(err error) error {
 func (j *Journal) noteDamage(err error) error {
 	if errors.Is(err, ErrCorrupt) && j.damage.CompareAndSwap(nil, &err) {
 		close(j.damageFound)
+		writeMark(j.path, err)
 	}
 	return err
 }
@@ -454,6 +473,8 @@ func corruptErr(path string, err error) error { return &damageError{path: path, 
 type damageError struct {
 	path string
 	err  error
+	// marked is damage read from the file's mark: nothing new to mark.
+	marked bool
 }
 
 func (e *damageError) Error() string {
@@ -462,8 +483,10 @@ func (e *damageError) Error() string {
 	return fmt.Sprintf("%v: %s: %v\n"+
 		"The host will not run on, report from or append to a journal it cannot read, and will not start over empty.\n"+
 		"To recover: stop mesh-host, move the file aside (mv %s %s.broken), and start again;\n"+
-		"the host re-converges from its next declaration. Keep the broken file: it holds the host's history up to the damage.",
-		ErrCorrupt, e.path, e.err, e.path, e.path)
+		"the host re-converges from its next declaration. Keep the broken file: it holds the host's history up to the damage.\n"+
+		"Until then every command stops here: %s%s marks this file as damaged, and is for it alone, so moving the file aside clears it\n"+
+		"(as does a copy restored beside it and renamed into place: cp BACKUP %s.restored && mv %s.restored %s).",
+		ErrCorrupt, e.path, e.err, e.path, e.path, e.path, MarkSuffix, e.path, e.path, e.path)
 }
 
 func (e *damageError) Is(target error) bool { return target == ErrCorrupt }

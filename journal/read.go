@@ -190,10 +190,22 @@ func (j *Journal) scanBatches(from, to uint64, decode func(tx *bolt.Tx, k, v []b
 				return nil
 			}
 			c := b.Cursor()
+			// The records stored run gap-free from the first to head
+			// (compaction drops a prefix, between transactions): a key
+			// missing or out of place as the scan reads them is damage,
+			// found as it is read rather than by a whole read.
+			next := from
+			if k, _ := c.First(); k != nil {
+				next = max(from, binary.BigEndian.Uint64(k))
+			}
 			for k, v := c.Seek(event.Key(from)); k != nil && len(batch) < scanChunk; k, v = c.Next() {
 				if to != 0 && binary.BigEndian.Uint64(k) > to {
 					break
 				}
+				if len(k) == 8 && binary.BigEndian.Uint64(k) != next {
+					return j.corrupt(fmt.Errorf("record %d is missing (found %d)", next, binary.BigEndian.Uint64(k)))
+				}
+				next++
 				r, err := decode(tx, k, v)
 				if err != nil {
 					return err
@@ -384,9 +396,8 @@ func (j *Journal) Follow(ctx context.Context, from uint64, fn func(event.Record)
 
 // Check reads every record, verifying each one's checksum and that the
 // sequences run gap-free from the first stored to head. Open checks only
-// what it can without reading the whole file; a command checks the rest
-// before it reads or appends, a service when it starts and then in its
-// scrub. Records appended while it runs are not checked (head is read
+// what it can without reading the whole file, and every read checks what
+// it reads; the service's scrub and `journal --verify` check the rest. Records appended while it runs are not checked (head is read
 // first); a compaction must not run meanwhile, as it drops records.
 func (j *Journal) Check() error {
 	info, err := j.Info()
@@ -480,4 +491,44 @@ func (j *Journal) checkDocuments(named map[Sum]uint64) error {
 		}
 		return nil
 	})
+}
+
+// LatestOfKind returns the newest record of kind k; ok is false for none.
+// It walks the by-kind index back from head an epoch at a time, so a kind
+// appended recently (a daily record) is found in a few seeks, whatever the
+// journal's age; a kind never appended costs a seek per epoch.
+func (j *Journal) LatestOfKind(k event.Kind) (r event.Record, ok bool, err error) {
+	err = j.view(func(tx *bolt.Tx) error {
+		meta, byKind := tx.Bucket(bucketMeta), tx.Bucket(bucketByKind)
+		if meta == nil || byKind == nil {
+			return nil
+		}
+		head, first := getSeq(meta, keyHead), getSeq(meta, keySnapshotSeq)+1
+		c := byKind.Cursor()
+		for epoch := head >> epochShift; ; epoch-- {
+			prefix := epochPrefix(string(k), epoch<<epochShift)
+			// The last entry of this epoch's prefix: seek past it, step back.
+			next := append(bytes.Clone(prefix[:len(prefix)-1]), 1)
+			key, _ := c.Seek(next)
+			if key == nil {
+				key, _ = c.Last()
+			} else {
+				key, _ = c.Prev()
+			}
+			if key != nil && len(key) == len(prefix)+8 && bytes.HasPrefix(key, prefix) {
+				sk := key[len(prefix):]
+				v := tx.Bucket(bucketRecords).Get(sk)
+				if v == nil {
+					return j.corrupt(fmt.Errorf("index %s names record %d, which is missing", bucketByKind, binary.BigEndian.Uint64(sk)))
+				}
+				r, err = j.decode(tx, sk, v)
+				ok = err == nil
+				return err
+			}
+			if epoch == 0 || epoch<<epochShift < first {
+				return nil
+			}
+		}
+	})
+	return r, ok, err
 }

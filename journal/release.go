@@ -18,7 +18,7 @@ func (j *Journal) Release() error {
 // releasePages drops the pages of the journal's file that this process
 // has read from its resident set. They stay in the page cache, and a later
 // read faults them back in from there. A read of the whole file (Check,
-// every command's first look at the journal; a replay) would otherwise
+// the scrub's and `journal --verify`'s; a replay) would otherwise
 // leave all of it counted as the process's memory: bbolt reads through a
 // mapping of the file, and a mapped page once touched stays resident until
 // the kernel needs it back.

@@ -199,6 +199,9 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 		}
 		defer e.held.AfterClientReconcile()
 		defer e.held.Reconciling.Unlock()
+		if err := e.held.Journal.Damage(); err != nil {
+			return damageStop(err)
+		}
 		return fn(e.held.Journal)
 	}
 	if e.cli.Journal == "" {
@@ -215,9 +218,11 @@ func (e *env) withWriteJournal(forward []string, fn func(j *journal.Journal) err
 		return failed("%w", err)
 	}
 	defer j.Close()
-	// Before anything is appended: not a record is added to a damaged
-	// file, not even a refusal.
-	s, head, err := hostjournal.VerifyCore(j)
+	// Before anything is appended: not a record is added to a file whose
+	// projection is damaged, not even a refusal. The projection (every
+	// value, checked) and the head record (at open) are what an append
+	// stands on; the history behind them is the scrub's to read.
+	s, head, err := hostjournal.StoredCore(j)
 	if err != nil {
 		return failed("%w", err)
 	}

@@ -40,7 +40,6 @@ func (e *env) follow(from uint64, fn func(event.Record) error) error {
 		}
 	}
 	next := max(from, 1)
-	verified := false // the file, once, as every command does; then what is new
 	deliver := func(r event.Record) error {
 		if r.Seq < next {
 			return nil // seen already, from the other source
@@ -61,10 +60,7 @@ func (e *env) follow(from uint64, fn func(event.Record) error) error {
 				continue
 			}
 		}
-		err := e.scanFile(next, deliver, !verified)
-		if err == nil {
-			verified = true
-		}
+		err := e.scanFile(next, deliver)
 		switch {
 		case errors.Is(err, journal.ErrLocked), errors.Is(err, journal.ErrNotExist):
 			// Someone (an apply, or a service starting) holds it, or it is
@@ -118,19 +114,14 @@ func (e *env) followService(from uint64, fn func(event.Record) error) error {
 }
 
 // scanFile opens the file just long enough to read what is new: holding it
-// would lock out the next `apply` or service start. With verify it first
-// reads all of it, as hostjournal.Verify does.
-func (e *env) scanFile(from uint64, fn func(event.Record) error, verify bool) error {
+// would lock out the next `apply` or service start. Each record is checked
+// as it is read, and the open checks the file's damage mark.
+func (e *env) scanFile(from uint64, fn func(event.Record) error) error {
 	j, err := hostjournal.OpenReadOnly(e.cli.journalPath())
 	if err != nil {
 		return err
 	}
 	defer j.Close()
-	if verify {
-		if err := hostjournal.Verify(j); err != nil {
-			return err
-		}
-	}
 	return j.Scan(from, 0, fn)
 }
 

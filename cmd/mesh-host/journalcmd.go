@@ -34,7 +34,14 @@ func (c *journalCmd) Run(e *env) error {
 		if c.Why != "" || c.Follow || c.Since != "" || len(c.Kind) > 0 || c.Resource != "" || c.JSON {
 			return command.Refused("--verify takes no other flag but --key")
 		}
-		return e.withJournal(func(j *journal.Journal) error { return verifyDeclarations(e, j, c.Key) })
+		return e.withJournal(func(j *journal.Journal) error {
+			// The operator's scrub: the whole file first, so that damage
+			// anywhere in it stops this as it stops the service's.
+			if err := hostjournal.Verify(j); err != nil {
+				return failed("%w", err)
+			}
+			return verifyDeclarations(e, j, c.Key)
+		})
 	}
 	if c.Key != "" {
 		return command.Refused("--key goes with --verify")

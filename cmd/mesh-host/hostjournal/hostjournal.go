@@ -1,8 +1,9 @@
 // Package hostjournal is the host's journal as its commands and its
 // service open it: opened with the stored projection folded in every
-// append, read whole before it is trusted, its stored state loaded, damage
-// recognised and made the journal's, declarations and refusals journaled,
-// and the stored projection compared with a replay.
+// append, read whole by the scrub and `journal --verify` (each command
+// reads only what it needs, checked as read), its stored state loaded,
+// damage recognised and made the journal's, declarations and refusals
+// journaled, and the stored projection compared with a replay.
 //
 // It is not the journal (package journal stores records, whatever they
 // mean) and not the command line: package main decides what a person is
@@ -299,31 +300,21 @@ func storedFold(st journal.Store, recs []event.Record) error {
 	return err
 }
 
-// Verify reads all of j that a command may report from or append
-// after: every record (checksums, no gaps), the stored projection and the
-// compaction snapshot (checksums, decoding). It returns the first damage
-// found, as AsDamage does.
+// Verify reads all of j: every record (checksums, no gaps), every
+// document, the stored projection and the compaction snapshot (checksums,
+// decoding). It returns the first damage found, as AsDamage does. It is
+// the whole read, the scrub's and `journal --verify`'s; a command reads
+// only what it needs, checked as it is read.
 func Verify(j *journal.Journal) error {
-	_, _, err := VerifyCore(j)
-	return err
-}
-
-// VerifyCore is Verify, returning the stored projection it read, without
-// its owned set (StoredCore), and the head it folds through: a command
-// that goes on to read it need not decode it twice.
-func VerifyCore(j *journal.Journal) (projector.State, uint64, error) {
 	if err := j.Check(); err != nil {
-		return projector.State{}, 0, AsDamage(j, err)
+		return AsDamage(j, err)
 	}
-	s, head, err := StoredCore(j)
-	if err != nil {
-		return projector.State{}, 0, err
+	if _, _, err := StoredCore(j); err != nil {
+		return err
 	}
 	// Read only to be checked.
-	if _, _, err := loadState(j, j.Snapshot, projector.LoadCore); err != nil {
-		return projector.State{}, 0, err
-	}
-	return s, head, nil
+	_, _, err := loadState(j, j.Snapshot, projector.LoadCore)
+	return err
 }
 
 // AppendRefusal appends a declaration.refused record; d is nil when the

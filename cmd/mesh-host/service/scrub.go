@@ -19,14 +19,25 @@ import (
 // service; a damaged journal is not appended to, so it is only logged.
 // maintenance keeps a compaction, which drops records, from running under
 // a scrub reading them.
+//
+// The scrub is the service's only whole read of the file (its start reads
+// what it needs, checked as read), so its pace outlasts a restart: the
+// first is due every after the last journal.scrubbed, or after the
+// journal's first record when none was journaled yet. A host restarted
+// more often than every is scrubbed all the same.
 func scrubLoop(ctx context.Context, j *journal.Journal, every time.Duration, maintenance *sync.Mutex, log *slog.Logger) error {
-	t := time.NewTicker(every)
+	wait, err := firstScrub(j, every, time.Now())
+	if err != nil {
+		return err
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			t.Reset(every)
 		}
 		maintenance.Lock()
 		start := time.Now()
@@ -50,4 +61,27 @@ func scrubLoop(ctx context.Context, j *journal.Journal, every time.Duration, mai
 		}
 		log.Info("journal scrubbed", "head", found.Head, "records", found.Records, "owned", found.Owned, "differences", found.Differences, "took", time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// firstScrub is how long after now the first scrub of this run is due:
+// every after the last one journaled, or after the journal's first record
+// (the start of its history, as far as it keeps it) when none was.
+func firstScrub(j *journal.Journal, every time.Duration, now time.Time) (time.Duration, error) {
+	last, ok, err := j.LatestOfKind(event.JournalScrubbed)
+	if err != nil {
+		return 0, hostjournal.AsDamage(j, err)
+	}
+	if !ok {
+		info, err := j.Info()
+		if err != nil {
+			return 0, hostjournal.AsDamage(j, err)
+		}
+		if last, ok, err = j.Get(info.First); err != nil {
+			return 0, hostjournal.AsDamage(j, err)
+		}
+	}
+	if !ok {
+		return every, nil
+	}
+	return max(0, every-now.Sub(last.Time)), nil
 }

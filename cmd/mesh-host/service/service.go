@@ -119,7 +119,8 @@ type Config struct {
 // (STATE-DIR/link.json), runs the link to the control plane. Without an
 // enrolment it runs offline.
 //
-// The journal is read whole at start and every ScrubInterval after. Damage
+// The journal is read whole by the scrub, every ScrubInterval (see
+// scrubLoop); its start reads what it needs, checked as read. Damage
 // found in it, at start or by anything while it runs (a reconcile, a
 // command a client asked for, the link, the scrub), stops the service with
 // the recovery message, an error hostjournal.IsDamage knows: nothing is
@@ -163,7 +164,11 @@ func Run(ctx context.Context, c Config) error {
 		return err
 	}
 	defer j.Close()
-	if err := hostjournal.Verify(j); err != nil {
+	// What the service starts from, checked as it is read: the file's
+	// damage mark, its freelist and head record (at open) and every value
+	// of the stored projection. The rest of the file is the scrub's to
+	// read, in the background (scrubLoop), not a cost of every start.
+	if _, _, err := hostjournal.StoredCore(j); err != nil {
 		log.Error("the journal is damaged; not starting", "err", err)
 		return err
 	}
