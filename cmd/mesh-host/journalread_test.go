@@ -52,6 +52,25 @@ func restoreCopy(path string, b []byte) error {
 	return os.Rename(path+".restored", path)
 }
 
+// damageCopy puts good back in place of the journal at path (as a copy
+// restored is, renamed into place) and damages it as damage says, which
+// must change something; it returns the damaged bytes.
+func damageCopy(t *testing.T, path string, good []byte, damage func(t *testing.T, path string)) []byte {
+	t.Helper()
+	if err := restoreCopy(path, good); err != nil {
+		t.Fatal(err)
+	}
+	damage(t, path)
+	damaged, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(damaged, good) {
+		t.Fatal("the damage changed nothing")
+	}
+	return damaged
+}
+
 // exec runs mesh-host as a process of its own against the host's
 // state, never through a service's socket: a damaged file can leave
 // bbolt's lock held by the process that found it, as an exit lets go.
@@ -189,17 +208,7 @@ func TestDamageStopsEveryCommandAlike(t *testing.T) {
 	}
 	for _, d := range damages {
 		t.Run(d.name, func(t *testing.T) {
-			if err := restoreCopy(h.journal, good); err != nil {
-				t.Fatal(err)
-			}
-			d.damage(t, h.journal)
-			damaged, err := os.ReadFile(h.journal)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if bytes.Equal(damaged, good) {
-				t.Fatal("the damage changed nothing")
-			}
+			damaged := damageCopy(t, h.journal, good, d.damage)
 			commands := append([][]string{{"journal", "--verify", "--key", key}}, h.damageCommands()...)
 			var codes []string
 			for _, args := range commands {

@@ -85,7 +85,7 @@ func serveWeb(g *run.Group, a *authority.Authority, cfg serveConfig, nc *nats.Co
 
 // webCertificate is the web view's certificate off loopback: issued by the
 // mesh's CA for the names nodes reach this service by (--server-name), the
-// address it listens on when it names one, and this machine's name; or,
+// address it listens on when it names one, and the host name it runs on; or,
 // where the CA's key is not held, the certificate serve was given.
 func webCertificate(a *authority.Authority, cfg serveConfig, addr *net.TCPAddr) (tls.Certificate, error) {
 	if !a.HoldsCAKey() {

@@ -2,6 +2,7 @@ package fleetview
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -199,36 +200,50 @@ func PrintNodeTable(w io.Writer, nodes []client.NodeStatus, now time.Time, colum
 	return nil
 }
 
-// Summary is one line of counts: nodes by state, then by version.
-func Summary(nodes []client.NodeStatus) string {
-	states, versions := map[string]int{}, map[string]int{}
+// Count is how many nodes share a state, or a version.
+type Count struct {
+	Name string
+	N    int
+}
+
+// Counts are the nodes by state and by version (a node never heard from
+// is version "-"), each most first, then by name: the fleet's shape at a
+// glance, as the table's summary and the web view show it.
+func Counts(nodes []client.NodeStatus) (states, versions []Count) {
+	st, vs := map[string]int{}, map[string]int{}
 	for _, n := range nodes {
-		states[n.State]++
+		st[n.State]++
 		v := "-"
 		if hb := n.Heartbeat; hb != nil {
 			v = client.VersionLabel(hb.Build, hb.Version)
 		}
-		versions[v]++
+		vs[v]++
 	}
-	count := func(m map[string]int) string {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		// Most first, then by name: the fleet's shape at a glance.
-		slices.SortFunc(keys, func(a, b string) int {
-			if m[a] != m[b] {
-				return m[b] - m[a]
-			}
-			return strings.Compare(a, b)
-		})
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = fmt.Sprintf("%d %s", m[k], k)
+	return sortedCounts(st), sortedCounts(vs)
+}
+
+func sortedCounts(m map[string]int) []Count {
+	out := make([]Count, 0, len(m))
+	for k, n := range m {
+		out = append(out, Count{k, n})
+	}
+	slices.SortFunc(out, func(a, b Count) int {
+		return cmp.Or(cmp.Compare(b.N, a.N), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// Summary is one line of counts: nodes by state, then by version.
+func Summary(nodes []client.NodeStatus) string {
+	states, versions := Counts(nodes)
+	line := func(cs []Count) string {
+		parts := make([]string, len(cs))
+		for i, c := range cs {
+			parts[i] = fmt.Sprintf("%d %s", c.N, c.Name)
 		}
 		return strings.Join(parts, ", ")
 	}
-	return fmt.Sprintf("%s: %s; versions: %s", Plural(len(nodes), "node"), count(states), count(versions))
+	return fmt.Sprintf("%s: %s; versions: %s", Plural(len(nodes), "node"), line(states), line(versions))
 }
 
 // span shows a long duration in days, a short one to the second.

@@ -16,9 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/broker/brokertest"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/meshtest"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/linkproto"
@@ -41,21 +39,8 @@ type bed struct {
 
 func newBed(t testing.TB) *bed {
 	t.Helper()
-	a, b, log := brokertest.Start(t, testMesh)
-	nc, err := client.Dial(a, []string{b.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &nodeservice.Service{Conn: nc, Mesh: testMesh, Key: a.DeclarationKey(), Log: log}
-	if err := s.Ensure(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return &bed{t: t, a: a, url: b.URL(), nc: nc, js: js, log: log}
+	m := meshtest.Start(t, testMesh)
+	return &bed{t: t, a: m.A, url: m.URL, nc: m.Conn, js: m.JS, log: m.Log}
 }
 
 // heartbeat publishes hb as node's latest, as its host would.

@@ -17,9 +17,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mesh-host/mesh-host/cmd/meshctl/authority"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/broker/brokertest"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/client"
-	"github.com/mesh-host/mesh-host/cmd/meshctl/nodeservice"
+	"github.com/mesh-host/mesh-host/cmd/meshctl/meshtest"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/store"
 	"github.com/mesh-host/mesh-host/internal/basetest"
 	"github.com/mesh-host/mesh-host/journal/event"
@@ -46,19 +45,8 @@ type bed struct {
 
 func newBed(t testing.TB) *bed {
 	t.Helper()
-	a, b, log := brokertest.Start(t, testMesh)
-	nc, err := client.Dial(a, []string{b.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := (&nodeservice.Service{Conn: nc, Mesh: testMesh, Key: a.DeclarationKey(), Log: log}).Ensure(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	m := meshtest.Start(t, testMesh)
+	a, nc, js := m.A, m.Conn, m.JS
 	c, err := client.NewClient(nc, testMesh)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +66,7 @@ func newBed(t testing.TB) *bed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bed{t: t, a: a, url: b.URL(), nc: nc, js: js, c: c, srv: srv, token: tok}
+	return &bed{t: t, a: a, url: m.URL, nc: nc, js: js, c: c, srv: srv, token: tok}
 }
 
 // get asks for path as a browser logged in does, and returns the status

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/mesh-host/mesh-host/cmd/internal/fleetview"
 	"github.com/mesh-host/mesh-host/cmd/meshctl/rollout"
 )
 
@@ -32,14 +33,14 @@ const (
 	maxLabelRunes = 32
 )
 
-func versionChart(versions []count, total int) barChart {
+func versionChart(versions []fleetview.Count, total int) barChart {
 	shown := versions
 	var rest int
 	if len(shown) > maxVersionBars {
 		for _, c := range shown[maxVersionBars-1:] {
 			rest += c.N
 		}
-		shown = append(shown[:maxVersionBars-1:maxVersionBars-1], count{Name: "other versions", N: rest})
+		shown = append(shown[:maxVersionBars-1:maxVersionBars-1], fleetview.Count{Name: "other versions", N: rest})
 	}
 	c := barChart{Width: barLabelWidth + barMaxWidth + 60, Height: max(1, len(shown)) * barRow}
 	for i, v := range shown {

@@ -1,14 +1,12 @@
 package web
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"time"
 
@@ -40,8 +38,8 @@ type fleetData struct {
 	// Total is how many nodes the selector selects; Rows are this page's.
 	Total        int
 	Rows         []nodeRow
-	States       []count
-	Versions     []count
+	States       []fleetview.Count
+	Versions     []fleetview.Count
 	Page         int
 	Prev         string
 	Next         string
@@ -55,11 +53,6 @@ type fleetData struct {
 type nodeRow struct {
 	Node, State, Reason, Version, Desired, Applied, Drift, Failing, Heard string
 	Labels                                                                string
-}
-
-type count struct {
-	Name string
-	N    int
 }
 
 // fleet is the fleet's table, filtered by the selector in ?select and cut
@@ -84,7 +77,7 @@ func (s *Server) fleet(w http.ResponseWriter, r *http.Request) {
 	nodes = client.Select(nodes, sel)
 	now := s.cfg.Now()
 	d.Total = len(nodes)
-	d.States, d.Versions = counts(nodes)
+	d.States, d.Versions = fleetview.Counts(nodes)
 	d.VersionChart = versionChart(d.Versions, d.Total)
 	d.Pages = max(1, (len(nodes)+PageSize-1)/PageSize)
 	d.Page = min(d.Page, d.Pages)
@@ -117,32 +110,6 @@ func rowOf(n client.NodeStatus, now time.Time) nodeRow {
 		Desired: cell("desired"), Applied: cell("applied"), Drift: cell("drifted"),
 		Failing: cell("failed"), Heard: cell("last-heard"), Labels: cell("labels"),
 	}
-}
-
-// counts are the nodes by state and by version, most first, as
-// fleetview.Summary counts them.
-func counts(nodes []client.NodeStatus) (states, versions []count) {
-	st, vs := map[string]int{}, map[string]int{}
-	for _, n := range nodes {
-		st[n.State]++
-		v := "-"
-		if hb := n.Heartbeat; hb != nil {
-			v = client.VersionLabel(hb.Build, hb.Version)
-		}
-		vs[v]++
-	}
-	return sorted(st), sorted(vs)
-}
-
-func sorted(m map[string]int) []count {
-	out := make([]count, 0, len(m))
-	for k, n := range m {
-		out = append(out, count{k, n})
-	}
-	slices.SortFunc(out, func(a, b count) int {
-		return cmp.Or(cmp.Compare(b.N, a.N), cmp.Compare(a.Name, b.Name))
-	})
-	return out
 }
 
 // fleetJSON is the fleet's nodes as JSON, filtered by ?select as the page
